@@ -1,0 +1,1 @@
+"""Where the config lives and how it is checked before a run starts."""

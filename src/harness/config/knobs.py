@@ -1,0 +1,118 @@
+"""The top-level knobs a sweep varies, checked and normalised before a run.
+
+Checks are explicit rather than a structured-config schema because `compile`
+is either a bool or a mode string, a union OmegaConf cannot type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from harness.errors import ConfigError
+
+# Our short names and Lightning's own spellings, mapped to Lightning's setting.
+PRECISIONS: dict[str, str] = {
+    "fp32": "32-true",
+    "32": "32-true",
+    "32-true": "32-true",
+    "fp16": "16-mixed",
+    "16": "16-mixed",
+    "16-mixed": "16-mixed",
+    "bf16": "bf16-mixed",
+    "bf16-mixed": "bf16-mixed",
+    "16-true": "16-true",
+    "bf16-true": "bf16-true",
+    "fp64": "64-true",
+    "64": "64-true",
+    "64-true": "64-true",
+}
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MODES = ("train", "inference", "both")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The validated knobs of one run."""
+
+    batch_size: int
+    precision: str  # as the user asked for it
+    lightning_precision: str  # what is passed to Trainer(precision=...)
+    compile: str | None  # torch.compile mode, None when off
+    compile_module: str
+    mode: str
+    seed: int
+
+    @property
+    def trains(self) -> bool:
+        return self.mode in ("train", "both")
+
+    @property
+    def infers(self) -> bool:
+        return self.mode in ("inference", "both")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(key, value, "a positive integer", f"{key}=32")
+    return value
+
+
+def parse_precision(value: Any) -> str:
+    """Map a precision knob to Lightning's precision string."""
+    key = str(value).strip().lower()
+    if key not in PRECISIONS:
+        raise ConfigError(
+            "precision", value, "one of " + ", ".join(PRECISIONS), "precision=bf16"
+        )
+    return PRECISIONS[key]
+
+
+def parse_compile(value: Any) -> str | None:
+    """Map the compile knob to a torch.compile mode, or None when off."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "default"
+    text = str(value).strip().lower()
+    if text in ("false", "off", "none", "no"):
+        return None
+    if text in ("true", "on", "yes"):
+        return "default"
+    if text in COMPILE_MODES:
+        return text
+    raise ConfigError(
+        "compile", value, "false, true or a torch.compile mode: " + ", ".join(COMPILE_MODES),
+        "compile=true",
+    )
+
+
+def read_knobs(cfg: Any) -> Knobs:
+    """Validate the top-level knobs of a composed config."""
+    batch_size = _positive_int("batch_size", cfg.get("batch_size"))
+    precision = cfg.get("precision")
+    lightning_precision = parse_precision(precision)
+    mode = cfg.get("mode")
+    if mode not in MODES:
+        raise ConfigError("mode", mode, "one of " + ", ".join(MODES), "mode=both")
+    seed = cfg.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError("seed", seed, "an integer", "seed=0")
+    compile_module = cfg.get("compile_module")
+    if not isinstance(compile_module, str) or not compile_module:
+        raise ConfigError(
+            "compile_module", compile_module, "the attribute name of the network", "compile_module=net"
+        )
+    return Knobs(
+        batch_size=batch_size,
+        precision=str(precision),
+        lightning_precision=lightning_precision,
+        compile=parse_compile(cfg.get("compile")),
+        compile_module=compile_module,
+        mode=mode,
+        seed=seed,
+    )

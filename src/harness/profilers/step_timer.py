@@ -1,0 +1,83 @@
+"""Per-phase step timing: the arithmetic behind the speed report, free of Lightning.
+
+An iteration is one whole loop step as the user experiences it: from the end
+of the previous step (or the start of the phase) to the end of this one, so
+the wait for the next batch is inside it. The wait itself is the time from
+that same starting point to the moment the step receives its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class StepRecord:
+    index: int  # 0-based step of this phase over the whole run
+    step_s: float  # iteration time, seconds
+    wait_s: float  # time before the batch arrived, seconds
+    examples: int  # examples in this step's batch on this rank
+    warmup: bool  # left out of the figures
+
+
+@dataclass
+class PhaseTimer:
+    """Collects step records for one phase (train, validation or inference)."""
+
+    name: str
+    warmup_steps: int
+    steps: list[StepRecord] = field(default_factory=list)
+    _origin: float | None = None  # end of the previous step, or the start of the phase
+    _batch_at: float | None = None
+    _examples: int = 0
+
+    def restart(self, now: float) -> None:
+        """A new epoch or a return from another phase: the next iteration starts here."""
+        self._origin = now
+        self._batch_at = None
+
+    def batch_received(self, now: float, examples: int) -> None:
+        if self._origin is None:
+            self._origin = now
+        self._batch_at = now
+        self._examples = examples
+
+    def step_done(self, now: float) -> StepRecord | None:
+        if self._origin is None or self._batch_at is None:
+            return None
+        record = StepRecord(
+            index=len(self.steps),
+            step_s=now - self._origin,
+            wait_s=self._batch_at - self._origin,
+            examples=self._examples,
+            warmup=len(self.steps) < self.warmup_steps,
+        )
+        self.steps.append(record)
+        self._origin = now
+        self._batch_at = None
+        return record
+
+    def summary(self, world_size: int) -> dict[str, float | int | None]:
+        """Figures over the measured (non-warm-up) steps; None where nothing was measured."""
+        measured = [s for s in self.steps if not s.warmup]
+        times = np.array([s.step_s for s in measured], dtype=float)
+        total = float(times.sum()) if len(times) else 0.0
+        wait = float(sum(s.wait_s for s in measured))
+        examples = sum(s.examples for s in measured) * world_size
+        first = self.steps[0].step_s if self.steps else None
+        return {
+            "measured_steps": len(measured),
+            "warmup_steps": len(self.steps) - len(measured),
+            "measured_time_s": total,
+            "seconds_per_iteration": total / len(times) if len(times) else None,
+            "median_step_s": float(np.median(times)) if len(times) else None,
+            "p90_step_s": float(np.percentile(times, 90)) if len(times) else None,
+            "examples_per_second": examples / total if total > 0 else None,
+            "iterations_per_second": len(times) / total if total > 0 else None,
+            "dataloader_wait_s": wait,
+            "dataloader_wait_share": wait / total if total > 0 else None,
+            "first_step_s": first,
+            "warmup_time_s": float(sum(s.step_s for s in self.steps if s.warmup)),
+        }

@@ -1,0 +1,1 @@
+"""Writing reports to disk and to the terminal."""

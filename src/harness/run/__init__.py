@@ -1,0 +1,1 @@
+"""Running one job: build the objects from config, train/infer, write result.json."""

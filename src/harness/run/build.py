@@ -1,0 +1,104 @@
+"""Turn the composed config into Lightning objects through `_target_`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning.pytorch as pl
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.profilers import Profiler
+from omegaconf import DictConfig
+
+from harness.errors import HarnessError
+
+
+@dataclass
+class Presets:
+    """The instantiated profiler presets, sorted by how Lightning takes them."""
+
+    by_name: dict[str, Any] = field(default_factory=dict)
+    callbacks: list[Callback] = field(default_factory=list)
+    profiler: Profiler | None = None
+
+
+def _build(key: str, node: DictConfig, **kwargs: Any) -> Any:
+    try:
+        return instantiate(node, **kwargs)
+    except HarnessError:
+        raise
+    except Exception as err:
+        # Hydra wraps the real error; the one the user can act on is its cause.
+        cause = err.__cause__ or err
+        if isinstance(cause, HarnessError):
+            raise cause from None
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise HarnessError(f"{key}: could not build {node.get('_target_')}: {first}") from None
+
+
+def build_module(cfg: DictConfig) -> pl.LightningModule:
+    module = _build("model", cfg.model)
+    if not isinstance(module, pl.LightningModule):
+        raise HarnessError(
+            f"model._target_={cfg.model._target_} built a {type(module).__name__}, not a"
+            " lightning.pytorch.LightningModule. Fix: point model._target_ at a LightningModule"
+            " (pytorch_lightning classes do not mix with lightning.pytorch)"
+        )
+    return module
+
+
+def build_datamodule(cfg: DictConfig) -> pl.LightningDataModule:
+    datamodule = _build("data", cfg.data)
+    if not isinstance(datamodule, pl.LightningDataModule):
+        raise HarnessError(
+            f"data._target_={cfg.data._target_} built a {type(datamodule).__name__}, not a"
+            " lightning.pytorch.LightningDataModule. Fix: point data._target_ at a DataModule"
+        )
+    return datamodule
+
+
+def build_presets(cfg: DictConfig) -> Presets:
+    presets = Presets()
+    nodes = cfg.get("profiler") or {}
+    for name, node in nodes.items():
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            continue
+        obj = _build(f"profiler.{name}", node)
+        presets.by_name[name] = obj
+        if isinstance(obj, Profiler):
+            if presets.profiler is not None:
+                other = next(n for n, o in presets.by_name.items() if o is presets.profiler)
+                raise HarnessError(
+                    f"profiler presets '{other}' and '{name}' both need Lightning's single"
+                    f" profiler slot. Fix: keep one of them, e.g. profiler=[speed,{name}]"
+                )
+            presets.profiler = obj
+        elif isinstance(obj, Callback):
+            presets.callbacks.append(obj)
+        else:
+            raise HarnessError(
+                f"profiler.{name}._target_ built a {type(obj).__name__}, which is neither a"
+                " Lightning Callback nor a Lightning Profiler"
+            )
+    return presets
+
+
+def build_logger(cfg: DictConfig) -> Any:
+    node = cfg.get("logger")
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        return False
+    return _build("logger", node)
+
+
+def build_trainer(
+    cfg: DictConfig, precision: str, presets: Presets, logger: Any
+) -> pl.Trainer:
+    return _build(
+        "trainer",
+        cfg.trainer,
+        precision=precision,
+        callbacks=presets.callbacks,
+        profiler=presets.profiler,
+        logger=logger,
+    )

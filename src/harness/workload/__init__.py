@@ -1,0 +1,1 @@
+"""The built-in workload: a small transformer on synthetic data, CPU-friendly."""

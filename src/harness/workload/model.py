@@ -1,0 +1,95 @@
+"""A stack of pre-norm transformer blocks, wrapped in a LightningModule.
+
+The network lives in `self.net` so that `compile=true` compiles the plain
+nn.Module: compiling the LightningModule itself fails once a step calls
+`self.log`.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention written out, so every op shows in profiles."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"model.dim={dim} must be divisible by model.num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, dim // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        weights = (q @ k.transpose(-2, -1)) * self.scale
+        weights = self.dropout(weights.softmax(dim=-1))
+        out = (weights @ v).transpose(1, 2).reshape(batch, tokens, dim)
+        return self.proj(out)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: int, dropout: float) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, num_heads, dropout)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, mlp_ratio * dim),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(mlp_ratio * dim, dim),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class TransformerModule(pl.LightningModule):
+    """Regresses random targets from random tokens: a fixed, repeatable amount of work."""
+
+    def __init__(
+        self,
+        dim: int = 128,
+        depth: int = 2,
+        num_heads: int = 4,
+        mlp_ratio: int = 4,
+        dropout: float = 0.0,
+        lr: float = 1e-3,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(*(Block(dim, num_heads, mlp_ratio, dropout) for _ in range(depth)))
+        self.lr = lr
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def _loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self.log("val_loss", self._loss(batch))
+
+    def predict_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.net(batch[0])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=self.lr)

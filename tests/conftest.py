@@ -1,0 +1,79 @@
+"""Shared helpers: run the real `harness` CLI in a subprocess and read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+# A small, quick workload: a few seconds per run on a laptop CPU.
+FAST = (
+    "data.train_batches=12",
+    "data.val_batches=4",
+    "data.predict_batches=8",
+    "data.seq_len=16",
+    "data.dim=32",
+    "batch_size=4",
+    "trainer.enable_progress_bar=false",
+)
+
+
+@dataclass
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+    cwd: Path
+
+    def run_dirs(self) -> list[Path]:
+        """Every directory under cwd holding a result.json, oldest first."""
+        return sorted((p.parent for p in self.cwd.rglob("result.json")), key=lambda p: p.stat().st_mtime)
+
+    def run_dir(self) -> Path:
+        dirs = self.run_dirs()
+        assert len(dirs) == 1, f"expected one run, found {dirs}\n{self.stderr[-3000:]}"
+        return dirs[0]
+
+    def result(self) -> dict[str, Any]:
+        return json.loads((self.run_dir() / "result.json").read_text())
+
+    def report(self, name: str) -> dict[str, Any]:
+        return json.loads((self.run_dir() / "reports" / f"{name}.json").read_text())
+
+
+def harness_command() -> list[str]:
+    exe = shutil.which("harness", path=str(Path(sys.executable).parent)) or shutil.which("harness")
+    return [exe] if exe else [sys.executable, "-m", "harness.cli"]
+
+
+def run_harness(
+    cwd: Path, *overrides: str, fast: bool = True, env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> Completed:
+    """Run `harness` with `overrides` in `cwd` (outputs land there) and capture its output."""
+    args = [*harness_command(), *(FAST if fast else ()), *overrides]
+    full_env = {**os.environ, "PYTHONPATH": str(TESTS_DIR) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    full_env.update(env or {})
+    proc = subprocess.run(
+        args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+    return Completed(proc.returncode, proc.stdout, proc.stderr, cwd)
+
+
+@pytest.fixture
+def harness(tmp_path: Path):
+    """`harness(*overrides)` runs the CLI in a fresh temporary directory."""
+
+    def _run(*overrides: str, **kwargs: Any) -> Completed:
+        return run_harness(tmp_path, *overrides, **kwargs)
+
+    return _run
