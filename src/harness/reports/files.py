@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 
 def _jsonable(value: Any) -> Any:
     # NaN and inf are not JSON; null says "not measured" honestly.
@@ -35,6 +33,8 @@ def write_json(path: Path, payload: Mapping[str, Any]) -> Path:
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     """Write a list of flat dicts as CSV, one column per key."""
+    import pandas as pd
+
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(list(rows)).to_csv(path, index=False)
     return path

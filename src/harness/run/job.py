@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +43,15 @@ def run_job(cfg: DictConfig) -> RunRecord:
 
 
 def _is_global_zero() -> bool:
-    from lightning.pytorch.utilities import rank_zero_only
+    if "lightning.pytorch" in sys.modules:
+        from lightning.pytorch.utilities import rank_zero_only
 
-    return getattr(rank_zero_only, "rank", 0) == 0
+        return getattr(rank_zero_only, "rank", 0) == 0
+    # Nothing heavy ran yet (a config error): read the rank the launcher gave us.
+    for variable in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if variable in os.environ:
+            return int(os.environ[variable]) == 0
+    return True
 
 
 def _compile_seconds() -> float:
@@ -59,8 +67,10 @@ def _route_lightning_logs() -> None:
     """Send Lightning's messages through Hydra's logging only, so each prints once."""
     import logging
 
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).handlers.clear()
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
 
 
 def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord) -> None:
