@@ -70,6 +70,7 @@ class Recorder:
     stderr: str = ""
     samples: int | None = None
     errors: int | None = None
+    sampling: bool = False
 
     def start(self, timeout_s: float) -> str | None:
         """Start py-spy and wait until it samples; returns why it could not, or None."""
@@ -78,26 +79,26 @@ class Recorder:
             self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             stdin=subprocess.DEVNULL,
         )
-        sampling = threading.Event()
-        threading.Thread(target=self._read_stdout, args=(sampling,), daemon=True).start()
+        answered = threading.Event()
+        threading.Thread(target=self._read_stdout, args=(answered,), daemon=True).start()
         # Training waits until py-spy reports that it samples, so the window is covered.
-        if not sampling.wait(timeout_s) and self.process.poll() is None:
-            return None  # slow to say so, but running: keep it
-        if self.process.poll() is not None:
-            self.stderr = self.process.stderr.read() if self.process.stderr else ""
-            return (self.stderr.strip().splitlines() or [f"exit status {self.process.returncode}"])[-1]
-        return None
+        if not answered.wait(timeout_s) or self.sampling:
+            return None  # sampling, or slow to say so but running: keep it
+        self.process.wait()  # its output ended before it sampled: it is exiting
+        self.stderr = self.process.stderr.read() if self.process.stderr else ""
+        return (self.stderr.strip().splitlines() or [f"exit status {self.process.returncode}"])[-1]
 
-    def _read_stdout(self, sampling: threading.Event) -> None:
+    def _read_stdout(self, answered: threading.Event) -> None:
         assert self.process is not None and self.process.stdout is not None
         for line in self.process.stdout:
             self.stdout.append(line.rstrip())
             if "Sampling process" in line:
-                sampling.set()
+                self.sampling = True
+                answered.set()
             found = _SAMPLES.search(line)
             if found:
                 self.samples, self.errors = int(found[1]), int(found[2])
-        sampling.set()
+        answered.set()  # end of output: py-spy has exited
 
     def stop(self, timeout_s: float = 60) -> None:
         """Ask py-spy to finish (Ctrl+C), which makes it write its output file."""
@@ -262,7 +263,7 @@ class PySpyRecorder(Callback):
         }
         if self.recorders or self.problem:
             write_json(reports_dir / "pyspy.json", payload)
-        if missing and self.recorders:
+        if missing and self.recorders and not self.problem:
             print(f"harness: warning: profiler=pyspy: py-spy wrote no {', '.join(missing)}"
                   f" ({self.recorders[0].stderr.strip()[-300:] or 'no message'})", file=sys.stderr)
         return {"pyspy_samples": samples} if samples is not None else {}
