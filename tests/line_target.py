@@ -1,4 +1,4 @@
-"""A user function marked for line profiling; imported by name elsewhere (`from line_target import`)."""
+"""A user function marked for line profiling, imported elsewhere by name."""
 
 import harness
 

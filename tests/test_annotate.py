@@ -122,7 +122,9 @@ def test_switches_count_enables_and_disables():
         switches.enable("cupti")
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the path without nvtx and without CUDA")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the path without nvtx and without CUDA"
+)
 def test_nvtx_without_the_package_is_a_true_no_op():
     try:
         import nvtx  # noqa: F401
@@ -146,7 +148,12 @@ def test_nvtx_ranges_push_and_pop_through_the_nvtx_package(monkeypatch):
     assert switches.enable("nvtx") is True
     with annotate("test.outer"):
         _decorated(torch.ones(1))
-    assert calls == [("push", "test.outer"), ("push", "test.decorated"), ("pop", None), ("pop", None)]
+    assert calls == [
+        ("push", "test.outer"),
+        ("push", "test.decorated"),
+        ("pop", None),
+        ("pop", None),
+    ]
     switches.disable("nvtx")
     calls.clear()
     _decorated(torch.ones(1))

@@ -23,8 +23,10 @@ def _text(path: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (conf_dir() / "profiler" / "pytorch.yaml").is_file(),
-                    reason="conf/profiler/pytorch.yaml (the pytorch preset) is not in this branch yet")
+@pytest.mark.skipif(
+    not (conf_dir() / "profiler" / "pytorch.yaml").is_file(),
+    reason="conf/profiler/pytorch.yaml (the pytorch preset) is not in this branch yet",
+)
 def test_workload_names_show_in_pytorch_trace_and_key_averages(harness):
     done = harness("profiler=[pytorch]", "mode=train")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -16,7 +16,7 @@ MODEL = "model._target_=instrumented_workload.CallingModule"
 
 def _line_rows(text: str, function: str) -> dict[str, tuple[int, float]]:
     """{line contents: (hits, time)} of one function's table in line_profiler's text report."""
-    block = text[text.index(f"Function: {function} at line"):]
+    block = text[text.index(f"Function: {function} at line") :]
     block = block.split("\nTotal time:")[0]
     rows = {}
     for line in block.splitlines():
@@ -39,8 +39,12 @@ def test_profile_returns_the_function_itself():
 
 @pytest.mark.slow
 def test_line_preset_reports_marked_and_listed_functions(harness):
-    done = harness(MODEL, "profiler=[line]", "mode=train",
-                   "profiler.line.functions=[harness.workload.model.Attention.forward]")
+    done = harness(
+        MODEL,
+        "profiler=[line]",
+        "mode=train",
+        "profiler.line.functions=[harness.workload.model.Attention.forward]",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     text = (done.run_dir() / "reports" / "line_profile.txt").read_text()
     assert "Timer unit: 1e-06 s" in text
@@ -81,6 +85,7 @@ def test_functions_marked_while_the_profiler_runs_are_added():
     preset = LineProfile()
     line_profile.attach(preset.profiler)
     try:
+
         @harness.profile
         def late(n: int) -> int:
             return n + 1

@@ -39,26 +39,51 @@ def _switches_off():
 
 
 def test_child_command_runs_the_same_job_into_the_same_directory():
-    command = child_command(NsysOptions(executable="/opt/nsys"), Path("/runs/a b"),
-                            ["batch_size=8", "profiler=[speed,nsys]"], python="/py")
+    command = child_command(
+        NsysOptions(executable="/opt/nsys"),
+        Path("/runs/a b"),
+        ["batch_size=8", "profiler=[speed,nsys]"],
+        python="/py",
+    )
     assert command == [
-        "/opt/nsys", "profile", GUIDE_TRACES, "--sample=none",
-        "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-        "--output=/runs/a b/reports/nsys", "--force-overwrite=true", "--stats=false",
-        "--", "/py", "-m", "harness.cli", "batch_size=8", "profiler=[speed,nsys]",
+        "/opt/nsys",
+        "profile",
+        GUIDE_TRACES,
+        "--sample=none",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "--output=/runs/a b/reports/nsys",
+        "--force-overwrite=true",
+        "--stats=false",
+        "--",
+        "/py",
+        "-m",
+        "harness.cli",
+        "batch_size=8",
+        "profiler=[speed,nsys]",
         "hydra.run.dir='/runs/a b'",
     ]
 
 
 def test_options_and_manual_command():
-    options = NsysOptions.read({"trace": ["cuda", "nvtx"], "sample": "process-tree", "stats": True,
-                                "extra_args": ["--cuda-memory-usage=true"]})
+    options = NsysOptions.read(
+        {
+            "trace": ["cuda", "nvtx"],
+            "sample": "process-tree",
+            "stats": True,
+            "extra_args": ["--cuda-memory-usage=true"],
+        }
+    )
     text = manual_command(options, ["profiler=[speed,nsys]"])
     assert text.startswith(f"{CHILD_ENV}=1 nsys profile --trace=cuda,nvtx --sample=process-tree")
     assert "--stats=true --cuda-memory-usage=true -- harness 'profiler=[speed,nsys]'" in text
-    for node, key in (({"trace": ["cuda", "gpu"]}, "trace"), ({"sample": "cpu-all"}, "sample"),
-                      ({"warmup_steps": -1}, "warmup_steps"), ({"active_steps": 0}, "active_steps"),
-                      ({"on_missing": "skip"}, "on_missing")):
+    for node, key in (
+        ({"trace": ["cuda", "gpu"]}, "trace"),
+        ({"sample": "cpu-all"}, "sample"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"active_steps": 0}, "active_steps"),
+        ({"on_missing": "skip"}, "on_missing"),
+    ):
         with pytest.raises(ConfigError) as caught:
             NsysOptions.read(node)
         assert caught.value.key == f"profiler.nsys.{key}"
@@ -94,8 +119,19 @@ def test_capture_range_opens_after_warmup_and_closes_after_active_steps(monkeypa
     capture = NsysCapture(warmup_steps=2, active_steps=3)
     capture.calls = fake_cuda  # type: ignore[attr-defined]
     _drive(capture, batches=7)
-    assert fake_cuda == ["step 0", "step 1", "sync", "start", "step 2", "step 3", "step 4",
-                         "sync", "stop", "step 5", "step 6"]
+    assert fake_cuda == [
+        "step 0",
+        "step 1",
+        "sync",
+        "start",
+        "step 2",
+        "step 3",
+        "step 4",
+        "sync",
+        "stop",
+        "step 5",
+        "step 6",
+    ]
     assert (capture.started_at, capture.stopped_after, capture.state) == (2, 4, "done")
 
 
@@ -136,8 +172,10 @@ def test_child_switches_annotate_ranges_to_nvtx(monkeypatch, fake_cuda):
 
 
 def _hydra(tmp_path: Path) -> SimpleNamespace:
-    return SimpleNamespace(runtime=SimpleNamespace(output_dir=str(tmp_path)),
-                           overrides=SimpleNamespace(task=["profiler=[speed,nsys]"]))
+    return SimpleNamespace(
+        runtime=SimpleNamespace(output_dir=str(tmp_path)),
+        overrides=SimpleNamespace(task=["profiler=[speed,nsys]"]),
+    )
 
 
 def test_relaunch_decisions(monkeypatch, tmp_path, capsys):
@@ -179,8 +217,13 @@ def test_relaunch_under_a_fake_nsys(harness, tmp_path):
     fake.parent.mkdir()
     fake.write_text(FAKE_NSYS.format(python=sys.executable, log=str(log), env=CHILD_ENV))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    done = harness("profiler=[speed,nsys]", "mode=train", f"profiler.nsys.executable={fake}",
-                   "profiler.nsys.warmup_steps=2", "profiler.nsys.active_steps=3")
+    done = harness(
+        "profiler=[speed,nsys]",
+        "mode=train",
+        f"profiler.nsys.executable={fake}",
+        "profiler.nsys.warmup_steps=2",
+        "profiler.nsys.active_steps=3",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 1  # the child did not re-launch itself
@@ -205,8 +248,12 @@ def test_relaunch_under_a_fake_nsys(harness, tmp_path):
 @pytest.mark.slow
 def test_missing_nsys_runs_on_unprofiled_and_unmarked_code_writes_nothing(harness):
     # Two checks on one run: nsys absent (warn) and @harness.profile without profiler=line.
-    done = harness("profiler=[speed,nsys]", "mode=train", "profiler.nsys.executable=/nonexistent/nsys",
-                   "model._target_=instrumented_workload.CallingModule")
+    done = harness(
+        "profiler=[speed,nsys]",
+        "mode=train",
+        "profiler.nsys.executable=/nonexistent/nsys",
+        "model._target_=instrumented_workload.CallingModule",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sum("profiler=nsys" in line for line in done.stderr.splitlines()) == 1
     assert done.result()["status"] == "ok"
@@ -216,24 +263,47 @@ def test_missing_nsys_runs_on_unprofiled_and_unmarked_code_writes_nothing(harnes
 
 def _nvtx_names(report: Path, tmp_path: Path) -> set[str]:
     database = tmp_path / "nsys.sqlite"
-    subprocess.run(["nsys", "export", "--type=sqlite", f"--output={database}", "--force-overwrite=true",
-                    str(report)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "nsys",
+            "export",
+            "--type=sqlite",
+            f"--output={database}",
+            "--force-overwrite=true",
+            str(report),
+        ],
+        check=True,
+        capture_output=True,
+    )
     with sqlite3.connect(database) as db:
-        rows = db.execute("SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e"
-                          " LEFT JOIN StringIds s ON e.textId = s.id").fetchall()
+        rows = db.execute(
+            "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e"
+            " LEFT JOIN StringIds s ON e.textId = s.id"
+        ).fetchall()
     return {name for (name,) in rows if name}
 
 
 @pytest.mark.slow
 @pytest.mark.cuda
-@pytest.mark.skipif(shutil.which("nsys") is None or not torch.cuda.is_available(),
-                    reason="needs Nsight Systems (nsys on PATH) and a CUDA device")
+@pytest.mark.skipif(
+    shutil.which("nsys") is None or not torch.cuda.is_available(),
+    reason="needs Nsight Systems (nsys on PATH) and a CUDA device",
+)
 def test_real_nsys_run_records_the_capture_range(harness, tmp_path):
-    done = harness("profiler=[speed,nsys]", "mode=train", "data.train_batches=12",
-                   "profiler.nsys.warmup_steps=3", "profiler.nsys.active_steps=4")
+    done = harness(
+        "profiler=[speed,nsys]",
+        "mode=train",
+        "data.train_batches=12",
+        "profiler.nsys.warmup_steps=3",
+        "profiler.nsys.active_steps=4",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = done.report("nsys")
-    assert (report["capture"], report["capture_first_step"], report["capture_last_step"]) == ("done", 3, 6)
+    assert (report["capture"], report["capture_first_step"], report["capture_last_step"]) == (
+        "done",
+        3,
+        6,
+    )
     rep = done.run_dir() / "reports" / "nsys.nsys-rep"
     assert rep.is_file() and rep.stat().st_size > 0
     names = _nvtx_names(rep, tmp_path)

@@ -15,14 +15,40 @@ from harness.profilers.pyspy import PySpyRecorder, permission_problem, pyspy_com
 
 # What py-spy 0.4.3 prints when ptrace is refused (captured by running it as an
 # unprivileged user against a root process with setpriv).
-PTRACE_REFUSED = "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'"
+PTRACE_REFUSED = (
+    "Permission Denied: Try running again with elevated permissions by going"
+    " 'sudo env \"PATH=$PATH\" !!'"
+)
 
 
 def test_command_line():
-    command = pyspy_command("py-spy", 42, Path("/r/pyspy.svg"), "flamegraph", 250,
-                            subprocesses=True, native=False, idle=True, gil=False, nonblocking=True)
-    assert command == ["py-spy", "record", "--pid", "42", "--rate", "250", "--format", "flamegraph",
-                       "--output", "/r/pyspy.svg", "--subprocesses", "--idle", "--nonblocking"]
+    command = pyspy_command(
+        "py-spy",
+        42,
+        Path("/r/pyspy.svg"),
+        "flamegraph",
+        250,
+        subprocesses=True,
+        native=False,
+        idle=True,
+        gil=False,
+        nonblocking=True,
+    )
+    assert command == [
+        "py-spy",
+        "record",
+        "--pid",
+        "42",
+        "--rate",
+        "250",
+        "--format",
+        "flamegraph",
+        "--output",
+        "/r/pyspy.svg",
+        "--subprocesses",
+        "--idle",
+        "--nonblocking",
+    ]
 
 
 def test_permission_problem_is_recognised():
@@ -40,8 +66,10 @@ def test_missing_pyspy_warns_or_stops(capsys):
         PySpyRecorder(executable="/nonexistent/py-spy", on_missing="error")
 
 
-@pytest.mark.parametrize(("key", "value"), [("rate", 0), ("formats", ["png"]), ("start_step", -1),
-                                            ("steps", 0), ("on_missing", "ignore")])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("rate", 0), ("formats", ["png"]), ("start_step", -1), ("steps", 0), ("on_missing", "ignore")],
+)
 def test_bad_options_name_their_key(key, value):
     with pytest.raises(ConfigError) as caught:
         PySpyRecorder(**{key: value})
@@ -60,8 +88,9 @@ def test_pyspy_records_the_workload(harness):
     assert "harness/workload/model.py" in svg and "forward" in svg
     speedscope = json.loads((reports / "pyspy.speedscope.json").read_text())
     frames = speedscope["shared"]["frames"]
-    assert any(f["name"] == "Attention.forward" and f["file"].endswith("workload/model.py")
-               for f in frames)
+    assert any(
+        f["name"] == "Attention.forward" and f["file"].endswith("workload/model.py") for f in frames
+    )
     assert sum(len(p["samples"]) for p in speedscope["profiles"]) > 0
     report = done.report("pyspy")
     assert report["window"] == "whole run" and report["problem"] is None

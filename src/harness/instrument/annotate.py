@@ -55,7 +55,7 @@ class annotate:  # noqa: N801 - used like a function: `with harness.annotate("na
             self._opened.append(_open(self.name))
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         # What was opened is closed even if the switches changed in between.
         if self._opened:
             _close(self._opened.pop())

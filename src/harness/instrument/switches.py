@@ -41,7 +41,9 @@ STATE = _State()
 
 def _check(kind: str) -> None:
     if kind not in KINDS:
-        raise ValueError(f"unknown instrumentation kind {kind!r}: expected one of {', '.join(KINDS)}")
+        raise ValueError(
+            f"unknown instrumentation kind {kind!r}: expected one of {', '.join(KINDS)}"
+        )
 
 
 def nvtx_backend() -> tuple[Callable[[str], Any], Callable[[], Any]] | None:

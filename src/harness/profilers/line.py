@@ -45,12 +45,16 @@ def resolve_function(dotted: str) -> Any:
     except Exception as err:
         cause = str(err.__cause__ or err).strip().splitlines()[0]
         raise ConfigError(
-            "profiler.line.functions", dotted, f"a dotted path to an importable function ({cause})",
+            "profiler.line.functions",
+            dotted,
+            f"a dotted path to an importable function ({cause})",
             "list functions as package.module.function or package.module.Class.method",
         ) from None
     if not callable(found):
         raise ConfigError(
-            "profiler.line.functions", dotted, f"a function, method or class, not a {type(found).__name__}",
+            "profiler.line.functions",
+            dotted,
+            f"a function, method or class, not a {type(found).__name__}",
             "list functions as package.module.function or package.module.Class.method",
         )
     return found
@@ -64,9 +68,17 @@ class LineProfile(Callback):
     ) -> None:
         if isinstance(functions, str):
             functions = [functions]
-        if not isinstance(output_unit, (int, float)) or isinstance(output_unit, bool) or output_unit <= 0:
-            raise ConfigError("profiler.line.output_unit", output_unit, "seconds per printed unit > 0",
-                              "profiler.line.output_unit=1e-6 (microseconds)")
+        if (
+            not isinstance(output_unit, (int, float))
+            or isinstance(output_unit, bool)
+            or output_unit <= 0
+        ):
+            raise ConfigError(
+                "profiler.line.output_unit",
+                output_unit,
+                "seconds per printed unit > 0",
+                "profiler.line.output_unit=1e-6 (microseconds)",
+            )
         self.listed = [str(name) for name in functions]
         self.output_unit = float(output_unit)
         self.strip_zeros = bool(strip_zeros)
@@ -109,16 +121,18 @@ class LineProfile(Callback):
             total = sum(t for _, _, t in lines) * stats.unit
             for lineno, hits, time in lines:
                 seconds = time * stats.unit
-                rows.append({
-                    "function": function,
-                    "file": filename,
-                    "function_line": first_line,
-                    "line": lineno,
-                    "hits": hits,
-                    "time_s": seconds,
-                    "per_hit_s": seconds / hits if hits else None,
-                    "share_of_function": seconds / total if total else None,
-                })
+                rows.append(
+                    {
+                        "function": function,
+                        "file": filename,
+                        "function_line": first_line,
+                        "line": lineno,
+                        "hits": hits,
+                        "time_s": seconds,
+                        "per_hit_s": seconds / hits if hits else None,
+                        "share_of_function": seconds / total if total else None,
+                    }
+                )
         return rows
 
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:
@@ -148,15 +162,19 @@ class LineProfile(Callback):
             "expected_overhead": "a trace hook on every Python line of the process: slower run",
         }
         write_report(reports_dir, "line_profile", payload, rows)
-        return {"line_profile_functions": len(self._added), "line_profile_functions_called": len(called)}
+        return {
+            "line_profile_functions": len(self._added),
+            "line_profile_functions_called": len(called),
+        }
 
     def console_tables(self) -> list[Any]:
         from rich.table import Table
 
         by_function: dict[str, dict[str, float]] = {}
         for row in self.rows():
-            entry = by_function.setdefault(f"{row['function']} ({Path(row['file']).name})",
-                                           {"time_s": 0.0, "hits": 0})
+            entry = by_function.setdefault(
+                f"{row['function']} ({Path(row['file']).name})", {"time_s": 0.0, "hits": 0}
+            )
             entry["time_s"] += row["time_s"]
             entry["hits"] = max(entry["hits"], row["hits"])
         table = Table(title=f"Line profile (details in reports/{TEXT_REPORT})")

@@ -52,8 +52,10 @@ class NsysCapture(Callback):
     def _start(self) -> None:
         if self.device is None or self.device.type != "cuda":
             self.state = "no-cuda"
-            self._say("the run is not on a CUDA device, so no capture range was opened"
-                      " and nsys records nothing of it")
+            self._say(
+                "the run is not on a CUDA device, so no capture range was opened"
+                " and nsys records nothing of it"
+            )
             return
         torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the range
         torch.cuda.profiler.start()
@@ -77,8 +79,10 @@ class NsysCapture(Callback):
         self.nvtx = switches.enable("nvtx")
         self._nvtx_enabled += 1
         if first and not self.nvtx:
-            self._say("no NVTX here (neither the nvtx package nor CUDA), so harness.annotate"
-                      " ranges will not show in the report")
+            self._say(
+                "no NVTX here (neither the nvtx package nor CUDA), so harness.annotate"
+                " ranges will not show in the report"
+            )
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._nvtx_enabled:
@@ -92,7 +96,11 @@ class NsysCapture(Callback):
             self._start()
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
     ) -> None:
         self.batches += 1
@@ -102,8 +110,10 @@ class NsysCapture(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._stop()  # training ended inside the window
         if self.active and self.state == "waiting":
-            self._say(f"training ran {self.batches} steps, fewer than warmup_steps="
-                      f"{self.options.warmup_steps}, so the capture range never opened")
+            self._say(
+                f"training ran {self.batches} steps, fewer than warmup_steps="
+                f"{self.options.warmup_steps}, so the capture range never opened"
+            )
 
     # -- reports -------------------------------------------------------------------
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:

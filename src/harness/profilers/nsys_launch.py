@@ -28,8 +28,24 @@ from harness.errors import ConfigError, HarnessError
 
 CHILD_ENV = "HARNESS_NSYS_CHILD"
 REPORT_STEM = "nsys"  # reports/nsys.nsys-rep (and nsys.sqlite with stats=true)
-TRACES = ("cuda", "nvtx", "osrt", "cudnn", "cublas", "cusparse", "cublas-verbose", "cudnn-verbose",
-          "opengl", "mpi", "ucx", "oshmem", "openacc", "vulkan", "nvvideo", "none")
+TRACES = (
+    "cuda",
+    "nvtx",
+    "osrt",
+    "cudnn",
+    "cublas",
+    "cusparse",
+    "cublas-verbose",
+    "cudnn-verbose",
+    "opengl",
+    "mpi",
+    "ucx",
+    "oshmem",
+    "openacc",
+    "vulkan",
+    "nvvideo",
+    "none",
+)
 SAMPLES = ("none", "process-tree", "system-wide", "cpu")
 ON_MISSING = ("warn", "error")
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
@@ -42,8 +58,12 @@ def in_child() -> bool:
 
 def _int(key: str, value: Any, minimum: int, example: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"profiler.nsys.{key}", value, f"an integer >= {minimum}",
-                          f"profiler.nsys.{key}={example}")
+        raise ConfigError(
+            f"profiler.nsys.{key}",
+            value,
+            f"an integer >= {minimum}",
+            f"profiler.nsys.{key}={example}",
+        )
     return value
 
 
@@ -66,16 +86,28 @@ class NsysOptions:
         trace = (trace,) if isinstance(trace, str) else tuple(str(t) for t in trace)
         unknown = [t for t in trace if t not in TRACES]
         if unknown or not trace:
-            raise ConfigError("profiler.nsys.trace", list(trace), "a list of nsys traces: "
-                              + ", ".join(TRACES), "profiler.nsys.trace=[cuda,nvtx,osrt,cudnn,cublas]")
+            raise ConfigError(
+                "profiler.nsys.trace",
+                list(trace),
+                "a list of nsys traces: " + ", ".join(TRACES),
+                "profiler.nsys.trace=[cuda,nvtx,osrt,cudnn,cublas]",
+            )
         sample = str(node.get("sample", cls.sample))
         if sample not in SAMPLES:
-            raise ConfigError("profiler.nsys.sample", sample, "one of " + ", ".join(SAMPLES),
-                              "profiler.nsys.sample=none")
+            raise ConfigError(
+                "profiler.nsys.sample",
+                sample,
+                "one of " + ", ".join(SAMPLES),
+                "profiler.nsys.sample=none",
+            )
         on_missing = node.get("on_missing", cls.on_missing)
         if on_missing not in ON_MISSING:
-            raise ConfigError("profiler.nsys.on_missing", on_missing, "warn or error",
-                              "profiler.nsys.on_missing=warn")
+            raise ConfigError(
+                "profiler.nsys.on_missing",
+                on_missing,
+                "warn or error",
+                "profiler.nsys.on_missing=warn",
+            )
         extra = node.get("extra_args", ()) or ()
         extra = (extra,) if isinstance(extra, str) else tuple(str(a) for a in extra)
         return cls(
@@ -100,7 +132,8 @@ def override_value(text: str) -> str:
 def nsys_arguments(options: NsysOptions, output: Path) -> list[str]:
     """`nsys profile` and its options, up to (not including) the program to run."""
     return [
-        options.executable, "profile",
+        options.executable,
+        "profile",
         f"--trace={','.join(options.trace)}",
         f"--sample={options.sample}",
         # Collect only between torch.cuda.profiler.start() and .stop(), which the
@@ -118,7 +151,13 @@ def child_command(
     options: NsysOptions, run_dir: Path, overrides: Sequence[str], python: str = sys.executable
 ) -> list[str]:
     """The full command that re-runs this job under nsys, writing into `run_dir`."""
-    program = [python, "-m", "harness.cli", *overrides, f"hydra.run.dir={override_value(str(run_dir))}"]
+    program = [
+        python,
+        "-m",
+        "harness.cli",
+        *overrides,
+        f"hydra.run.dir={override_value(str(run_dir))}",
+    ]
     return [*nsys_arguments(options, run_dir / "reports" / REPORT_STEM), "--", *program]
 
 
@@ -140,21 +179,32 @@ def relaunch_under_nsys(cfg: Any, hydra_cfg: Any) -> Any:
     options = NsysOptions.read(node)
     executable = shutil.which(options.executable)
     if executable is None:
-        message = (f"Nsight Systems ({options.executable}) is not on PATH, so this run cannot be"
-                   " profiled with nsys. Fix: install Nsight Systems, or point"
-                   " profiler.nsys.executable at it")
+        message = (
+            f"Nsight Systems ({options.executable}) is not on PATH, so this run cannot be"
+            " profiled with nsys. Fix: install Nsight Systems, or point"
+            " profiler.nsys.executable at it"
+        )
         if options.on_missing == "error":
             raise HarnessError(f"profiler=nsys: {message}")
-        print(f"harness: warning: profiler=nsys: {message}; the run goes on without nsys"
-              " (profiler.nsys.on_missing=error stops it instead)", file=sys.stderr, flush=True)
+        print(
+            f"harness: warning: profiler=nsys: {message}; the run goes on without nsys"
+            " (profiler.nsys.on_missing=error stops it instead)",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
 
     run_dir = Path(hydra_cfg.runtime.output_dir)
     overrides = list(hydra_cfg.overrides.task)
-    command = child_command(NsysOptions(**{**options.__dict__, "executable": executable}),
-                            run_dir, overrides)
-    print(f"harness: profiler=nsys: running this job again under Nsight Systems:\n  {shlex.join(command)}",
-          file=sys.stderr, flush=True)
+    command = child_command(
+        NsysOptions(**{**options.__dict__, "executable": executable}), run_dir, overrides
+    )
+    print(
+        "harness: profiler=nsys: running this job again under Nsight Systems:\n  "
+        + shlex.join(command),
+        file=sys.stderr,
+        flush=True,
+    )
     (run_dir / "reports").mkdir(parents=True, exist_ok=True)
     returncode = subprocess.run(command, env={**os.environ, CHILD_ENV: "1"}).returncode
     return _read_back(run_dir, overrides, command, returncode)
@@ -165,19 +215,31 @@ def _read_back(run_dir: Path, overrides: list[str], command: list[str], returnco
 
     result_file = run_dir / RESULT_FILE
     if not result_file.is_file():
-        raise HarnessError(f"profiler=nsys: the job under nsys ended (exit status {returncode})"
-                           f" without writing {result_file}; see its output above")
+        raise HarnessError(
+            f"profiler=nsys: the job under nsys ended (exit status {returncode})"
+            f" without writing {result_file}; see its output above"
+        )
     result = json.loads(result_file.read_text())
     # nsys writes its report after the child has exited: list it now.
     reports = set(result.get("reports", []))
-    reports.update(str(p.relative_to(run_dir)) for p in (run_dir / "reports").glob(f"{REPORT_STEM}.*"))
+    reports.update(
+        str(p.relative_to(run_dir)) for p in (run_dir / "reports").glob(f"{REPORT_STEM}.*")
+    )
     result["reports"] = sorted(reports)
     result["nsys_command"] = shlex.join(command)
     result_file.write_text(json.dumps(result, indent=2) + "\n")
     if result.get("status") != "ok" or returncode != 0:
-        raise HarnessError(f"profiler=nsys: the job under nsys ended with exit status {returncode}"
-                           f" ({result.get('status')}: {result.get('reason')})")
-    record = RunRecord(run_dir, overrides=overrides, status=result["status"],
-                       reason=result.get("reason"), knobs=result.get("knobs", {}),
-                       metrics=result.get("metrics", {}), reports=result["reports"])
+        raise HarnessError(
+            f"profiler=nsys: the job under nsys ended with exit status {returncode}"
+            f" ({result.get('status')}: {result.get('reason')})"
+        )
+    record = RunRecord(
+        run_dir,
+        overrides=overrides,
+        status=result["status"],
+        reason=result.get("reason"),
+        knobs=result.get("knobs", {}),
+        metrics=result.get("metrics", {}),
+        reports=result["reports"],
+    )
     return record

@@ -28,8 +28,12 @@ from harness.errors import ConfigError, HarnessError
 from harness.reports.files import write_json
 
 # py-spy format -> file name under reports/
-OUTPUTS = {"flamegraph": "pyspy.svg", "speedscope": "pyspy.speedscope.json",
-           "chrometrace": "pyspy.chrometrace.json", "raw": "pyspy.collapsed.txt"}
+OUTPUTS = {
+    "flamegraph": "pyspy.svg",
+    "speedscope": "pyspy.speedscope.json",
+    "chrometrace": "pyspy.chrometrace.json",
+    "raw": "pyspy.collapsed.txt",
+}
 ON_MISSING = ("warn", "error")
 PTRACE_FIX = (
     "run as root, allow ptrace (sudo sysctl kernel.yama.ptrace_scope=0), or in a container add"
@@ -45,14 +49,37 @@ def permission_problem(stderr: str) -> bool:
 
 
 def pyspy_command(
-    executable: str, pid: int, output: Path, fmt: str, rate: int, subprocesses: bool,
-    native: bool, idle: bool, gil: bool, nonblocking: bool,
+    executable: str,
+    pid: int,
+    output: Path,
+    fmt: str,
+    rate: int,
+    subprocesses: bool,
+    native: bool,
+    idle: bool,
+    gil: bool,
+    nonblocking: bool,
 ) -> list[str]:
     """The `py-spy record` command line for one output format."""
-    command = [executable, "record", "--pid", str(pid), "--rate", str(rate), "--format", fmt,
-               "--output", str(output)]
-    for flag, wanted in (("--subprocesses", subprocesses), ("--native", native), ("--idle", idle),
-                         ("--gil", gil), ("--nonblocking", nonblocking)):
+    command = [
+        executable,
+        "record",
+        "--pid",
+        str(pid),
+        "--rate",
+        str(rate),
+        "--format",
+        fmt,
+        "--output",
+        str(output),
+    ]
+    for flag, wanted in (
+        ("--subprocesses", subprocesses),
+        ("--native", native),
+        ("--idle", idle),
+        ("--gil", gil),
+        ("--nonblocking", nonblocking),
+    ):
         if wanted:
             command.append(flag)
     return command
@@ -76,7 +103,10 @@ class Recorder:
         """Start py-spy and wait until it samples; returns why it could not, or None."""
         self.output.parent.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             stdin=subprocess.DEVNULL,
         )
         answered = threading.Event()
@@ -135,29 +165,57 @@ class PySpyRecorder(Callback):
             formats = [formats]
         for fmt in formats:
             if fmt not in OUTPUTS:
-                raise ConfigError("profiler.pyspy.formats", list(formats),
-                                  "a list of " + ", ".join(OUTPUTS), "profiler.pyspy.formats=[flamegraph,speedscope]")
+                raise ConfigError(
+                    "profiler.pyspy.formats",
+                    list(formats),
+                    "a list of " + ", ".join(OUTPUTS),
+                    "profiler.pyspy.formats=[flamegraph,speedscope]",
+                )
         if not formats:
-            raise ConfigError("profiler.pyspy.formats", [], "at least one format",
-                              "profiler.pyspy.formats=[flamegraph]")
+            raise ConfigError(
+                "profiler.pyspy.formats",
+                [],
+                "at least one format",
+                "profiler.pyspy.formats=[flamegraph]",
+            )
         if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-            raise ConfigError("profiler.pyspy.rate", rate, "samples per second, an integer > 0",
-                              "profiler.pyspy.rate=100")
-        if start_step is not None and (isinstance(start_step, bool) or not isinstance(start_step, int)
-                                       or start_step < 0):
-            raise ConfigError("profiler.pyspy.start_step", start_step,
-                              "null (the whole run) or a training step >= 0", "profiler.pyspy.start_step=10")
+            raise ConfigError(
+                "profiler.pyspy.rate",
+                rate,
+                "samples per second, an integer > 0",
+                "profiler.pyspy.rate=100",
+            )
+        if start_step is not None and (
+            isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0
+        ):
+            raise ConfigError(
+                "profiler.pyspy.start_step",
+                start_step,
+                "null (the whole run) or a training step >= 0",
+                "profiler.pyspy.start_step=10",
+            )
         if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
-            raise ConfigError("profiler.pyspy.steps", steps, "an integer > 0", "profiler.pyspy.steps=20")
+            raise ConfigError(
+                "profiler.pyspy.steps", steps, "an integer > 0", "profiler.pyspy.steps=20"
+            )
         if on_missing not in ON_MISSING:
-            raise ConfigError("profiler.pyspy.on_missing", on_missing, "warn or error",
-                              "profiler.pyspy.on_missing=warn")
+            raise ConfigError(
+                "profiler.pyspy.on_missing",
+                on_missing,
+                "warn or error",
+                "profiler.pyspy.on_missing=warn",
+            )
         self.rate = rate
         self.formats = list(formats)
         self.start_step = start_step
         self.steps = steps
-        self.flags = {"subprocesses": subprocesses, "native": native, "idle": idle, "gil": gil,
-                      "nonblocking": nonblocking}
+        self.flags = {
+            "subprocesses": subprocesses,
+            "native": native,
+            "idle": idle,
+            "gil": gil,
+            "nonblocking": nonblocking,
+        }
         self.attach_timeout_s = attach_timeout_s
         self.on_missing = on_missing
         self.executable = shutil.which(executable)
@@ -176,8 +234,11 @@ class PySpyRecorder(Callback):
         self.problem = message
         if self.on_missing == "error":
             raise HarnessError(f"profiler=pyspy: {message}")
-        print(f"harness: warning: profiler=pyspy: {message}; the run goes on without py-spy"
-              " (profiler.pyspy.on_missing=error stops it instead)", file=sys.stderr)
+        print(
+            f"harness: warning: profiler=pyspy: {message}; the run goes on without py-spy"
+            " (profiler.pyspy.on_missing=error stops it instead)",
+            file=sys.stderr,
+        )
 
     # -- starting and stopping py-spy -------------------------------------------
     def _start(self, trainer: pl.Trainer) -> None:
@@ -193,8 +254,11 @@ class PySpyRecorder(Callback):
             # samplers lose a third of their samples to each other, so every
             # recorder after the first reads the stacks without pausing.
             flags["nonblocking"] = flags["nonblocking"] or index > 0
-            recorder = Recorder(fmt, output, pyspy_command(
-                str(self.executable), os.getpid(), output, fmt, self.rate, **flags))
+            recorder = Recorder(
+                fmt,
+                output,
+                pyspy_command(str(self.executable), os.getpid(), output, fmt, self.rate, **flags),
+            )
             self.recorders.append(recorder)
             failure = recorder.start(self.attach_timeout_s)
             if failure is not None:
@@ -227,7 +291,11 @@ class PySpyRecorder(Callback):
             self._start(trainer)
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
     ) -> None:
         self._train_batches += 1
@@ -247,25 +315,32 @@ class PySpyRecorder(Callback):
         payload = {
             "report": "pyspy",
             "what": "sampled Python stacks of the run's process"
-                    + (" and its subprocesses" if self.flags["subprocesses"] else ""),
-            "window": "whole run" if self.start_step is None
-                      else f"training steps {self.start_step} to {self.start_step + self.steps - 1}",
+            + (" and its subprocesses" if self.flags["subprocesses"] else ""),
+            "window": "whole run"
+            if self.start_step is None
+            else f"training steps {self.start_step} to {self.start_step + self.steps - 1}",
             "rate_hz": self.rate,
             "files": files,
             "missing_files": missing,
             "samples": samples,
-            "sampling_errors": max((r.errors for r in self.recorders if r.errors is not None),
-                                   default=None),
+            "sampling_errors": max(
+                (r.errors for r in self.recorders if r.errors is not None), default=None
+            ),
             "problem": self.problem,
             "commands": [" ".join(r.command) for r in self.recorders],
-            "expected_overhead": "py-spy pauses the process for each sample unless nonblocking=true;"
-                                 " see benchmarks/pyspy_overhead.py",
+            "expected_overhead": (
+                "py-spy pauses the process for each sample unless nonblocking=true;"
+                " see benchmarks/pyspy_overhead.py"
+            ),
         }
         if self.recorders or self.problem:
             write_json(reports_dir / "pyspy.json", payload)
         if missing and self.recorders and not self.problem:
-            print(f"harness: warning: profiler=pyspy: py-spy wrote no {', '.join(missing)}"
-                  f" ({self.recorders[0].stderr.strip()[-300:] or 'no message'})", file=sys.stderr)
+            print(
+                f"harness: warning: profiler=pyspy: py-spy wrote no {', '.join(missing)}"
+                f" ({self.recorders[0].stderr.strip()[-300:] or 'no message'})",
+                file=sys.stderr,
+            )
         return {"pyspy_samples": samples} if samples is not None else {}
 
     def console_tables(self) -> list[Any]:
@@ -278,6 +353,9 @@ class PySpyRecorder(Callback):
         table.add_column("file")
         table.add_column("samples", justify="right")
         for r in self.recorders:
-            table.add_row(r.fmt, str(r.output) if r.output.is_file() else "(not written)",
-                          "-" if r.samples is None else str(r.samples))
+            table.add_row(
+                r.fmt,
+                str(r.output) if r.output.is_file() else "(not written)",
+                "-" if r.samples is None else str(r.samples),
+            )
         return [table]
