@@ -94,7 +94,8 @@ def test_pyspy_records_the_workload(harness):
     assert sum(len(p["samples"]) for p in speedscope["profiles"]) > 0
     report = done.report("pyspy")
     assert report["window"] == "whole run" and report["problem"] is None
-    assert report["samples"] > 0 and report["sampling_errors"] == 0
+    # A few samples can fail when a stack changes while being read; most must not.
+    assert report["samples"] > 0 and report["sampling_errors"] < 0.1 * report["samples"]
     assert done.result()["metrics"]["pyspy_samples"] == report["samples"]
 
 

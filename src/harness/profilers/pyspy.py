@@ -15,9 +15,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
+import tempfile
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,54 +94,63 @@ class Recorder:
     output: Path
     command: list[str]
     process: subprocess.Popen | None = None
-    stdout: list[str] = field(default_factory=list)
-    stderr: str = ""
+    stderr: str = ""  # what py-spy printed (stdout and stderr together)
     samples: int | None = None
     errors: int | None = None
     sampling: bool = False
+    _log: Path | None = None
 
     def start(self, timeout_s: float) -> str | None:
         """Start py-spy and wait until it samples; returns why it could not, or None."""
         self.output.parent.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            self.command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        answered = threading.Event()
-        threading.Thread(target=self._read_stdout, args=(answered,), daemon=True).start()
+        # py-spy's messages go to a file, not a pipe: a thread reading a pipe
+        # would itself show up in the samples.
+        handle, name = tempfile.mkstemp(prefix="harness-pyspy-", suffix=".log")
+        self._log = Path(name)
+        with os.fdopen(handle, "w") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         # Training waits until py-spy reports that it samples, so the window is covered.
-        if not answered.wait(timeout_s) or self.sampling:
-            return None  # sampling, or slow to say so but running: keep it
-        self.process.wait()  # its output ended before it sampled: it is exiting
-        self.stderr = self.process.stderr.read() if self.process.stderr else ""
-        return (self.stderr.strip().splitlines() or [f"exit status {self.process.returncode}"])[-1]
-
-    def _read_stdout(self, answered: threading.Event) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            self.stdout.append(line.rstrip())
-            if "Sampling process" in line:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self._read_log()
+            if "Sampling process" in text:
                 self.sampling = True
-                answered.set()
-            found = _SAMPLES.search(line)
-            if found:
-                self.samples, self.errors = int(found[1]), int(found[2])
-        answered.set()  # end of output: py-spy has exited
+                return None
+            if self.process.poll() is not None:
+                self.stderr = self._read_log()
+                self._remove_log()
+                lines = self.stderr.strip().splitlines()
+                return lines[-1] if lines else f"exit status {self.process.returncode}"
+            time.sleep(0.02)
+        return None  # slow to say so, but running: keep it
+
+    def _read_log(self) -> str:
+        return self._log.read_text(errors="replace") if self._log and self._log.is_file() else ""
+
+    def _remove_log(self) -> None:
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None
 
     def stop(self, timeout_s: float = 60) -> None:
         """Ask py-spy to finish (Ctrl+C), which makes it write its output file."""
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            _, err = self.process.communicate(timeout=timeout_s)
-            self.stderr += err or ""
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self.stderr = self._read_log()
+            self._remove_log()
+        found = _SAMPLES.search(self.stderr)
+        if found:
+            self.samples, self.errors = int(found[1]), int(found[2])
 
 
 class PySpyRecorder(Callback):
