@@ -15,6 +15,7 @@ profiler recording and with one recording (the cost inside a pytorch preset).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import timeit
 
@@ -22,6 +23,7 @@ import torch
 
 from harness.instrument import switches
 from harness.instrument.annotate import annotate
+from harness.instrument.switches import STATE
 
 
 def empty() -> None:
@@ -44,7 +46,7 @@ VARIANTS = {
 
 def measure(number: int, rounds: int) -> dict[str, float]:
     """Median ns per call of every variant, rounds interleaved so drift hits all alike."""
-    names = globals()
+    names = {**globals(), "STATE": STATE, "contextlib": contextlib, "annotate": annotate}
     timers = {label: timeit.Timer(stmt, globals=names) for label, stmt in VARIANTS.items()}
     samples: dict[str, list[float]] = {label: [] for label in VARIANTS}
     for _ in range(rounds):
@@ -53,7 +55,8 @@ def measure(number: int, rounds: int) -> dict[str, float]:
     return {label: statistics.median(values) for label, values in samples.items()}
 
 
-def show(title: str, figures: dict[str, float], baseline: float) -> None:
+def show(title: str, figures: dict[str, float]) -> None:
+    baseline = figures["empty function call (baseline)"]  # measured in the same rounds
     print(f"\n{title}")
     print(f"  {'variant':34s} {'ns/call':>10s} {'x empty call':>13s}")
     for label, ns in figures.items():
@@ -69,16 +72,15 @@ def main() -> None:
 
     switches.reset()
     off = measure(args.number, args.rounds)
-    baseline = off["empty function call (baseline)"]
-    show("switched off (the default; what leaving the marks in costs)", off, baseline)
+    show("switched off (the default; what leaving the marks in costs)", off)
 
     on_number = max(args.number // 20, 1000)  # ranges cost microseconds: fewer calls suffice
     with switches.enabled("record_function"):
         on_idle = measure(on_number, args.rounds)
-        show("switched on, no torch profiler recording", on_idle, baseline)
+        show("switched on, no torch profiler recording", on_idle)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
             on_recording = measure(on_number // 4, args.rounds)
-        show("switched on, torch.profiler recording (CPU activity)", on_recording, baseline)
+        show("switched on, torch.profiler recording (CPU activity)", on_recording)
 
 
 if __name__ == "__main__":
