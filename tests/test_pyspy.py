@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -123,3 +124,45 @@ def test_ptrace_refusal_is_one_clear_line(harness, tmp_path):
     assert "ptrace not permitted" in lines[0] and "SYS_PTRACE" in lines[0]
     assert done.result()["status"] == "ok"
     assert "ptrace not permitted" in done.report("pyspy")["problem"]
+
+
+def test_step_window_starts_and_stops_py_spy_at_the_configured_steps(monkeypatch, tmp_path):
+    events: list[str] = []
+    monkeypatch.setattr(
+        "harness.profilers.pyspy.Recorder.start",
+        lambda self, timeout_s: events.append(f"start {self.fmt}"),
+    )
+    monkeypatch.setattr(
+        "harness.profilers.pyspy.Recorder.stop",
+        lambda self, timeout_s=60: events.append(f"stop {self.fmt}"),
+    )
+    preset = PySpyRecorder(
+        executable=shutil.which("sh"), start_step=2, steps=3, formats=["flamegraph"]
+    )
+    trainer = SimpleNamespace(is_global_zero=True, default_root_dir=str(tmp_path))
+    preset.setup(trainer, None, "fit")
+    for index in range(7):
+        preset.on_train_batch_start(trainer, None, None, index)
+        events.append(f"step {index}")
+        preset.on_train_batch_end(trainer, None, None, None, index)
+    preset.on_train_end(trainer, None)
+    assert events == [
+        "step 0",
+        "step 1",
+        "start flamegraph",
+        "step 2",
+        "step 3",
+        "step 4",
+        "stop flamegraph",
+        "step 5",
+        "step 6",
+    ]
+    assert preset.recorders[0].command[:4] == [
+        shutil.which("sh"),
+        "record",
+        "--pid",
+        str(os.getpid()),
+    ]
+    assert preset.write_reports(tmp_path / "reports") == {}
+    report = json.loads((tmp_path / "reports" / "pyspy.json").read_text())
+    assert report["window"] == "training steps 2 to 4"

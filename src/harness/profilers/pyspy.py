@@ -153,6 +153,16 @@ class Recorder:
             self.samples, self.errors = int(found[1]), int(found[2])
 
 
+def _run_dir(trainer: pl.Trainer) -> Path:
+    """Hydra's output directory of this job (where reports go), else Lightning's root dir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:  # built outside a Hydra job
+        return Path(trainer.default_root_dir)
+
+
 class PySpyRecorder(Callback):
     """Runs `py-spy record` against this process for the whole run or a window of training steps."""
 
@@ -255,7 +265,7 @@ class PySpyRecorder(Callback):
         if self._state != "idle" or self.problem or not trainer.is_global_zero:
             return
         self._state = "recording"
-        reports = Path(trainer.default_root_dir) / "reports"
+        reports = _run_dir(trainer) / "reports"
         self.reports_dir = reports
         for index, fmt in enumerate(self.formats):
             output = reports / OUTPUTS[fmt]
@@ -319,6 +329,12 @@ class PySpyRecorder(Callback):
     # -- reports -------------------------------------------------------------------
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:
         self._stop()
+        for recorder in self.recorders:  # py-spy wrote where the run dir was guessed at start
+            if recorder.output.is_file() and recorder.output.parent != reports_dir:
+                reports_dir.mkdir(parents=True, exist_ok=True)
+                recorder.output = Path(
+                    shutil.move(recorder.output, reports_dir / recorder.output.name)
+                )
         files = {r.fmt: r.output.name for r in self.recorders if r.output.is_file()}
         missing = [r.output.name for r in self.recorders if not r.output.is_file()]
         samples = max((r.samples for r in self.recorders if r.samples is not None), default=None)
