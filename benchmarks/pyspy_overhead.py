@@ -93,8 +93,10 @@ def main() -> None:
     settings = ("none", "py-spy default", "profiler=pyspy default")
     seconds: dict[str, list[float]] = {s: [] for s in settings}
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(args.rounds):
-            for setting in settings:
+        for round_index in range(args.rounds):
+            # Rotate the order each round so no setting always runs first.
+            shift = round_index % len(settings)
+            for setting in settings[shift:] + settings[:shift]:
                 running = recorders(setting, args.rate, Path(folder))
                 for recorder in running:
                     failure = recorder.start(timeout_s=20)
