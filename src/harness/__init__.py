@@ -2,6 +2,25 @@
 
 Importing this package stays cheap: torch, Lightning and MLflow are imported
 only by the modules that run a job, so `harness --help` answers at once.
+`harness.annotate` and `harness.profile` load on first use and import neither
+torch nor nvtx until a profiler preset switches them on.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["annotate", "profile"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "annotate":
+        from harness.instrument.annotate import annotate
+
+        return annotate
+    if name == "profile":
+        from harness.instrument.line_profile import profile
+
+        return profile
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from harness.config.knobs import Knobs, read_knobs
 from harness.config.targets import check_targets
 from harness.errors import HarnessError
+from harness.profilers.nsys_launch import relaunch_under_nsys
 from harness.run.result import RESULT_FILE, RunRecord
 
 REPORTS_DIR = "reports"
@@ -26,6 +27,9 @@ def run_job(cfg: DictConfig) -> RunRecord:
     re-raised for the CLI to report.
     """
     hydra_cfg = HydraConfig.get()
+    relaunched = relaunch_under_nsys(cfg, hydra_cfg)  # profiler=nsys: the job runs inside nsys
+    if relaunched is not None:
+        return relaunched
     record = RunRecord(Path(hydra_cfg.runtime.output_dir), overrides=list(hydra_cfg.overrides.task))
     try:
         knobs = read_knobs(cfg)

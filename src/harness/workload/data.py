@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from harness.errors import ConfigError
+from harness.instrument.annotate import annotate
 
 GENERATE_ON = ("device", "cpu")
 
@@ -37,8 +38,9 @@ class DeviceBatches:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         generator = torch.Generator(device=self.device).manual_seed(self.seed)
         for _ in range(self.batches):
-            x = torch.randn(self.shape, device=self.device, generator=generator)
-            y = torch.randn(self.shape, device=self.device, generator=generator)
+            with annotate("workload.make_batch"):
+                x = torch.randn(self.shape, device=self.device, generator=generator)
+                y = torch.randn(self.shape, device=self.device, generator=generator)
             yield x, y
 
 
@@ -53,6 +55,7 @@ class NumpyExamples(Dataset):
     def __len__(self) -> int:
         return self.length
 
+    @annotate("workload.make_example")
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = np.random.default_rng(self.seed + index)
         x = rng.normal(loc=0.0, scale=1.0, size=self.shape).astype(np.float32)

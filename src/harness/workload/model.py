@@ -7,10 +7,14 @@ nn.Module: compiling the LightningModule itself fails once a step calls
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from harness.instrument.annotate import annotate
 
 
 class Attention(nn.Module):
@@ -73,12 +77,28 @@ class TransformerModule(pl.LightningModule):
         self.net = nn.Sequential(*(Block(dim, num_heads, mlp_ratio, dropout) for _ in range(depth)))
         self.lr = lr
 
+    @annotate("workload.forward")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
     def _loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         x, y = batch
-        return F.mse_loss(self.net(x), y)
+        return F.mse_loss(self(x), y)
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        with annotate("workload.backward"):
+            super().backward(loss, *args, **kwargs)
+
+    def optimizer_step(
+        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
+    ) -> None:
+        # Lightning runs training_step and backward inside optimizer.step(closure).
+        # Running the closure first leaves the update alone in its range; the
+        # closure handed on returns the loss already computed, so the precision
+        # plugins (the fp16 grad scaler included) still see a finished backward.
+        loss = optimizer_closure() if optimizer_closure is not None else None
+        with annotate("workload.optimizer_step"):
+            optimizer.step(closure=lambda: loss)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
@@ -89,7 +109,7 @@ class TransformerModule(pl.LightningModule):
         self.log("val_loss", self._loss(batch))
 
     def predict_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self.net(batch[0])
+        return self(batch[0])
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=self.lr)

@@ -1,0 +1,41 @@
+"""`@harness.profile`: mark a function for line-by-line timing by `profiler=line`.
+
+Marking only records the function and hands back the very same object, so a
+marked function costs nothing while no line profiler runs. line_profiler
+hooks a function through its code object, which every reference shares, so
+functions already imported elsewhere by name (`from x import f`) are timed too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_marked: list[Callable[..., Any]] = []
+_active: Any = None  # the running line_profiler.LineProfiler, if any
+
+
+def profile(func: F) -> F:
+    """Mark `func` for `profiler=line`; returns `func` itself."""
+    _marked.append(func)
+    if _active is not None:  # marked after the profiler started (a module imported late)
+        _active.add_callable(func)
+    return func
+
+
+def marked() -> list[Callable[..., Any]]:
+    """Every function marked with @profile so far, in marking order."""
+    return list(_marked)
+
+
+def attach(profiler: Any) -> None:
+    """Make `profiler` the one that functions marked from now on are added to."""
+    global _active
+    _active = profiler
+
+
+def detach() -> None:
+    global _active
+    _active = None

@@ -1,0 +1,186 @@
+"""The `line` preset: line-by-line timings of the functions marked with `@harness.profile`.
+
+line_profiler hooks the marked functions (and any named in
+`profiler.line.functions`) through their code objects and times every line
+they run, from the first stage's setup to the last stage's teardown. Its
+tracer runs for every Python line in the process, so a run under this preset
+is slower than a plain one: read the report for where time goes inside a
+function, not for how fast the run was.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from harness.errors import ConfigError, HarnessError
+from harness.instrument import line_profile
+from harness.reports.files import write_report
+
+TEXT_REPORT = "line_profile.txt"
+
+
+def _line_profiler_class() -> Any:
+    try:
+        from line_profiler import LineProfiler
+    except ImportError:
+        raise HarnessError(
+            "profiler=line needs the line_profiler package, which is not installed."
+            " Fix: pip install 'lightning-harness[line]' (or pip install line_profiler)"
+        ) from None
+    return LineProfiler
+
+
+def resolve_function(dotted: str) -> Any:
+    """The function, method or class named by a dotted path such as `pkg.mod.Class.method`."""
+    from hydra.utils import get_object
+
+    try:
+        found = get_object(dotted)
+    except Exception as err:
+        cause = str(err.__cause__ or err).strip().splitlines()[0]
+        raise ConfigError(
+            "profiler.line.functions",
+            dotted,
+            f"a dotted path to an importable function ({cause})",
+            "list functions as package.module.function or package.module.Class.method",
+        ) from None
+    if not callable(found):
+        raise ConfigError(
+            "profiler.line.functions",
+            dotted,
+            f"a function, method or class, not a {type(found).__name__}",
+            "list functions as package.module.function or package.module.Class.method",
+        )
+    return found
+
+
+class LineProfile(Callback):
+    """Runs line_profiler over the marked and listed functions; writes reports/line_profile.txt."""
+
+    def __init__(
+        self, functions: Sequence[str] = (), output_unit: float = 1e-6, strip_zeros: bool = True
+    ) -> None:
+        if isinstance(functions, str):
+            functions = [functions]
+        if (
+            not isinstance(output_unit, (int, float))
+            or isinstance(output_unit, bool)
+            or output_unit <= 0
+        ):
+            raise ConfigError(
+                "profiler.line.output_unit",
+                output_unit,
+                "seconds per printed unit > 0",
+                "profiler.line.output_unit=1e-6 (microseconds)",
+            )
+        self.listed = [str(name) for name in functions]
+        self.output_unit = float(output_unit)
+        self.strip_zeros = bool(strip_zeros)
+        self._listed_objects = [resolve_function(name) for name in self.listed]
+        self.profiler = _line_profiler_class()()
+        self._added: set[int] = set()
+        self._running = 0
+
+    def _add(self, func: Any) -> None:
+        if id(func) not in self._added:
+            self._added.add(id(func))
+            self.profiler.add_callable(func)
+
+    # -- Lightning hooks ---------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # Marks are read now, not at construction, so modules imported while the
+        # objects were built have registered theirs.
+        for func in [*line_profile.marked(), *self._listed_objects]:
+            self._add(func)
+        line_profile.attach(self.profiler)
+        self.profiler.enable_by_count()
+        self._running += 1
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._stop_one()
+
+    def _stop_one(self) -> None:
+        if self._running:
+            self.profiler.disable_by_count()
+            self._running -= 1
+        if not self._running:
+            line_profile.detach()
+
+    # -- reports -------------------------------------------------------------------
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per line that ran: hits, total and per-hit time in seconds."""
+        stats = self.profiler.get_stats()
+        rows = []
+        for (filename, first_line, function), lines in stats.timings.items():
+            total = sum(t for _, _, t in lines) * stats.unit
+            for lineno, hits, time in lines:
+                seconds = time * stats.unit
+                rows.append(
+                    {
+                        "function": function,
+                        "file": filename,
+                        "function_line": first_line,
+                        "line": lineno,
+                        "hits": hits,
+                        "time_s": seconds,
+                        "per_hit_s": seconds / hits if hits else None,
+                        "share_of_function": seconds / total if total else None,
+                    }
+                )
+        return rows
+
+    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+        while self._running:  # a run that failed mid-stage never reached teardown
+            self._stop_one()
+        reports_dir.mkdir(parents=True, exist_ok=True)
+        text = io.StringIO()
+        if not self._added:
+            text.write(
+                "No functions were line-profiled: mark some with @harness.profile or list them"
+                " in profiler.line.functions=[package.module.function].\n"
+            )
+        self.profiler.print_stats(
+            stream=text, output_unit=self.output_unit, stripzeros=self.strip_zeros, config=False
+        )
+        (reports_dir / TEXT_REPORT).write_text(text.getvalue())
+        rows = self.rows()
+        called = sorted({(r["file"], r["function_line"], r["function"]) for r in rows if r["hits"]})
+        payload = {
+            "report": "line_profile",
+            "what": "time spent on each line of the marked functions (line_profiler)",
+            "clock": "line_profiler's timer (wall clock of the host; GPU work is not waited for)",
+            "text_report": TEXT_REPORT,
+            "listed": self.listed,
+            "functions_profiled": len(self._added),
+            "functions_called": [f"{name} ({file}:{line})" for file, line, name in called],
+            "expected_overhead": "a trace hook on every Python line of the process: slower run",
+        }
+        write_report(reports_dir, "line_profile", payload, rows)
+        return {
+            "line_profile_functions": len(self._added),
+            "line_profile_functions_called": len(called),
+        }
+
+    def console_tables(self) -> list[Any]:
+        from rich.table import Table
+
+        by_function: dict[str, dict[str, float]] = {}
+        for row in self.rows():
+            entry = by_function.setdefault(
+                f"{row['function']} ({Path(row['file']).name})", {"time_s": 0.0, "hits": 0}
+            )
+            entry["time_s"] += row["time_s"]
+            entry["hits"] = max(entry["hits"], row["hits"])
+        table = Table(title=f"Line profile (details in reports/{TEXT_REPORT})")
+        table.add_column("function")
+        table.add_column("time s", justify="right")
+        table.add_column("most hits on a line", justify="right")
+        for name, entry in sorted(by_function.items(), key=lambda kv: -kv[1]["time_s"]):
+            table.add_row(name, f"{entry['time_s']:.4f}", str(entry["hits"]))
+        return [table]

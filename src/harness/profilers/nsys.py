@@ -1,0 +1,137 @@
+"""The `nsys` preset inside the job that Nsight Systems runs: the capture range and NVTX.
+
+The re-launch itself lives in `nsys_launch`. Here, in the child, the preset
+switches `harness.annotate` ranges to NVTX, calls `torch.cuda.profiler.start()`
+(cudaProfilerStart) when `warmup_steps` training steps have run and
+`torch.cuda.profiler.stop()` after `active_steps` more, so nsys records steady
+state only. Outside nsys (the run went on without it) the preset does nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from harness.instrument import switches
+from harness.profilers.nsys_launch import REPORT_STEM, NsysOptions, in_child, manual_command
+from harness.reports.files import write_json
+
+
+def _task_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # not inside a Hydra job (tests that build the preset directly)
+        return ["profiler=[speed,nsys]"]
+
+
+class NsysCapture(Callback):
+    """Opens the cudaProfilerApi capture range over the configured training steps."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = NsysOptions.read(options)
+        self.active = in_child()
+        self.batches = 0
+        self.device: torch.device | None = None
+        self.state = "waiting"  # waiting -> capturing -> done | no-cuda
+        self.started_at: int | None = None
+        self.stopped_after: int | None = None
+        self.nvtx = False
+        self._nvtx_enabled = 0
+
+    def _say(self, message: str) -> None:
+        print(f"harness: profiler=nsys: {message}", file=sys.stderr, flush=True)
+
+    # -- the capture range -------------------------------------------------------
+    def _start(self) -> None:
+        if self.device is None or self.device.type != "cuda":
+            self.state = "no-cuda"
+            self._say(
+                "the run is not on a CUDA device, so no capture range was opened"
+                " and nsys records nothing of it"
+            )
+            return
+        torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the range
+        torch.cuda.profiler.start()
+        self.state = "capturing"
+        self.started_at = self.batches
+
+    def _stop(self) -> None:
+        if self.state != "capturing":
+            return
+        torch.cuda.synchronize(self.device)  # the last step's kernels finish inside the range
+        torch.cuda.profiler.stop()
+        self.state = "done"
+        self.stopped_after = self.batches - 1
+
+    # -- Lightning hooks -----------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if not self.active:
+            return
+        first = self.device is None
+        self.device = trainer.strategy.root_device
+        self.nvtx = switches.enable("nvtx")
+        self._nvtx_enabled += 1
+        if first and not self.nvtx:
+            self._say(
+                "no NVTX here (neither the nvtx package nor CUDA), so harness.annotate"
+                " ranges will not show in the report"
+            )
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._nvtx_enabled:
+            switches.disable("nvtx")
+            self._nvtx_enabled -= 1
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.active and self.state == "waiting" and self.batches == self.options.warmup_steps:
+            self._start()
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self.batches += 1
+        if self.batches >= self.options.warmup_steps + self.options.active_steps:
+            self._stop()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop()  # training ended inside the window
+        if self.active and self.state == "waiting":
+            self._say(
+                f"training ran {self.batches} steps, fewer than warmup_steps="
+                f"{self.options.warmup_steps}, so the capture range never opened"
+            )
+
+    # -- reports -------------------------------------------------------------------
+    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+        if not self.active:
+            return {}
+        payload = {
+            "report": "nsys",
+            "what": "Nsight Systems timeline of the training steps inside the capture range",
+            "report_file": f"{REPORT_STEM}.nsys-rep (written by nsys when the run exits)",
+            "capture": self.state,
+            "capture_first_step": self.started_at,
+            "capture_last_step": self.stopped_after,
+            "trace": list(self.options.trace),
+            "nvtx_ranges": self.nvtx,
+            "manual_command": manual_command(self.options, _task_overrides()),
+        }
+        write_json(reports_dir / "nsys.json", payload)
+        return {}
+
+    def console_tables(self) -> list[Any]:
+        return []

@@ -1,0 +1,245 @@
+"""`profiler=nsys`: run the job again as a child of `nsys profile`.
+
+Nsight Systems has to start the program it profiles, so the job first started
+by `harness` only builds the `nsys profile ... -- python -m harness.cli ...`
+command, runs it and reads back the result the child wrote. The child gets
+the job's own overrides plus `hydra.run.dir=<this job's directory>`, so it
+writes into the same run directory, and the environment marker
+HARNESS_NSYS_CHILD=1, so it trains instead of launching nsys again.
+
+This module imports neither torch nor Lightning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, HarnessError
+
+CHILD_ENV = "HARNESS_NSYS_CHILD"
+REPORT_STEM = "nsys"  # reports/nsys.nsys-rep (and nsys.sqlite with stats=true)
+TRACES = (
+    "cuda",
+    "nvtx",
+    "osrt",
+    "cudnn",
+    "cublas",
+    "cusparse",
+    "cublas-verbose",
+    "cudnn-verbose",
+    "opengl",
+    "mpi",
+    "ucx",
+    "oshmem",
+    "openacc",
+    "vulkan",
+    "nvvideo",
+    "none",
+)
+SAMPLES = ("none", "process-tree", "system-wide", "cpu")
+ON_MISSING = ("warn", "error")
+_PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
+
+
+def in_child() -> bool:
+    """Whether this process is the job that nsys started."""
+    return os.environ.get(CHILD_ENV) == "1"
+
+
+def _int(key: str, value: Any, minimum: int, example: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(
+            f"profiler.nsys.{key}",
+            value,
+            f"an integer >= {minimum}",
+            f"profiler.nsys.{key}={example}",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class NsysOptions:
+    """The validated `profiler.nsys` settings."""
+
+    executable: str = "nsys"
+    trace: tuple[str, ...] = ("cuda", "nvtx", "osrt", "cudnn", "cublas")
+    warmup_steps: int = 10
+    active_steps: int = 20
+    sample: str = "none"
+    stats: bool = False
+    extra_args: tuple[str, ...] = ()
+    on_missing: str = "warn"
+
+    @classmethod
+    def read(cls, node: Mapping[str, Any]) -> NsysOptions:
+        trace = node.get("trace", cls.trace)
+        trace = (trace,) if isinstance(trace, str) else tuple(str(t) for t in trace)
+        unknown = [t for t in trace if t not in TRACES]
+        if unknown or not trace:
+            raise ConfigError(
+                "profiler.nsys.trace",
+                list(trace),
+                "a list of nsys traces: " + ", ".join(TRACES),
+                "profiler.nsys.trace=[cuda,nvtx,osrt,cudnn,cublas]",
+            )
+        sample = str(node.get("sample", cls.sample))
+        if sample not in SAMPLES:
+            raise ConfigError(
+                "profiler.nsys.sample",
+                sample,
+                "one of " + ", ".join(SAMPLES),
+                "profiler.nsys.sample=none",
+            )
+        on_missing = node.get("on_missing", cls.on_missing)
+        if on_missing not in ON_MISSING:
+            raise ConfigError(
+                "profiler.nsys.on_missing",
+                on_missing,
+                "warn or error",
+                "profiler.nsys.on_missing=warn",
+            )
+        extra = node.get("extra_args", ()) or ()
+        extra = (extra,) if isinstance(extra, str) else tuple(str(a) for a in extra)
+        return cls(
+            executable=str(node.get("executable", cls.executable)),
+            trace=trace,
+            warmup_steps=_int("warmup_steps", node.get("warmup_steps", cls.warmup_steps), 0, "10"),
+            active_steps=_int("active_steps", node.get("active_steps", cls.active_steps), 1, "20"),
+            sample=sample,
+            stats=bool(node.get("stats", cls.stats)),
+            extra_args=extra,
+            on_missing=on_missing,
+        )
+
+
+def override_value(text: str) -> str:
+    """`text` as a Hydra override value, quoted when it holds characters the grammar reads."""
+    if _PLAIN.match(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def nsys_arguments(options: NsysOptions, output: Path) -> list[str]:
+    """`nsys profile` and its options, up to (not including) the program to run."""
+    return [
+        options.executable,
+        "profile",
+        f"--trace={','.join(options.trace)}",
+        f"--sample={options.sample}",
+        # Collect only between torch.cuda.profiler.start() and .stop(), which the
+        # child calls after the warm-up steps; then let the run finish normally.
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        f"--output={output}",
+        "--force-overwrite=true",
+        f"--stats={'true' if options.stats else 'false'}",
+        *options.extra_args,
+    ]
+
+
+def child_command(
+    options: NsysOptions, run_dir: Path, overrides: Sequence[str], python: str = sys.executable
+) -> list[str]:
+    """The full command that re-runs this job under nsys, writing into `run_dir`."""
+    program = [
+        python,
+        "-m",
+        "harness.cli",
+        *overrides,
+        f"hydra.run.dir={override_value(str(run_dir))}",
+    ]
+    return [*nsys_arguments(options, run_dir / "reports" / REPORT_STEM), "--", *program]
+
+
+def manual_command(options: NsysOptions, overrides: Sequence[str]) -> str:
+    """What a user types to get the same profile by hand (shell-quoted)."""
+    arguments = nsys_arguments(options, Path("nsys_report"))
+    return f"{CHILD_ENV}=1 " + shlex.join([*arguments, "--", "harness", *overrides])
+
+
+def relaunch_under_nsys(cfg: Any, hydra_cfg: Any) -> Any:
+    """Run this job under nsys when `profiler.nsys` is configured; None to run it here instead.
+
+    Returns the child's RunRecord (read back from its result.json) once it has ended.
+    """
+    presets = cfg.get("profiler")
+    node = presets.get("nsys") if presets is not None and hasattr(presets, "get") else None
+    if node is None or in_child():
+        return None
+    options = NsysOptions.read(node)
+    executable = shutil.which(options.executable)
+    if executable is None:
+        message = (
+            f"Nsight Systems ({options.executable}) is not on PATH, so this run cannot be"
+            " profiled with nsys. Fix: install Nsight Systems, or point"
+            " profiler.nsys.executable at it"
+        )
+        if options.on_missing == "error":
+            raise HarnessError(f"profiler=nsys: {message}")
+        print(
+            f"harness: warning: profiler=nsys: {message}; the run goes on without nsys"
+            " (profiler.nsys.on_missing=error stops it instead)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    overrides = list(hydra_cfg.overrides.task)
+    command = child_command(
+        NsysOptions(**{**options.__dict__, "executable": executable}), run_dir, overrides
+    )
+    print(
+        "harness: profiler=nsys: running this job again under Nsight Systems:\n  "
+        + shlex.join(command),
+        file=sys.stderr,
+        flush=True,
+    )
+    (run_dir / "reports").mkdir(parents=True, exist_ok=True)
+    returncode = subprocess.run(command, env={**os.environ, CHILD_ENV: "1"}).returncode
+    return _read_back(run_dir, overrides, command, returncode)
+
+
+def _read_back(run_dir: Path, overrides: list[str], command: list[str], returncode: int) -> Any:
+    from harness.run.result import RESULT_FILE, RunRecord
+
+    result_file = run_dir / RESULT_FILE
+    if not result_file.is_file():
+        raise HarnessError(
+            f"profiler=nsys: the job under nsys ended (exit status {returncode})"
+            f" without writing {result_file}; see its output above"
+        )
+    result = json.loads(result_file.read_text())
+    # nsys writes its report after the child has exited: list it now.
+    reports = set(result.get("reports", []))
+    reports.update(
+        str(p.relative_to(run_dir)) for p in (run_dir / "reports").glob(f"{REPORT_STEM}.*")
+    )
+    result["reports"] = sorted(reports)
+    result["nsys_command"] = shlex.join(command)
+    result_file.write_text(json.dumps(result, indent=2) + "\n")
+    if result.get("status") != "ok" or returncode != 0:
+        raise HarnessError(
+            f"profiler=nsys: the job under nsys ended with exit status {returncode}"
+            f" ({result.get('status')}: {result.get('reason')})"
+        )
+    record = RunRecord(
+        run_dir,
+        overrides=overrides,
+        status=result["status"],
+        reason=result.get("reason"),
+        knobs=result.get("knobs", {}),
+        metrics=result.get("metrics", {}),
+        reports=result["reports"],
+    )
+    return record
