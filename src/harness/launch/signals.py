@@ -52,7 +52,8 @@ class InterruptionSignals:
     def reason(self) -> str | None:
         if self.received is None:
             return None
-        why = "preemption or time limit (submitit)" if self.received != "SIGTERM" else "SIGTERM"
+        why = ("scancel, preemption or shutdown" if self.received == "SIGTERM"
+               else "submitit's warning: time limit or preemption")
         return f"interrupted by {self.received} ({why}); reports hold the steps measured so far"
 
 
