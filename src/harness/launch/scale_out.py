@@ -67,6 +67,13 @@ def note_interruption(record: RunRecord, reason: str | None) -> None:
         print(f"harness: {reason} (in {record.output_dir})", file=sys.stderr, flush=True)
 
 
+def ends_job_quietly(reason: str | None) -> bool:
+    """In a submitit job (one process per job) a signalled stop is how the job ends: it returns
+    normally, so submitit stores a result at once and the submitter moves on. Elsewhere the
+    interruption propagates: a local sweep asked to stop must stop."""
+    return reason is not None and "SUBMITIT_EXECUTOR" in os.environ
+
+
 def check_tasks_match_devices(trainer: Any, slurm: dict[str, Any] | None) -> None:
     """Under SLURM each task is one rank: tasks per node must equal the trainer's devices."""
     if not slurm:

@@ -37,7 +37,8 @@ def run_job(cfg: DictConfig) -> RunRecord:
         except BaseException as err:
             record.fail(err)
             scale_out.note_interruption(record, signals.reason)
-            raise
+            if not scale_out.ends_job_quietly(signals.reason):
+                raise
         finally:
             if _is_global_zero():
                 record.write()

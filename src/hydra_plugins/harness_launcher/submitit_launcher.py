@@ -103,6 +103,19 @@ class _Job:
         record.status, record.reason = "failed", reason
         record.write()
 
+    def say_how_it_ended(self) -> None:
+        """One line on the submitter's terminal for a job that did not end `ok`."""
+        try:
+            result = json.loads((self.output_dir / "result.json").read_text())
+        except (OSError, ValueError):
+            return
+        status = result.get("status")
+        if status == "interrupted":
+            print(f"harness: job {self.label}: {result.get('reason')}", file=sys.stderr,
+                  flush=True)
+        elif status not in ("ok", None):
+            _say(f"job {self.label}: {status}: {result.get('reason')}")
+
     def stand_in(self) -> JobReturn:
         """What Hydra gets for a job that did not run: completed, so the sweep goes on."""
         ret = JobReturn(overrides=self.overrides, cfg=self.config, hydra_cfg=self.config,
@@ -124,7 +137,7 @@ class _HarnessMixin(BaseSubmititLauncher):
         returns: dict[int, JobReturn] = {}
         groups: dict[str, tuple[dict[str, Any], list[_Job]]] = {}
         jobs = [self._prepare(initial_job_idx + n, o) for n, o in enumerate(job_overrides)]
-        common = set.intersection(*(set(job.overrides) for job in jobs)) if len(jobs) > 1 else set()
+        common = set.intersection(*(set(job.overrides) for job in jobs))
         for job in jobs:
             job.name_by(common)
             params = self._job_params(job)
@@ -208,7 +221,9 @@ class _HarnessMixin(BaseSubmititLauncher):
 
     def _collect(self, job: _Job, handle: Any) -> JobReturn:
         try:
-            return handle.results()[0]
+            ret = handle.results()[0]
+            job.say_how_it_ended()
+            return ret
         except Exception as err:
             state = getattr(handle, "state", "?")
             reason = (f"{self._EXECUTOR} job {handle.job_id} ended without a result"
