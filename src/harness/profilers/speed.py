@@ -265,6 +265,25 @@ class SpeedMonitor(Callback):
                 _fmt(f["examples_per_second"], ".1f"),
                 _fmt(f["dataloader_wait_share"], ".1%"),
             )
+        return [table, *self._rank_tables()]
+
+    def _rank_tables(self) -> list[Any]:
+        """Multi-process runs: each rank's own figures, and their sum."""
+        from rich.table import Table
+
+        if self.world_size <= 1:
+            return []
+        table = Table(title=f"Speed per rank ({self.world_size} ranks; total = sum of ranks)")
+        for column in ("phase", "rank", "steps", "s/iter", "examples/s"):
+            table.add_column(column, justify="left" if column == "phase" else "right")
+        for phase, f in self.phase_summaries().items():
+            for r in f["per_rank"]:
+                table.add_row(phase, str(r["rank"]), str(r["measured_steps"]),
+                              _fmt(r["seconds_per_iteration"], ".4f"),
+                              _fmt(r["examples_per_second"], ".1f"))
+            total = "total" if f["ranks_measured"] == self.world_size else "rank 0 x world"
+            table.add_row(phase, total, "", "", _fmt(f["examples_per_second"], ".1f"),
+                          end_section=True)
         return [table]
 
 
