@@ -66,7 +66,8 @@ def one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     for line in lines:
         if "error:" in line.lower():
-            return line.split("error:", 1)[-1].strip().rstrip(".")
+            message = line.split("error:", 1)[-1].strip().rstrip(".")
+            return message.removeprefix("Batch job submission failed: ")
     return lines[0][:300] if lines else "no message"
 
 
