@@ -8,11 +8,11 @@ import math
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, TESTS_DIR, harness_command
+from conftest import FAST, harness_command
+from step_beacon import beacon, run_env, wait_for_steps
 
 pytestmark = pytest.mark.slow
 
@@ -71,31 +71,6 @@ def test_ddp_writes_one_mlflow_run(harness):
     assert store is not None, "no mlruns store written"
     runs = mlflow.search_runs(search_all_experiments=True, tracking_uri=store.as_uri())
     assert len(runs) == 1
-
-
-def beacon(path: Path) -> list[str]:
-    """Overrides adding tests/step_beacon.py: it writes the training steps done to `path`."""
-    return ["+profiler.beacon._target_=step_beacon.StepBeacon", f"+profiler.beacon.path={path}"]
-
-
-def run_env() -> dict[str, str]:
-    """The environment conftest.run_harness gives runs: tests/ importable (step_beacon)."""
-    return {**os.environ,
-            "PYTHONPATH": str(TESTS_DIR) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def wait_for_steps(path: Path, at_least: int, timeout: float,
-                   proc: subprocess.Popen | None = None) -> None:
-    """Until the beacon at `path` says `at_least` training steps are done."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the run ended (exit {proc.returncode}) before {at_least} steps")
-        text = path.read_text().strip() if path.exists() else ""
-        if text.isdigit() and int(text) >= at_least:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"training did not reach {at_least} steps in {timeout} s")
 
 
 def test_sigterm_writes_partial_reports_with_status_interrupted(tmp_path: Path):

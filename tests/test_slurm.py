@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import FAST, harness_command, run_harness
-from test_scale_out import beacon, run_env, wait_for_steps
+from step_beacon import beacon, run_env, wait_for_steps
 
 pytestmark = pytest.mark.slow
 
@@ -148,11 +148,11 @@ def killed_sweep(slurm_env, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("killed")
     name = f"harness-killed-{os.getpid()}"
     proc = start_sweep(cwd, slurm_env, "hydra/launcher=slurm", "mode=train", "batch_size=1,2",
-                       f"hydra.launcher.name={name}")  # array_parallelism: 1, one at a time
+                       f"hydra.launcher.name={name}", "hydra.launcher.array_parallelism=2")
     try:
         wait_until(lambda: len(squeue(slurm_env, "-n", name)) == 2, 60, "both jobs queued")
         wait_until(lambda: any(" R" in j for j in squeue(slurm_env, "-n", name, "-o", "%i %t")),
-                   60, "the first job to run")
+                   60, "a job to run")
     finally:
         proc.send_signal(signal.SIGKILL)  # the submitting process dies mid-sweep
         proc.wait(timeout=30)
