@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from harness.errors import HarnessError
 from harness.launch.signals import InterruptionSignals, stop_on_signals
 from harness.launch.slurm_env import slurm_metadata
@@ -56,22 +54,24 @@ def record_cluster(record: RunRecord) -> None:
         record.details["slurm"] = meta
 
 
-def note_interruption(record: RunRecord, reason: str | None) -> None:
-    """A run stopped by SIGTERM or the preemption signal is `interrupted`, and says by which."""
+def handle_interruption(record: RunRecord, reason: str | None) -> bool:
+    """After a run stopped: True if it was stopped by a signal and the job should end normally.
+
+    A signalled run is `interrupted` and says by which signal. In a submitit job (one process
+    per job) that is how the job ends: it returns, so submitit stores a result at once and
+    the submitter moves on. Elsewhere the process exits with status 1 and no traceback; a
+    local sweep asked to stop must stop. False (not signalled): the caller re-raises.
+    """
     if reason is None:
-        return
+        return False
     record.status, record.reason = "interrupted", reason
     from harness.launch.ranks import global_rank
 
     if global_rank() == 0:
         print(f"harness: {reason} (in {record.output_dir})", file=sys.stderr, flush=True)
-
-
-def ends_job_quietly(reason: str | None) -> bool:
-    """In a submitit job (one process per job) a signalled stop is how the job ends: it returns
-    normally, so submitit stores a result at once and the submitter moves on. Elsewhere the
-    interruption propagates: a local sweep asked to stop must stop."""
-    return reason is not None and "SUBMITIT_EXECUTOR" in os.environ
+    if "SUBMITIT_EXECUTOR" in os.environ:
+        return True
+    raise SystemExit(1)
 
 
 def check_tasks_match_devices(trainer: Any, slurm: dict[str, Any] | None) -> None:
@@ -94,7 +94,7 @@ def check_tasks_match_devices(trainer: Any, slurm: dict[str, Any] | None) -> Non
         )
 
 
-def prepare_ranks(cfg: DictConfig, trainer: Any, record: RunRecord) -> None:
+def prepare_ranks(trainer: Any, record: RunRecord) -> None:
     """Before fit: check SLURM's tasks against the trainer; DDP ranks start in this job's dir."""
     from harness.launch.ddp import use_job_command_for_ranks
 

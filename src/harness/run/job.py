@@ -36,8 +36,7 @@ def run_job(cfg: DictConfig) -> RunRecord:
             record.status = "ok"
         except BaseException as err:
             record.fail(err)
-            scale_out.note_interruption(record, signals.reason)
-            if not scale_out.ends_job_quietly(signals.reason):
+            if not scale_out.handle_interruption(record, signals.reason):
                 raise
         finally:
             if _is_global_zero():
@@ -81,7 +80,7 @@ def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord) -> None
     presets = build.build_presets(cfg)
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, build.build_logger(cfg))
     device = trainer.strategy.root_device
-    scale_out.prepare_ranks(cfg, trainer, record)
+    scale_out.prepare_ranks(trainer, record)
 
     record.details["precision_used"] = trainer.precision
     if trainer.precision != knobs.lightning_precision:
