@@ -217,8 +217,9 @@ class SpeedMonitor(Callback):
             "expected_overhead": "one clock read (and one device synchronise on CUDA) per step",
             "phases": phases,
         }
-        rows = [{"phase": phase, **figures} for phase, figures in phases.items()]
-        rows = [{k: v for k, v in row.items() if k != "per_rank"} for row in rows]
+        # the CSV keeps one row per phase; per-rank figures are in the JSON
+        rows = [{"phase": phase, **{k: v for k, v in figures.items() if k != "per_rank"}}
+                for phase, figures in phases.items()]
         write_report(reports_dir, "speed", payload, rows)
         write_csv(reports_dir / "speed_steps.csv", self.step_rows(self.rank))
         if self.world_size > 1:  # each rank's own timeline, from the gathered records
