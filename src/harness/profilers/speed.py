@@ -32,7 +32,9 @@ from harness.profilers.step_timer import (
 from harness.reports.files import write_csv, write_report
 
 PHASES = ("train", "validation", "inference")
-RATE_METRIC = {"train": "training_rate", "validation": "validation_rate", "inference": "inference_rate"}
+RATE_METRIC = {
+    "train": "training_rate", "validation": "validation_rate", "inference": "inference_rate"
+}
 
 
 def count_examples(batch: Any) -> int | None:
