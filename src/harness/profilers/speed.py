@@ -4,6 +4,10 @@ Clocks: `time.perf_counter` on the host, read after `torch.cuda.synchronize()`
 when the run is on a CUDA device, so a step's time includes the kernels it
 queued and not only their launch. Warm-up steps (compilation, allocator and
 cache warm-up) are recorded but left out of every figure.
+
+Multi-process runs (DDP): every rank times its own steps; at the end of fit and
+of predict the ranks' step records are gathered on every rank, so rank 0 can
+report each rank's figures and a total throughput that is the sum of the ranks'.
 """
 
 from __future__ import annotations
@@ -18,11 +22,19 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from harness.errors import ConfigError
-from harness.profilers.step_timer import PhaseTimer, StepRecord
+from harness.launch.ranks import rank_path
+from harness.profilers.step_timer import (
+    PhaseTimer,
+    StepRecord,
+    rank_figures,
+    total_examples_per_second,
+)
 from harness.reports.files import write_csv, write_report
 
 PHASES = ("train", "validation", "inference")
-RATE_METRIC = {"train": "training_rate", "validation": "validation_rate", "inference": "inference_rate"}
+RATE_METRIC = {
+    "train": "training_rate", "validation": "validation_rate", "inference": "inference_rate"
+}
 
 
 def count_examples(batch: Any) -> int | None:
@@ -55,6 +67,9 @@ class SpeedMonitor(Callback):
         self.world_size = 1
         self.device: torch.device | None = None
         self.inference_mode: bool | None = None
+        self.rank = 0
+        # phase -> rank -> that rank's step records, once gathered at the end of the phase
+        self.rank_steps: dict[str, dict[int, list[StepRecord]]] = {}
 
     # -- clock -----------------------------------------------------------------
     def _now(self) -> float:
@@ -71,6 +86,7 @@ class SpeedMonitor(Callback):
     # -- Lightning hooks ---------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.world_size = trainer.world_size
+        self.rank = trainer.global_rank
         self.device = trainer.strategy.root_device
 
     def _received(self, phase: str, batch: Any) -> None:
@@ -141,14 +157,51 @@ class SpeedMonitor(Callback):
     ) -> None:
         self._done("inference", trainer)
 
+    # Every rank runs these hooks, so the collective inside cannot hang.
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._gather_ranks(("train", "validation"))
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._gather_ranks(("inference",))
+
+    def _gather_ranks(self, phases: tuple[str, ...]) -> None:
+        import torch.distributed as dist
+
+        if self.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+            return
+        mine = {phase: list(self.timers[phase].steps) for phase in phases}
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine)
+        for phase in phases:
+            self.rank_steps[phase] = {rank: steps[phase] for rank, steps in enumerate(gathered)}
+
+    def _steps_by_rank(self, phase: str) -> dict[int, list[StepRecord]]:
+        """Each rank's steps of `phase`; only this rank's own when the ranks were not
+        gathered (one process, or the run stopped before the end of the phase)."""
+        return self.rank_steps.get(phase) or {self.rank: self.timers[phase].steps}
+
     # -- reports -------------------------------------------------------------------
     def phase_summaries(self) -> dict[str, dict[str, Any]]:
-        """Figures per phase that ran at least one step."""
-        return {
-            phase: timer.summary(self.world_size)
-            for phase, timer in self.timers.items()
-            if timer.steps
-        }
+        """Figures per phase that ran at least one step.
+
+        Step-time figures are this rank's (rank 0 when reports are written);
+        `examples_per_second` is the whole run's: the sum of every rank's own
+        examples / measured time, or this rank's x world_size when the other
+        ranks' figures could not be collected (`ranks_measured` < world_size).
+        """
+        summaries = {}
+        for phase, timer in self.timers.items():
+            if not timer.steps:
+                continue
+            figures: dict[str, Any] = timer.summary(self.world_size)
+            per_rank = [rank_figures(rank, steps)
+                        for rank, steps in sorted(self._steps_by_rank(phase).items())]
+            if len(per_rank) == self.world_size:
+                figures["examples_per_second"] = total_examples_per_second(per_rank)
+            figures["ranks_measured"] = len(per_rank)
+            figures["per_rank"] = per_rank
+            summaries[phase] = figures
+        return summaries
 
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:
         phases = self.phase_summaries()
@@ -158,14 +211,23 @@ class SpeedMonitor(Callback):
             "clock": self.clock,
             "warmup_steps_excluded": self.warmup_steps,
             "world_size": self.world_size,
-            "examples_counted": "examples in each batch on one rank x world_size",
+            "examples_counted": (
+                "examples_per_second: sum over ranks of (rank's examples / rank's measured time);"
+                " rank 0 x world_size if ranks_measured < world_size. Step times: rank 0's"
+            ),
             "inference_mode": self.inference_mode,
             "expected_overhead": "one clock read (and one device synchronise on CUDA) per step",
             "phases": phases,
         }
-        rows = [{"phase": phase, **figures} for phase, figures in phases.items()]
+        # the CSV keeps one row per phase; per-rank figures are in the JSON
+        rows = [{"phase": phase, **{k: v for k, v in figures.items() if k != "per_rank"}}
+                for phase, figures in phases.items()]
         write_report(reports_dir, "speed", payload, rows)
-        write_csv(reports_dir / "speed_steps.csv", self.step_rows())
+        write_csv(reports_dir / "speed_steps.csv", self.step_rows(self.rank))
+        if self.world_size > 1:  # each rank's own timeline, from the gathered records
+            ranks = sorted({r for phase in PHASES for r in self._steps_by_rank(phase)})
+            for rank in ranks:
+                write_csv(rank_path(reports_dir / "speed_steps.csv", rank), self.step_rows(rank))
         headline: dict[str, Any] = {}
         for phase, figures in phases.items():
             for key in ("seconds_per_iteration", "examples_per_second", "median_step_s",
@@ -173,17 +235,18 @@ class SpeedMonitor(Callback):
                 headline[f"{phase}_{key}"] = figures[key]
         return headline
 
-    def step_rows(self) -> list[dict[str, Any]]:
-        """One row per step of every phase: the rates over time."""
+    def step_rows(self, rank: int = 0) -> list[dict[str, Any]]:
+        """One row per step of every phase of one rank: its rates over time."""
         rows = []
-        for phase, timer in self.timers.items():
-            for s in timer.steps:
+        for phase in PHASES:
+            for s in self._steps_by_rank(phase).get(rank, []):
                 rows.append({
+                    "rank": rank,
                     "phase": phase,
                     "step": s.index,
                     "step_s": s.step_s,
                     "wait_s": s.wait_s,
-                    "examples": s.examples * self.world_size,
+                    "examples": s.examples,
                     RATE_METRIC[phase]: 1.0 / s.step_s if s.step_s > 0 else None,
                     "warmup": s.warmup,
                 })
@@ -205,6 +268,25 @@ class SpeedMonitor(Callback):
                 _fmt(f["examples_per_second"], ".1f"),
                 _fmt(f["dataloader_wait_share"], ".1%"),
             )
+        return [table, *self._rank_tables()]
+
+    def _rank_tables(self) -> list[Any]:
+        """Multi-process runs: each rank's own figures, and their sum."""
+        from rich.table import Table
+
+        if self.world_size <= 1:
+            return []
+        table = Table(title=f"Speed per rank ({self.world_size} ranks; total = sum of ranks)")
+        for column in ("phase", "rank", "steps", "s/iter", "examples/s"):
+            table.add_column(column, justify="left" if column == "phase" else "right")
+        for phase, f in self.phase_summaries().items():
+            for r in f["per_rank"]:
+                table.add_row(phase, str(r["rank"]), str(r["measured_steps"]),
+                              _fmt(r["seconds_per_iteration"], ".4f"),
+                              _fmt(r["examples_per_second"], ".1f"))
+            total = "total" if f["ranks_measured"] == self.world_size else "rank 0 x world"
+            table.add_row(phase, total, "", "", _fmt(f["examples_per_second"], ".1f"),
+                          end_section=True)
         return [table]
 
 

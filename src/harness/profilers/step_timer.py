@@ -81,3 +81,26 @@ class PhaseTimer:
             "first_step_s": first,
             "warmup_time_s": float(sum(s.step_s for s in self.steps if s.warmup)),
         }
+
+
+def rank_figures(rank: int, steps: list[StepRecord]) -> dict[str, float | int | None]:
+    """One rank's own figures: its measured steps, time and examples (no world-size factor)."""
+    figures = PhaseTimer("rank", 0, steps=steps).summary(world_size=1)
+    measured = [s for s in steps if not s.warmup]
+    return {
+        "rank": rank,
+        "measured_steps": figures["measured_steps"],
+        "measured_time_s": figures["measured_time_s"],
+        "examples": sum(s.examples for s in measured),
+        "examples_per_second": figures["examples_per_second"],
+        "seconds_per_iteration": figures["seconds_per_iteration"],
+        "median_step_s": figures["median_step_s"],
+    }
+
+
+def total_examples_per_second(per_rank: list[dict[str, float | int | None]]) -> float | None:
+    """Throughput of the whole run: ranks work side by side, so their rates add up."""
+    rates = [r["examples_per_second"] for r in per_rank]
+    if not rates or any(r is None for r in rates):
+        return None
+    return float(sum(rates))  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from harness.config.knobs import Knobs, read_knobs
 from harness.config.targets import check_targets
 from harness.errors import HarnessError
+from harness.launch import scale_out
 from harness.profilers.nsys_launch import relaunch_under_nsys
 from harness.run.result import RESULT_FILE, RunRecord
 
@@ -31,18 +32,21 @@ def run_job(cfg: DictConfig) -> RunRecord:
     if relaunched is not None:
         return relaunched
     record = RunRecord(Path(hydra_cfg.runtime.output_dir), overrides=list(hydra_cfg.overrides.task))
-    try:
-        knobs = read_knobs(cfg)
-        record.knobs = knobs.as_dict()
-        check_targets(cfg)
-        _train_and_measure(cfg, knobs, record)
-        record.status = "ok"
-    except BaseException as err:
-        record.fail(err)
-        raise
-    finally:
-        if _is_global_zero():
-            record.write()
+    scale_out.record_cluster(record)
+    with scale_out.job_scope() as signals:
+        try:
+            knobs = read_knobs(cfg)
+            record.knobs = knobs.as_dict()
+            check_targets(cfg)
+            _train_and_measure(cfg, knobs, record)
+            record.status = "ok"
+        except BaseException as err:
+            record.fail(err)
+            if not scale_out.handle_interruption(record, signals.reason):
+                raise
+        finally:
+            if _is_global_zero():
+                record.write()
     return record
 
 
@@ -90,6 +94,7 @@ def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord) -> None
     presets = build.build_presets(cfg)
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, build.build_logger(cfg))
     device = trainer.strategy.root_device
+    scale_out.prepare_ranks(trainer, record)
 
     record.details["precision_used"] = trainer.precision
     if trainer.precision != knobs.lightning_precision:
@@ -164,6 +169,7 @@ def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
                 console.print(table)
         except Exception as err:  # one broken report must not lose the others
             record.details.setdefault("report_errors", {})[name] = f"{type(err).__name__}: {err}"
+    scale_out.write_cluster_report(reports_dir, record)
     if reports_dir.is_dir():
         record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
     console.print(f"[bold]result:[/bold] {record.output_dir / RESULT_FILE}")

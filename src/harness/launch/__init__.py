@@ -1,0 +1,1 @@
+"""Running jobs elsewhere: SLURM through submitit, signals, and multi-process (DDP) runs."""

@@ -1,0 +1,50 @@
+"""Multi-process runs (DDP): start rank > 0 processes into the same run directory.
+
+Lightning starts ranks 1..N-1 of `strategy=ddp` by re-running the command that
+started rank 0 (`_SubprocessScriptLauncher`). Under Hydra it appends
+`hydra.run.dir=<hydra.run.dir>`, which is right for a single run but wrong in a
+sweep: the re-run command still carries `-m` and every swept value, so each
+rank > 0 would start a sweep of its own, in `hydra.run.dir` rather than the
+job's directory (and under submitit the command is submitit's, not ours).
+
+`child_command` builds the command from what this job really is instead: the
+job's own overrides (swept values resolved), `hydra.run.dir` = this job's
+output directory and no `.hydra/` copy, so every rank works in one directory
+and Hydra creates no directory per rank. Only rank 0 writes reports and
+result.json (see run/job.py); the children's Hydra log is `ddp_rank<N>.log`.
+
+Under SLURM with one task per device (srun starts every rank, Lightning's
+SLURMEnvironment) no process is re-launched and none of this is used.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def child_command(local_rank: int) -> tuple[Sequence[str], str]:
+    """The command and working directory that start `local_rank` of the current Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_original_cwd
+
+    hydra_cfg = HydraConfig.get()
+    output_dir = hydra_cfg.runtime.output_dir
+    command = [sys.executable, "-m", "harness.cli", *hydra_cfg.overrides.task]
+    command += [
+        f'hydra.run.dir="{output_dir}"',
+        "hydra.output_subdir=null",  # rank 0 already saved the config
+        f"hydra.job.name=ddp_rank{local_rank}",
+    ]
+    return command, get_original_cwd()
+
+
+def use_job_command_for_ranks() -> None:
+    """Make Lightning start rank > 0 processes with `child_command` (idempotent).
+
+    Lightning looks the helper up by name in its launcher module when it
+    starts the processes, so replacing that name is enough.
+    """
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    subprocess_script._hydra_subprocess_cmd = child_command

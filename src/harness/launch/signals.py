@@ -1,0 +1,75 @@
+"""Preemption and time limits: stop the run cleanly so the reports measured so far are written.
+
+SLURM sends SIGTERM before it kills a job (scancel, preemption, end of the time
+limit), and submitit asks SLURM for its own warning signal `signal_delay_s`
+seconds before the limit (`--signal=USR2@120`: SIGUSR2 unless the
+SUBMITIT_PREEMPT_SIGNAL environment variable names another). While a run is
+in progress both are turned into `RunInterrupted`, a KeyboardInterrupt:
+Lightning answers it with its graceful shutdown (callbacks' on_exception,
+teardown, child ranks killed) and then `sys.exit(1)`, and the job's `finally`
+blocks write the reports and result.json with status `interrupted`.
+
+The run is not requeued: a benchmark restarted from scratch would only
+measure the same thing again, and one restarted mid-way would mix two runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+PREEMPT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A signal asked the run to stop; the message names the signal."""
+
+
+def preemption_signal() -> signal.Signals:
+    """The signal submitit asks SLURM to send before the time limit (SIGUSR2 by default)."""
+    name = os.environ.get(PREEMPT_SIGNAL_ENV, "USR2").upper().removeprefix("SIG")
+    return getattr(signal.Signals, f"SIG{name}", signal.SIGUSR2)
+
+
+class InterruptionSignals:
+    """Remembers which signal stopped the run; `received` is None until one does."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None:
+            return  # already stopping: let the reports be written
+        self.received = signal.Signals(signum).name
+        raise RunInterrupted(f"received {self.received}")
+
+    @property
+    def reason(self) -> str | None:
+        if self.received is None:
+            return None
+        why = ("scancel, preemption or shutdown" if self.received == "SIGTERM"
+               else "submitit's warning: time limit or preemption")
+        return f"interrupted by {self.received} ({why}); reports hold the steps measured so far"
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[InterruptionSignals]:
+    """Within this block SIGTERM and the preemption signal stop the run (main thread only)."""
+    state = InterruptionSignals()
+    if threading.current_thread() is not threading.main_thread():
+        yield state  # signal handlers can only be installed from the main thread
+        return
+    signums = {signal.SIGTERM, preemption_signal()}
+    previous: dict[int, Any] = {s: signal.getsignal(s) for s in signums}
+    for s in signums:
+        signal.signal(s, state.handle)
+    try:
+        yield state
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)

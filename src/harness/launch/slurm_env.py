@@ -1,0 +1,53 @@
+"""What SLURM tells a job about itself, for result.json and reports/slurm.json.
+
+SLURM exports these variables into every job step; submitit's own job id
+(`<array job>_<index>` for array jobs) is what its log folder is named after.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+# result.json key -> SLURM environment variable
+_FIELDS = {
+    "job_id": "SLURM_JOB_ID",
+    "array_job_id": "SLURM_ARRAY_JOB_ID",
+    "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "job_name": "SLURM_JOB_NAME",
+    "partition": "SLURM_JOB_PARTITION",
+    "node_list": "SLURM_JOB_NODELIST",
+    "num_nodes": "SLURM_JOB_NUM_NODES",
+    "ntasks": "SLURM_NTASKS",
+    "ntasks_per_node": "SLURM_NTASKS_PER_NODE",
+    "cpus_per_task": "SLURM_CPUS_PER_TASK",
+    "gpus_on_node": "SLURM_GPUS_ON_NODE",
+    "account": "SLURM_JOB_ACCOUNT",
+    "qos": "SLURM_JOB_QOS",
+    "submit_dir": "SLURM_SUBMIT_DIR",
+}
+_INTEGERS = {"job_id", "array_job_id", "array_task_id", "num_nodes", "ntasks", "cpus_per_task",
+             "gpus_on_node"}
+
+
+def slurm_metadata(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """SLURM's facts about the current job, or None outside a SLURM job.
+
+    `submitit_job_id` is the id submitit and `squeue` show: `<array_job_id>_<array_task_id>`
+    for a job of an array (what hydra-submitit-launcher submits), else the job id.
+    """
+    env = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    meta: dict[str, Any] = {}
+    for key, var in _FIELDS.items():
+        value = env.get(var)
+        if value is None or value == "":
+            continue
+        meta[key] = int(value) if key in _INTEGERS and value.isdigit() else value
+    if "array_job_id" in meta and "array_task_id" in meta:
+        meta["submitit_job_id"] = f"{meta['array_job_id']}_{meta['array_task_id']}"
+    else:
+        meta["submitit_job_id"] = str(meta["job_id"])
+    return meta

@@ -1,0 +1,256 @@
+"""hydra-submitit-launcher, made to behave like a local sweep when a job cannot run.
+
+The plugin (hydra-submitit-launcher) submits every point of a sweep as ONE job array with ONE set of
+resources, and re-raises the first failure it meets while collecting results,
+with a traceback, abandoning the jobs it has not collected yet. These
+subclasses (used by `hydra/launcher=slurm` and `hydra/launcher=local`) differ in
+three ways:
+
+1. Resources per job. Each job's `hydra.launcher` settings are resolved
+   against that job's own config, so `tasks_per_node: ${trainer.devices}`
+   follows a swept `trainer.devices`, and `hydra.launcher.partition=${part}`
+   with `+part=a,b` sweeps partitions (Hydra refuses to sweep hydra.* keys
+   directly). Jobs with equal settings go into one array, so a sweep that only
+   varies the run's own knobs is still a single array.
+2. A request SLURM rejects (no such partition, more CPUs than a node has, GPUs
+   on a node without any...) fails the jobs of that array only: sbatch's error
+   is printed as one line, each of those jobs gets a result.json with status
+   `failed` and that reason, and the other arrays still run.
+3. A job that ends without a result (cancelled, preempted, timed out, killed)
+   is reported in one line and does not stop the collection of the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
+    BaseSubmititLauncher,
+    LocalLauncher,
+    SlurmLauncher,
+)
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+_INIT_KEYS = {"submitit_folder", "max_num_timeout"}
+
+# sbatch's message -> the hydra.launcher key to change
+_FIXES = (
+    ("partition", "hydra.launcher.partition=<a partition listed by `sinfo -s`>"),
+    ("processors", "lower hydra.launcher.cpus_per_task or the tasks per node (= trainer.devices);"
+                   " `sinfo -o '%P %c'` shows the CPUs of a node"),
+    ("generic resource", "drop hydra.launcher.gpus_per_node / gres, or use a partition with GPUs"),
+    ("gres", "drop hydra.launcher.gpus_per_node / gres, or use a partition with GPUs"),
+    ("memory", "lower hydra.launcher.mem_gb (`sinfo -o '%P %m'` shows a node's memory in MB)"),
+    ("time limit", "lower hydra.launcher.timeout_min"),
+    ("account", "set hydra.launcher.account to an account you belong to"),
+    ("qos", "set hydra.launcher.qos to a QOS your account may use"),
+    ("node count", "lower hydra.launcher.nodes (= trainer.num_nodes)"),
+)
+
+
+def _say(message: str) -> None:
+    print(f"harness: error: {message}", file=sys.stderr, flush=True)
+
+
+def one_line(text: str) -> str:
+    """The line of a submitit/sbatch error that says what went wrong."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    for line in lines:
+        if "error:" in line.lower():
+            message = line.split("error:", 1)[-1].strip().rstrip(".")
+            return message.removeprefix("Batch job submission failed: ")
+    return lines[0][:300] if lines else "no message"
+
+
+def fix_for(message: str) -> str:
+    lowered = message.lower()
+    for needle, fix in _FIXES:
+        if needle in lowered:
+            return fix
+    return "check the settings with `harness -m hydra/launcher=slurm --cfg hydra -p hydra.launcher`"
+
+
+class _Job:
+    """One point of the sweep as the launcher sees it before and after submission."""
+
+    def __init__(self, idx: int, overrides: Sequence[str], config: DictConfig) -> None:
+        self.idx = idx
+        self.overrides = list(overrides)
+        self.config = config
+        self.output_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+        self.label = f"#{idx}"
+
+    def name_by(self, common: set[str]) -> None:
+        """Label the job by the overrides that set it apart from the rest of the sweep."""
+        own = [o for o in filter_overrides(self.overrides) if o not in common]
+        self.label = f"#{self.idx} ({' '.join(own)})" if own else f"#{self.idx}"
+
+    def record_failure(self, reason: str) -> None:
+        """result.json for a job that never produced one: the sweep's table still lists it."""
+        from harness.run.result import RESULT_FILE, RunRecord
+
+        if (self.output_dir / RESULT_FILE).exists():
+            return  # the job itself recorded how it ended
+        record = RunRecord(self.output_dir, overrides=filter_overrides(self.overrides))
+        record.status, record.reason = "failed", reason
+        record.write()
+
+    def say_how_it_ended(self) -> None:
+        """One line on the submitter's terminal for a job that did not end `ok`."""
+        try:
+            result = json.loads((self.output_dir / "result.json").read_text())
+        except (OSError, ValueError):
+            return
+        status = result.get("status")
+        if status == "interrupted":
+            print(f"harness: job {self.label}: {result.get('reason')}", file=sys.stderr,
+                  flush=True)
+        elif status not in ("ok", None):
+            _say(f"job {self.label}: {status}: {result.get('reason')}")
+
+    def stand_in(self) -> JobReturn:
+        """What Hydra gets for a job that did not run: completed, so the sweep goes on."""
+        ret = JobReturn(overrides=self.overrides, cfg=self.config, hydra_cfg=self.config,
+                        working_dir=str(self.output_dir), task_name="harness",
+                        status=JobStatus.COMPLETED)
+        ret.return_value = None
+        return ret
+
+
+class _HarnessMixin(BaseSubmititLauncher):
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        print(f"harness: {self._EXECUTOR} sweep of {len(job_overrides)} job(s) in {sweep_dir}",
+              file=sys.stderr, flush=True)
+        returns: dict[int, JobReturn] = {}
+        groups: dict[str, tuple[dict[str, Any], list[_Job]]] = {}
+        jobs = [self._prepare(initial_job_idx + n, o) for n, o in enumerate(job_overrides)]
+        common = set.intersection(*(set(job.overrides) for job in jobs))
+        for job in jobs:
+            job.name_by(common)
+            params = self._job_params(job)
+            if params is None:
+                returns[job.idx] = job.stand_in()
+                continue
+            key = json.dumps(params, sort_keys=True, default=str)
+            groups.setdefault(key, (params, []))[1].append(job)
+
+        submitted = []
+        for params, jobs in groups.values():
+            handles = self._submit(params, jobs)
+            if handles is None:
+                returns.update({job.idx: job.stand_in() for job in jobs})
+            else:
+                submitted.extend(zip(jobs, handles, strict=True))
+        for job, handle in submitted:
+            returns[job.idx] = self._collect(job, handle)
+        return [returns[idx] for idx in sorted(returns)]
+
+    def _prepare(self, idx: int, overrides: Sequence[str]) -> _Job:
+        assert self.hydra_context is not None and self.config is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config.hydra.job):
+            config.hydra.job.num = idx
+        return _Job(idx, overrides, config)
+
+    def _job_params(self, job: _Job) -> dict[str, Any] | None:
+        """This job's launcher settings, resolved against its own config; None if unusable."""
+        try:
+            params = OmegaConf.to_container(job.config.hydra.launcher, resolve=True)
+        except Exception as err:
+            reason = f"hydra.launcher settings of job {job.label}: {one_line(str(err))}"
+            _say(reason)
+            job.record_failure(reason)
+            return None
+        assert isinstance(params, dict)
+        params.pop("_target_", None)
+        mismatch = _devices_mismatch(params, job.config) if self._EXECUTOR == "slurm" else None
+        if mismatch:
+            reason = f"job {job.label} not submitted: {mismatch}"
+            _say(reason)
+            job.record_failure(reason)
+            return None
+        return params
+
+    def _submit(self, params: dict[str, Any], jobs: list[_Job]) -> list[Any] | None:
+        """Submit `jobs` as one array with `params`; None (and one line) if the cluster refuses."""
+        import submitit
+
+        init = {"folder": params["submitit_folder"]}
+        if "max_num_timeout" in params:
+            init[f"{self._EXECUTOR}_max_num_timeout"] = params["max_num_timeout"]
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
+        base = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{
+            (k if k in base else f"{self._EXECUTOR}_{k}"): v
+            for k, v in params.items() if k not in _INIT_KEYS
+        })
+        job_params = [
+            (job.overrides, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}",
+             Singleton.get_state())
+            for job in jobs
+        ]
+        captured = io.StringIO()  # submitit prints sbatch's stderr itself; we say it once
+        try:
+            with contextlib.redirect_stderr(captured):
+                handles = executor.map_array(self, *zip(*job_params, strict=True))
+        except Exception as err:
+            message = one_line(str(err) or captured.getvalue())
+            labels = ", ".join(job.label for job in jobs)
+            reason = f"sbatch rejected the job: {message}. Fix: {fix_for(message)}"
+            _say(f"{reason} [job(s) {labels}]")
+            for job in jobs:
+                job.record_failure(reason)
+            return None
+        for job, handle in zip(jobs, handles, strict=True):
+            print(f"harness: job {job.label} submitted as {self._EXECUTOR} job {handle.job_id}",
+                  file=sys.stderr, flush=True)
+        return handles
+
+    def _collect(self, job: _Job, handle: Any) -> JobReturn:
+        try:
+            ret = handle.results()[0]
+            job.say_how_it_ended()
+            return ret
+        except Exception as err:
+            state = getattr(handle, "state", "?")
+            reason = (f"{self._EXECUTOR} job {handle.job_id} ended without a result"
+                      f" (state {state}): {one_line(str(err))}")
+            _say(f"job {job.label}: {reason}")
+            job.record_failure(reason)
+            return job.stand_in()
+
+
+def _devices_mismatch(params: dict[str, Any], config: DictConfig) -> str | None:
+    """Under SLURM each task is one rank: tasks per node must equal trainer.devices."""
+    trainer = config.get("trainer") or {}
+    devices, num_nodes = trainer.get("devices"), trainer.get("num_nodes", 1)
+    tasks, nodes = params.get("tasks_per_node"), params.get("nodes")
+    if isinstance(devices, int) and isinstance(tasks, int) and tasks != devices:
+        return (f"hydra.launcher.tasks_per_node={tasks} but trainer.devices={devices}"
+                f" (one SLURM task per device). Fix: hydra.launcher.tasks_per_node={devices}")
+    if isinstance(num_nodes, int) and isinstance(nodes, int) and nodes != num_nodes:
+        return (f"hydra.launcher.nodes={nodes} but trainer.num_nodes={num_nodes}."
+                f" Fix: hydra.launcher.nodes={num_nodes}")
+    return None
+
+
+class HarnessSlurmLauncher(_HarnessMixin, SlurmLauncher):
+    """`hydra/launcher=slurm`: one sbatch array per distinct resource request."""
+
+
+class HarnessLocalLauncher(_HarnessMixin, LocalLauncher):
+    """`hydra/launcher=local`: submitit's local executor (processes on this machine)."""
