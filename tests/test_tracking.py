@@ -244,8 +244,8 @@ def test_run_logged_over_http_to_a_real_server(tmp_path, mlflow_server):
 def test_four_parallel_jobs_into_one_sqlite_store(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     done = run_harness(
-        tmp_path, "-m", "hydra/launcher=submitit_local", "seed=0,1,2,3", *TRACKED, "mode=train",
-        "data.train_batches=6", "data.val_batches=2",
+        tmp_path, "hydra.mode=MULTIRUN", "hydra/launcher=submitit_local", "seed=0,1,2,3",
+        *TRACKED, "mode=train", "data.train_batches=6", "data.val_batches=2",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "harness: warning" not in done.stderr
