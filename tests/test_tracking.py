@@ -161,6 +161,26 @@ def test_unreachable_server_still_completes_with_one_warning_and_upload_works(tm
 
 
 @pytest.mark.slow
+def test_locked_sqlite_store_still_completes_with_one_warning(tmp_path):
+    store = tmp_path / "mlflow.db"
+    _client(f"sqlite:///{store}").search_experiments()  # the store exists
+    holder = sqlite3.connect(store, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process holds the database for the whole run
+    try:
+        done = run_harness(tmp_path, *TRACKED, "mode=train", "data.train_batches=4")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if "harness: warning" in line]
+    assert len(warnings) == 1, warnings
+    assert "database is locked" in warnings[0] and "harness-mlflow-upload" in warnings[0]
+    assert done.result()["status"] == "ok"
+    assert (done.run_dir() / "reports" / "speed.json").is_file()
+    assert _client(f"sqlite:///{store}").search_experiments(filter_string="name = 'harness'") == []
+
+
+@pytest.mark.slow
 def test_logger_none_tracks_nothing_and_bad_setting_names_its_key(tmp_path):
     done = run_harness(tmp_path, "logger=none", "mode=train", "data.train_batches=4")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -12,6 +12,7 @@ Three changes to the stock logger, each for a reason:
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import time
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.tracking import run_logging, store_access
 from harness.tracking.sweep_callback import experiment_for, parent_from_sweep_dir
 
@@ -64,6 +65,9 @@ class HarnessMLFlowLogger(MLFlowLogger):
         http_max_retries: int | str = 2,
         tags: dict[str, Any] | None = None,
     ) -> None:
+        if importlib.util.find_spec("mlflow") is None:
+            raise HarnessError("logger=mlflow needs the mlflow package."
+                               " Fix: pip install 'mlflow>=3', or run with logger=none")
         if not isinstance(tracking_uri, str) or not tracking_uri.strip():
             raise ConfigError(
                 "logger.tracking_uri", tracking_uri, "an MLflow tracking URI",
@@ -90,21 +94,31 @@ class HarnessMLFlowLogger(MLFlowLogger):
         run_tags = dict(tags or {})
         if self.parent_run_id:
             run_tags[PARENT_TAG] = self.parent_run_id
-        super().__init__(
-            experiment_name=experiment_name,
-            run_name=run_name,
-            tracking_uri=tracking_uri,
-            tags=run_tags,
-            artifact_location=artifact_location,
-        )
         self.failure: str | None = None  # why tracking stopped, once it has
         self.not_logged: list[str] = []  # what the store did not get because of it
         self._pending: list[Any] = []  # mlflow Metric objects not yet sent
         self._last_flush = time.monotonic()
-        self._steps_seen = 0
         run_logging.register_logger(self)
-        if rank_zero_only.rank == 0:
-            self._start_run()
+        on_rank_zero = rank_zero_only.rank == 0
+        reason = store_access.probe(tracking_uri, self.probe_timeout_s) if on_rank_zero else None
+        if reason:
+            self.fail("the whole run", reason)
+        try:
+            # MlflowClient opens (and, the first time, creates) a sqlite store right
+            # away: under the lock, so parallel jobs never create it twice.
+            with store_access.creation_lock(tracking_uri):
+                super().__init__(
+                    experiment_name=experiment_name,
+                    run_name=run_name,
+                    tracking_uri=tracking_uri,
+                    tags=run_tags,
+                    artifact_location=artifact_location,
+                )
+                if on_rank_zero and self.failure is None:
+                    self._start_run()
+        except Exception as err:  # the store cannot even be opened (locked, bad URI)
+            self._mlflow_client = None
+            self.fail("the whole run", err)
 
     # -- failures --------------------------------------------------------------------
     def fail(self, what: str, err: BaseException | str) -> None:
@@ -116,26 +130,18 @@ class HarnessMLFlowLogger(MLFlowLogger):
         self._pending.clear()
 
     def _start_run(self) -> None:
-        reason = store_access.probe(self._tracking_uri, self.probe_timeout_s)
-        if reason:
-            self.fail("the whole run", reason)
-            return
-        try:
-            with store_access.creation_lock(self._tracking_uri):
-                if self.parent_run_id:
-                    # A child run lives in its parent's experiment, or the UI cannot nest it.
-                    parent = self._mlflow_client.get_run(self.parent_run_id)
-                    self._experiment_id = parent.info.experiment_id
-                else:
-                    self._experiment_id = experiment_for(
-                        self._mlflow_client, self._experiment_name, self._artifact_location)
-                _ = super().experiment
-        except Exception as err:
-            self.fail("the whole run", err)
+        if self.parent_run_id:
+            # A child run lives in its parent's experiment, or the UI cannot nest it.
+            parent = self._mlflow_client.get_run(self.parent_run_id)
+            self._experiment_id = parent.info.experiment_id
+        else:
+            self._experiment_id = experiment_for(
+                self._mlflow_client, self._experiment_name, self._artifact_location)
+        _ = super().experiment
 
     @property
     def experiment(self) -> Any:
-        if self.failure is not None and not self._initialized:
+        if self.failure is not None and not getattr(self, "_initialized", False):
             return DummyExperiment()
         return super().experiment
 
@@ -165,7 +171,6 @@ class HarnessMLFlowLogger(MLFlowLogger):
                 Metric(key=_NOT_A_METRIC_CHAR.sub("", key), value=float(value),
                        timestamp=timestamp_ms, step=step or 0)
             )
-        self._steps_seen += 1
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
