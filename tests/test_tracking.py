@@ -279,6 +279,8 @@ def test_four_parallel_jobs_into_one_sqlite_store(tmp_path, monkeypatch):
     parent = parents[0]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     assert sorted(c.data.params["seed"] for c in children) == ["0", "1", "2", "3"]
+    # Children are named by what the sweep varies, so the UI tells them apart.
+    assert sorted(c.info.run_name for c in children) == ["seed=0", "seed=1", "seed=2", "seed=3"]
     assert all(c.info.status == "FINISHED" for c in children)
     for child in children:
         assert len(_history(client, child.info.run_id, "training_rate")) == 6
@@ -348,9 +350,13 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     assert parent.info.status == "FINISHED"
 
 
-def test_store_access_helpers(tmp_path):
+def test_store_access_and_sweep_helpers(tmp_path):
     from harness.errors import ConfigError
     from harness.tracking import store_access
+    from harness.tracking.sweep_callback import swept_keys
+
+    assert swept_keys(["batch_size=4,16", "mode=train", "seed=range(3)",
+                       "hydra/launcher=submitit_local"]) == ["batch_size", "seed"]
 
     assert store_access.positive_number("logger.http_max_retries", "2", integer=True,
                                         allow_zero=True) == 2

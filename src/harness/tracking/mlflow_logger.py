@@ -25,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from harness.errors import ConfigError, HarnessError
 from harness.tracking import run_logging, store_access
-from harness.tracking.sweep_callback import experiment_for, parent_from_sweep_dir
+from harness.tracking.sweep_callback import experiment_for, sweep_info
 
 PARENT_TAG = "mlflow.parentRunId"
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
@@ -33,18 +33,24 @@ _NOT_A_METRIC_CHAR = re.compile(r"[^a-zA-Z0-9_/. -]+")
 
 
 def _from_hydra_job() -> tuple[str, str | None]:
-    """(run name from the job's overrides, parent run id its sweep left in the sweep dir)."""
+    """(run name, parent run id its sweep left in the sweep dir) of the current Hydra job.
+
+    The name is the job's overrides; in a sweep only the swept ones
+    ("batch_size=8,precision=bf16"), which is what tells the children apart.
+    """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
         return "harness", None
     job = HydraConfig.get()
-    name = ",".join(job.overrides.task)[:250] or "harness"
-    parent = None
+    overrides = list(job.overrides.task)
+    sweep: dict[str, Any] = {}
     if job.mode == RunMode.MULTIRUN:
-        parent = parent_from_sweep_dir(Path(str(job.sweep.dir)))
-    return name, parent
+        sweep = sweep_info(Path(str(job.sweep.dir)))
+        swept = set(sweep.get("swept_keys") or [])
+        overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in swept] or overrides
+    return ",".join(overrides)[:250] or "harness", sweep.get("parent_run_id")
 
 
 class HarnessMLFlowLogger(MLFlowLogger):

@@ -49,6 +49,16 @@ def upload_hint(run_dir: Path, tracking_uri: str) -> str:
     return f"{UPLOAD_COMMAND} {run_dir} --tracking-uri {store_access.absolute_uri(tracking_uri)}"
 
 
+def where_to_look(uri: str, experiment_id: str, run_id: str) -> str:
+    """One line telling the user where the run is and how to open it."""
+    if store_access.is_http(uri):
+        return f"mlflow: run {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    path = store_access.sqlite_path(uri)
+    if path is not None and not path.is_absolute() and path.parent == Path("."):
+        return f"mlflow: run {run_id} in {uri} (open it: `mlflow ui` in {Path.cwd()})"
+    return f"mlflow: run {run_id} in {uri} (open it: mlflow ui --backend-store-uri {uri})"
+
+
 def log_finished_run(cfg: Any, record: Any) -> None:
     """Log the finished run into the MLflow run its logger opened (no-op without one)."""
     logger = _take_logger()
@@ -80,6 +90,7 @@ def log_finished_run(cfg: Any, record: Any) -> None:
                         done=done)
             logger.experiment.set_terminated(
                 logger.run_id, END_STATUS.get(result.get("status"), "FAILED"))
+            print(where_to_look(uri, logger.experiment_id, logger.run_id), flush=True)
             return
     except Exception as err:
         logger.fail(_missing(done), err)

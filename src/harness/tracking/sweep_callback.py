@@ -108,6 +108,7 @@ def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) ->
         "parent_run_id": run.info.run_id,
         "experiment_id": experiment_id,
         "tracking_uri": store_access.absolute_uri(uri),
+        "swept_keys": swept_keys(list(config.hydra.overrides.task)),
     }, indent=2) + "\n")
     return run.info.run_id
 
@@ -154,10 +155,18 @@ def job_statuses(sweep_dir: Path) -> list[str]:
     return statuses
 
 
-def parent_from_sweep_dir(sweep_dir: Path) -> str | None:
-    """The parent run id a sweep wrote for its jobs (for launchers that drop the env)."""
+def swept_keys(overrides: list[str]) -> list[str]:
+    """The keys a multirun varies (batch_size=1,2,4 or range(...)), in command-line order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [o.get_key_element() for o in parsed if o.is_sweep_override()]
+
+
+def sweep_info(sweep_dir: Path) -> dict[str, Any]:
+    """What the sweep's parent left for its jobs: parent_run_id, swept_keys ({} if none)."""
     path = sweep_dir / PARENT_FILE
     try:
-        return json.loads(path.read_text()).get("parent_run_id") if path.is_file() else None
+        return json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):
-        return None
+        return {}

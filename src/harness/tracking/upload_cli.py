@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = upload(uri, run_dirs, sweep_dir, args.experiment or "harness",
                          args.parent_run_id, args.trace_size_cap_mb)
+    except ConnectionError as err:  # the probe's own one-line reason
+        return _fail(f"{err}. Fix: start the server, or pass --tracking-uri")
     except Exception as err:
         return _fail(f"could not log to {uri}: {store_access.short_reason(err)}")
     for line in summary:
