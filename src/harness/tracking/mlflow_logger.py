@@ -110,6 +110,9 @@ class HarnessMLFlowLogger(MLFlowLogger):
         if reason:
             self.fail("the whole run", reason)
         try:
+            # Imported before the lock, so the lock is held for store work only.
+            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
             # MlflowClient opens (and, the first time, creates) a sqlite store right
             # away: under the lock, so parallel jobs never create it twice.
             with store_access.creation_lock(tracking_uri):
