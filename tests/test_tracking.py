@@ -232,7 +232,7 @@ def mlflow_server(tmp_path_factory):
         # The server runs uvicorn as a child: stop the session it leads.
         os.killpg(server.pid, signal.SIGTERM)
         try:
-            server.wait(timeout=30)
+            server.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
         log.close()

@@ -207,8 +207,3 @@ class HarnessMLFlowLogger(MLFlowLogger):
             super().finalize(status)
         except Exception as err:
             self.fail("the run's end status", err)
-
-    @rank_zero_only
-    def save(self) -> None:
-        # Lightning calls save() after each logging step; flushing is ours to time.
-        return None
