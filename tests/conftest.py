@@ -24,6 +24,7 @@ FAST = (
     "data.dim=32",
     "batch_size=4",
     "trainer.enable_progress_bar=false",
+    "logger=none",  # MLflow costs seconds per run; tests/test_tracking.py turns it back on
 )
 
 
@@ -36,7 +37,8 @@ class Completed:
 
     def run_dirs(self) -> list[Path]:
         """Every directory under cwd holding a result.json, oldest first."""
-        return sorted((p.parent for p in self.cwd.rglob("result.json")), key=lambda p: p.stat().st_mtime)
+        found = (p.parent for p in self.cwd.rglob("result.json") if "mlruns" not in p.parts)
+        return sorted(found, key=lambda p: p.stat().st_mtime)
 
     def run_dir(self) -> Path:
         dirs = self.run_dirs()

@@ -47,6 +47,9 @@ def run_job(cfg: DictConfig) -> RunRecord:
         finally:
             if _is_global_zero():
                 record.write()
+                from harness.tracking.run_logging import log_finished_run
+
+                log_finished_run(cfg, record)  # no-op unless logger=mlflow built a run
     return record
 
 

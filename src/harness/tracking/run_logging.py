@@ -1,0 +1,234 @@
+"""After the run: params, tags, final metrics and report files into the run's MLflow run.
+
+`log_finished_run` is the one call the job makes (rank zero, after result.json
+is written). It never raises: a store that fails leaves the run on disk and
+prints one warning line naming what is missing and the command that uploads it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+from harness.tracking import run_facts, store_access
+
+RESULT_FILE = "result.json"
+TRACKING_KEY = "tracking"  # result.json key recording where the run was tracked
+UPLOAD_COMMAND = "harness-mlflow-upload"
+TRACE_MARKERS = ("trace",)  # a file whose name holds one of these is a profiler trace
+TABLES_DIR = "tables"  # artifact folder of the reports as MLflow tables (UI comparison)
+SYSTEM_REPORT = "system.csv"
+SYSTEM_METRIC_PREFIX = "system/"
+MIB = 1024 * 1024
+END_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # anything else: FAILED
+
+_active: weakref.ref | None = None
+
+
+def register_logger(logger: Any) -> None:
+    """Remember the job's logger, so the post-run step logs into the same run."""
+    global _active
+    _active = weakref.ref(logger)
+
+
+def _take_logger() -> Any:
+    global _active
+    logger = _active() if _active is not None else None
+    _active = None
+    return logger
+
+
+def warn(message: str) -> None:
+    print(f"harness: warning: {message}", file=sys.stderr, flush=True)
+
+
+def upload_hint(run_dir: Path, tracking_uri: str) -> str:
+    return f"{UPLOAD_COMMAND} {run_dir} --tracking-uri {store_access.absolute_uri(tracking_uri)}"
+
+
+def where_to_look(uri: str, experiment_id: str, run_id: str) -> str:
+    """One line telling the user where the run is and how to open it."""
+    if store_access.is_http(uri):
+        return f"mlflow: run {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    path = store_access.sqlite_path(uri)
+    if path is not None and not path.is_absolute() and path.parent == Path("."):
+        return f"mlflow: run {run_id} in {uri} (open it: `mlflow ui` in {Path.cwd()})"
+    return f"mlflow: run {run_id} in {uri} (open it: mlflow ui --backend-store-uri {uri})"
+
+
+def log_finished_run(cfg: Any, record: Any) -> None:
+    """Log the finished run into the MLflow run its logger opened (no-op without one)."""
+    logger = _take_logger()
+    if logger is None:
+        return
+    run_dir = Path(record.output_dir)
+    uri = logger._tracking_uri
+    tracking: dict[str, Any] = {
+        "backend": "mlflow",
+        "tracking_uri": store_access.absolute_uri(uri),
+        "experiment_id": logger._experiment_id,
+        "run_id": logger._run_id,
+        "parent_run_id": logger.parent_run_id,
+    }
+    done: list[str] = []
+    try:
+        result = json.loads((run_dir / RESULT_FILE).read_text())
+        # Kept in result.json, so an upload later tags the run the same way.
+        tracking["tags"] = run_facts.tags(result, Path.cwd())
+        logger.flush()
+        if logger.failure is None:
+            from omegaconf import OmegaConf
+
+            config = OmegaConf.to_container(cfg, resolve=True)
+            result[TRACKING_KEY] = {**tracking, "logged": True}
+            _write_result(run_dir, result)
+            log_run_dir(logger.experiment, logger.run_id, run_dir, config, result,
+                        trace_cap_mb=logger.trace_size_cap_mb, with_artifacts=logger.log_artifacts,
+                        done=done)
+            logger.experiment.set_terminated(
+                logger.run_id, END_STATUS.get(result.get("status"), "FAILED"))
+            print(where_to_look(uri, logger.experiment_id, logger.run_id), flush=True)
+            return
+    except Exception as err:
+        logger.fail(_missing(done), err)
+    _report_failure(logger, run_dir, tracking)
+
+
+def _missing(done: list[str]) -> str:
+    steps = ["params", "tags", "final metrics", "system metrics", "artifacts", "end status"]
+    return ", ".join(s for s in steps if s not in done)
+
+
+def _report_failure(logger: Any, run_dir: Path, tracking: dict[str, Any]) -> None:
+    hint = upload_hint(run_dir, logger._tracking_uri)
+    run = f" (run {logger._run_id} is incomplete)" if logger._run_id else ""
+    warn(
+        f"MLflow tracking at {logger._tracking_uri} failed ({logger.failure}); not logged: "
+        f"{'; '.join(logger.not_logged)}{run}. Reports are on disk in {run_dir}."
+        f" Upload them later with: {hint}"
+    )
+    path = run_dir / RESULT_FILE
+    if path.is_file():
+        result = json.loads(path.read_text())
+        result[TRACKING_KEY] = {**tracking, "logged": False, "failure": logger.failure,
+                                "not_logged": logger.not_logged, "upload_command": hint}
+        _write_result(run_dir, result)
+
+
+def _write_result(run_dir: Path, result: dict[str, Any]) -> None:
+    """Rewrite result.json with the tracking block, every other field as the job wrote it."""
+    from harness.reports.files import write_json
+
+    write_json(run_dir / RESULT_FILE, result)
+
+
+def log_run_dir(
+    client: Any, run_id: str, run_dir: Path, config: dict[str, Any], result: dict[str, Any],
+    trace_cap_mb: float, with_artifacts: bool = True, done: list[str] | None = None,
+) -> list[str]:
+    """Log a run directory's params, tags, final metrics and files into `run_id`.
+
+    Returns the files left out for their size. `done` collects the steps that
+    went through, so a failure can say what is missing.
+    """
+    from mlflow.entities import Metric, Param, RunTag
+
+    done = [] if done is None else done
+    existing = client.get_run(run_id).data.params
+    # A param cannot change value once set (Lightning logs the module's hparams).
+    new_params = [Param(k, v) for k, v in run_facts.params(config, result).items()
+                  if k not in existing]
+    for start in range(0, len(new_params), 100):
+        client.log_batch(run_id, params=new_params[start:start + 100])
+    done.append("params")
+    tags = (result.get(TRACKING_KEY) or {}).get("tags") or run_facts.tags(result, Path.cwd())
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    done.append("tags")
+    now_ms = _now_ms()
+    metrics = [Metric(k, v, now_ms, 0) for k, v in run_facts.final_metrics(result).items()]
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+    done.append("final metrics")
+    _log_system_series(client, run_id, run_dir)
+    done.append("system metrics")
+    skipped: list[str] = []
+    if with_artifacts:
+        skipped = _log_files(client, run_id, run_dir, trace_cap_mb)
+    done.append("artifacts")
+    return skipped
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
+    """System metrics over time from reports/system.csv, one MLflow metric per column.
+
+    TODO(system report): the system preset is being written in parallel; this
+    assumes one row per sample, numeric columns, and an optional `timestamp_s`
+    (Unix seconds) or `elapsed_s` column. Adjust to its final layout.
+    """
+    path = run_dir / "reports" / SYSTEM_REPORT
+    if not path.is_file():
+        return
+    import pandas as pd
+    from mlflow.entities import Metric
+
+    frame = pd.read_csv(path)
+    start_ms = _now_ms()
+    if "timestamp_s" in frame:
+        stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
+    elif "elapsed_s" in frame:
+        stamps = (start_ms + frame["elapsed_s"] * 1000).astype("int64").tolist()
+    else:
+        stamps = [start_ms] * len(frame)
+    metrics = []
+    for column in frame.select_dtypes("number").columns:
+        if column in ("timestamp_s", "elapsed_s", "step"):
+            continue
+        for step, (value, stamp) in enumerate(zip(frame[column], stamps, strict=True)):
+            if pd.notna(value):
+                metrics.append(Metric(f"{SYSTEM_METRIC_PREFIX}{column}", float(value), stamp, step))
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+
+
+def is_trace(path: Path) -> bool:
+    return any(marker in path.name.lower() for marker in TRACE_MARKERS)
+
+
+def _log_files(client: Any, run_id: str, run_dir: Path, trace_cap_mb: float) -> list[str]:
+    """Reports (json, csv, summaries, snapshots; traces under the cap), tables, config."""
+    import pandas as pd
+
+    skipped = []
+    reports = run_dir / "reports"
+    for path in sorted(p for p in reports.rglob("*") if p.is_file()) if reports.is_dir() else []:
+        relative = path.relative_to(run_dir)
+        if is_trace(path) and path.stat().st_size > trace_cap_mb * MIB:
+            skipped.append(f"{relative} ({path.stat().st_size / MIB:.0f} MiB)")
+            continue
+        client.log_artifact(run_id, str(path), str(relative.parent))
+        if path.suffix == ".csv":
+            # The table view lets the UI compare the same report across runs.
+            frame = pd.read_csv(path)
+            if not frame.empty:
+                client.log_table(run_id, frame, f"{TABLES_DIR}/{path.stem}.json")
+    for extra in (".hydra", "error.log"):
+        source = run_dir / extra
+        if source.is_dir():
+            client.log_artifacts(run_id, str(source), "config")
+        elif source.is_file():
+            client.log_artifact(run_id, str(source))
+    if skipped:
+        from mlflow.entities import RunTag
+
+        client.log_batch(run_id, tags=[RunTag("artifacts_left_on_disk", "; ".join(skipped))])
+    client.log_artifact(run_id, str(run_dir / RESULT_FILE))
+    return skipped

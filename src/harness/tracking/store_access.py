@@ -1,0 +1,105 @@
+"""Reaching a tracking store without stalling a benchmark on it.
+
+MLflow retries an HTTP request 7 times with exponential backoff by default,
+which can hold a run for minutes when the server is down; a sqlite store is
+created on first use by whichever process gets there first, and parallel
+jobs racing to create it can trip over each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.errors import ConfigError
+
+
+def positive_number(
+    key: str, value: object, integer: bool = False, allow_zero: bool = False
+) -> float:
+    """`value` as a number (env-var interpolations arrive as strings), or a ConfigError."""
+    try:
+        number = int(str(value)) if integer else float(str(value))
+    except ValueError:
+        number = None
+    if isinstance(value, bool) or number is None or number < 0 or (number == 0 and not allow_zero):
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(key, value, f"{kind} {'>=' if allow_zero else '>'} 0", f"{key}=10")
+    return number
+
+
+def configure_http(timeout_s: int, max_retries: int) -> None:
+    """Bound MLflow's HTTP requests for this process (read by MLflow at each request)."""
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(timeout_s))
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(max_retries))
+    # Backoff factor 1 keeps the retries to seconds, not minutes.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+
+
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def probe(uri: str, timeout_s: float) -> str | None:
+    """Why an http(s) tracking server cannot be reached, or None if it answers.
+
+    Any HTTP answer counts as reachable (a server behind auth answers 401);
+    only a refused connection, a DNS failure or a timeout does not.
+    """
+    if not is_http(uri):
+        return None
+    import requests
+
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+    except requests.RequestException as err:
+        return f"cannot reach {uri}: {type(err).__name__}"
+    return None
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI, or None for any other store."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///"))
+
+
+def absolute_uri(uri: str) -> str:
+    """The same store named so that it works from any working directory."""
+    path = sqlite_path(uri)
+    if path is None or path.is_absolute():
+        return uri
+    return f"sqlite:///{path.resolve()}"
+
+
+@contextlib.contextmanager
+def creation_lock(uri: str) -> Iterator[None]:
+    """Serialise creating the store, experiment and run across local processes.
+
+    Only for a sqlite file: a server serialises on its own. Per-step writes
+    need no lock, since MLflow sets a 20 s sqlite busy timeout on each session.
+    """
+    path = sqlite_path(uri)
+    try:
+        import fcntl
+    except ImportError:  # not on POSIX: go without, as MLflow itself does
+        fcntl = None
+    if path is None or fcntl is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A hidden file beside the database: sqlite's own locks stay untouched.
+    with open(path.parent / f".{path.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def short_reason(err: BaseException) -> str:
+    """One line about a tracking failure, without MLflow's multi-line detail."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__

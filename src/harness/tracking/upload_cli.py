@@ -1,0 +1,188 @@
+"""`harness-mlflow-upload`: log run directories that are already on disk into MLflow.
+
+For runs whose tracking failed (server down, store locked) or that ran with
+logger=none. PATH is one run directory (it holds result.json) or a sweep
+directory (its job folders hold result.json): a sweep gets a parent run with
+each job as a child, as a live multirun does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.tracking import run_logging, store_access
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+RATE_COLUMNS = ("training_rate", "validation_rate", "inference_rate")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=run_logging.UPLOAD_COMMAND,
+        description="Log harness run directories (result.json, reports/) into MLflow.",
+    )
+    parser.add_argument("path", type=Path, help="a run directory or a sweep directory")
+    parser.add_argument("--tracking-uri", help="where to log (default: the URI in result.json,"
+                        f" else $MLFLOW_TRACKING_URI, else {DEFAULT_URI})")
+    parser.add_argument("--experiment", default=None,
+                        help="experiment name (default: harness)")
+    parser.add_argument("--parent-run-id", default=None,
+                        help="make the uploaded run(s) children of this run")
+    parser.add_argument("--trace-size-cap-mb", type=float, default=100,
+                        help="profiler traces bigger than this stay on disk (default: 100)")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"{run_logging.UPLOAD_COMMAND}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    path: Path = args.path.resolve()
+    if (path / run_logging.RESULT_FILE).is_file():
+        run_dirs, sweep_dir = [path], None
+    else:
+        run_dirs = sorted(p.parent for p in path.glob(f"*/{run_logging.RESULT_FILE}"))
+        sweep_dir = path
+    if not run_dirs:
+        return _fail(f"no {run_logging.RESULT_FILE} in {path} or its subfolders."
+                     " Fix: pass a run directory (outputs/DATE/TIME) or a sweep directory")
+    uri = args.tracking_uri or _recorded_uri(run_dirs[0]) or _env_uri() or DEFAULT_URI
+    try:
+        summary = upload(uri, run_dirs, sweep_dir, args.experiment or "harness",
+                         args.parent_run_id, args.trace_size_cap_mb)
+    except ConnectionError as err:  # the probe's own one-line reason
+        return _fail(f"{err}. Fix: start the server, or pass --tracking-uri")
+    except Exception as err:
+        return _fail(f"could not log to {uri}: {store_access.short_reason(err)}")
+    for line in summary:
+        print(line)
+    print(f"view them with: mlflow ui --backend-store-uri {store_access.absolute_uri(uri)}"
+          if not store_access.is_http(uri) else f"view them at {uri}")
+    return 0
+
+
+def _recorded_uri(run_dir: Path) -> str | None:
+    tracking = _read_json(run_dir / run_logging.RESULT_FILE).get(run_logging.TRACKING_KEY) or {}
+    return tracking.get("tracking_uri")
+
+
+def _env_uri() -> str | None:
+    import os
+
+    return os.environ.get("MLFLOW_TRACKING_URI")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def upload(uri: str, run_dirs: list[Path], sweep_dir: Path | None, experiment: str,
+           parent_run_id: str | None, trace_cap_mb: float) -> list[str]:
+    """Create one run per directory (children of a new sweep run for a sweep)."""
+    from mlflow import MlflowClient
+
+    from harness.tracking.sweep_callback import experiment_for, log_sweep_files
+
+    store_access.configure_http(10, 2)
+    reason = store_access.probe(uri, 5)
+    if reason:
+        raise ConnectionError(reason)
+    client = MlflowClient(uri)
+    with store_access.creation_lock(uri):
+        experiment_id = experiment_for(client, experiment, None)
+    lines = []
+    if sweep_dir is not None and parent_run_id is None:
+        parent = client.create_run(experiment_id, run_name=f"sweep {sweep_dir.name} (uploaded)",
+                                   tags={"sweep_dir": str(sweep_dir), "harness.kind": "sweep"})
+        parent_run_id = parent.info.run_id
+        lines.append(f"{sweep_dir} -> parent run {parent_run_id}")
+    for run_dir in run_dirs:
+        run_id = upload_run_dir(client, experiment_id, run_dir, parent_run_id, trace_cap_mb)
+        lines.append(f"{run_dir} -> run {run_id}")
+    if sweep_dir is not None and parent_run_id is not None:
+        log_sweep_files(client, parent_run_id, sweep_dir)
+    return lines
+
+
+def upload_run_dir(client: Any, experiment_id: str, run_dir: Path, parent_run_id: str | None,
+                   trace_cap_mb: float) -> str:
+    """One run directory as a new MLflow run; returns its id."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    result = _read_json(run_dir / run_logging.RESULT_FILE)
+    overrides = result.get("overrides") or []
+    tags = {"harness.uploaded_from": str(run_dir)}
+    if parent_run_id:
+        tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
+    run = client.create_run(experiment_id, run_name=(",".join(overrides) or run_dir.name)[:250],
+                            tags=tags)
+    run_id = run.info.run_id
+    _log_step_rates(client, run_id, run_dir, result)
+    run_logging.log_run_dir(client, run_id, run_dir, _config(run_dir), result, trace_cap_mb)
+    client.set_terminated(run_id, run_logging.END_STATUS.get(result.get("status"), "FAILED"))
+    return run_id
+
+
+def _config(run_dir: Path) -> dict[str, Any]:
+    """The job's composed config from .hydra/, resolved as the job saw it."""
+    from omegaconf import OmegaConf
+
+    config_file = run_dir / ".hydra" / "config.yaml"
+    if not config_file.is_file():
+        return {}
+    cfg = OmegaConf.load(config_file)
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    hydra_node = OmegaConf.load(hydra_file).get("hydra") if hydra_file.is_file() else None
+    # The job's ${hydra:...} interpolations read Hydra's own config, saved beside it.
+    OmegaConf.register_new_resolver(
+        "hydra", lambda key: OmegaConf.select(hydra_node, key) if hydra_node else None,
+        replace=True,
+    )
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # an interpolation that only resolves inside the job: keep it as text
+        return OmegaConf.to_container(cfg, resolve=False)
+
+
+def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: dict[str, Any]) -> None:
+    """training_rate / validation_rate / inference_rate per step, from speed_steps.csv."""
+    steps_file = run_dir / "reports" / "speed_steps.csv"
+    if not steps_file.is_file():
+        return
+    import datetime as dt
+
+    import pandas as pd
+    from mlflow.entities import Metric
+
+    frame = pd.read_csv(steps_file)
+    try:
+        start_ms = int(dt.datetime.fromisoformat(result["started_at"]).timestamp() * 1000)
+    except (KeyError, TypeError, ValueError):
+        start_ms = run_logging._now_ms()
+    metrics = []
+    for phase, rows in frame.groupby("phase", sort=False):
+        column = next((c for c in RATE_COLUMNS if c in rows and rows[c].notna().any()), None)
+        if column is None:
+            continue
+        elapsed_ms = (rows["step_s"].cumsum() * 1000).astype("int64")
+        for (_, row), offset in zip(rows.iterrows(), elapsed_ms, strict=True):
+            if pd.notna(row[column]):
+                # The live run steps training_rate by global_step, which counts from 1.
+                step = int(row["step"]) + (1 if phase == "train" else 0)
+                metrics.append(Metric(column, float(row[column]), start_ms + int(offset), step))
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
