@@ -61,16 +61,14 @@ def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
 
 
 def test_ddp_writes_one_mlflow_run(harness):
-    pytest.importorskip("harness.tracking", reason="MLflow tracking is on another branch")
-    pytest.importorskip("mlflow")
+    mlflow = pytest.importorskip("mlflow")
     done = harness(*DDP, "mode=train", "logger=mlflow")
     assert done.returncode == 0, done.stderr[-3000:]
-    import mlflow
-
-    store = next(done.cwd.rglob("mlruns"), None)
-    assert store is not None, "no mlruns store written"
-    runs = mlflow.search_runs(search_all_experiments=True, tracking_uri=store.as_uri())
-    assert len(runs) == 1
+    client = mlflow.MlflowClient(f"sqlite:///{done.cwd / 'mlflow.db'}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments)
+    assert len(runs) == 1  # rank zero only
+    assert runs[0].data.params["trainer.devices"] == "2"
 
 
 def test_sigterm_writes_partial_reports_with_status_interrupted(tmp_path: Path):
