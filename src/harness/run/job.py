@@ -13,6 +13,7 @@ from harness.config.knobs import Knobs, read_knobs
 from harness.config.targets import check_targets
 from harness.errors import HarnessError
 from harness.run.result import RESULT_FILE, RunRecord
+from harness.sweep.repeat import run_repeated
 
 REPORTS_DIR = "reports"
 
@@ -29,7 +30,8 @@ def run_job(cfg: DictConfig) -> RunRecord:
         knobs = read_knobs(cfg)
         record.knobs = knobs.as_dict()
         check_targets(cfg)
-        _train_and_measure(cfg, knobs, record)
+        # Clean state before each measurement (jobs of a sweep share a process); repeat=N.
+        run_repeated(cfg, knobs, record, _train_and_measure)
         record.status = "ok"
     except BaseException as err:
         record.fail(err)
