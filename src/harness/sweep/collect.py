@@ -121,9 +121,10 @@ def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
         problem = f"{result_path}: unreadable ({first}); the job is shown as 'unreadable'"
         return JobResult(job_dir, UNREADABLE, reason, _overrides_from_hydra(job_dir)), problem
     overrides = record.get("overrides")
-    settings = (
-        parse_overrides(overrides) if isinstance(overrides, list) else _overrides_from_hydra(job_dir)
-    )
+    if isinstance(overrides, list):
+        settings = parse_overrides(overrides)
+    else:
+        settings = _overrides_from_hydra(job_dir)
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
     job = JobResult(
         path=job_dir,
@@ -141,7 +142,9 @@ def collect(root: Path) -> Collection:
     """Every job under `root` (a multirun directory, or one run's directory)."""
     root = Path(root)
     if not root.exists():
-        raise HarnessError(f"{root} does not exist. Fix: pass a sweep directory (multirun/DATE/TIME)")
+        raise HarnessError(
+            f"{root} does not exist. Fix: pass a sweep directory (multirun/DATE/TIME)"
+        )
     if not root.is_dir():
         raise HarnessError(f"{root} is not a directory. Fix: pass a sweep directory, not a file")
     if (root / RESULT_FILE).is_file():

@@ -105,7 +105,7 @@ def diff(a: Comparison, b: Comparison) -> Diff:
             if ratio is not None and (pa["samples"] > 1 or pb["samples"] > 1):
                 spread = max(pa[f"{metric.name}_max"] - pa[f"{metric.name}_min"],
                              pb[f"{metric.name}_max"] - pb[f"{metric.name}_min"])
-                within = spread > abs(vb - va)
+                within = bool(spread > abs(vb - va))
             result.changes.append(Change(
                 label, metric.name, metric.unit, metric.higher_is_better, va, vb, ratio, within,
                 str(pa["status"]), str(pb["status"]),
@@ -114,7 +114,11 @@ def diff(a: Comparison, b: Comparison) -> Diff:
 
 
 def regressions(result: Diff, tolerance: float) -> list[Change]:
-    """Changes where B is worse than A by more than `tolerance` (a fraction) and beyond noise."""
+    """Changes where B is worse than A by more than `tolerance` (a fraction) and beyond noise.
+
+    Worse by 0.1 means 10% less throughput (examples/s, or the same loss seen as a longer
+    s/iteration), or 10% more peak memory; a job of B that failed where A's passed counts too.
+    """
     found = []
     for change in result.changes:
         if change.status_a == "ok" and change.status_b != "ok":
@@ -122,7 +126,12 @@ def regressions(result: Diff, tolerance: float) -> list[Change]:
             continue
         if change.ratio is None or change.within_spread or not change.worse:
             continue
-        size = 1 - change.ratio if change.higher_is_better else change.ratio - 1
+        if change.higher_is_better:
+            size = 1 - change.ratio  # share of throughput lost
+        elif change.unit == "s":
+            size = 1 - 1 / change.ratio  # the same, seen from time per iteration
+        else:
+            size = change.ratio - 1  # share of memory added
         if size > tolerance:
             found.append(change)
     return found

@@ -8,6 +8,7 @@ counters, and its numbers would depend on what ran before it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -47,10 +48,8 @@ def _return_freed_heap() -> None:
     libc_name = ctypes.util.find_library("c")
     if not libc_name:
         return
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(libc_name).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def start_clean(seed: int | None = None) -> dict[str, bool]:

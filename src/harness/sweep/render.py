@@ -73,7 +73,7 @@ def ratio_cell(point: Any, ratio: str) -> str:
 def short_label(comparison: Comparison, label: str) -> str:
     """'precision=bf16, compile=true' -> 'bf16 compile=true': bare words stand alone."""
     if not comparison.variant_keys:
-        return "value"
+        return ""
     parts = []
     for part in label.split(", "):
         key, _, value = part.partition("=")
@@ -91,13 +91,15 @@ def _sections(comparison: Comparison) -> list[tuple[str, list[str], list[list[st
     row_title = comparison.row_key or "run"
     sections = []
     phases = (("Training", "train"), ("Inference", "inference"))
+    measured = points[points["status"] == "ok"]
     for title, phase in phases:
-        if points[f"{phase}_examples_per_second"].isna().all():
+        # A phase nobody measured (mode=train) has no table; failed points still show.
+        if len(measured) and measured[f"{phase}_examples_per_second"].isna().all():
             continue
         header = [row_title]
         for label in comparison.variants:
             name = short_label(comparison, label)
-            header += [f"{name} s/it", f"{name} ex/s"]
+            header += [f"{name} s/it".strip(), f"{name} ex/s".strip()]
             if label != comparison.baseline:
                 header.append(f"{name} speed-up")
         rows = []
@@ -111,13 +113,13 @@ def _sections(comparison: Comparison) -> list[tuple[str, list[str], list[list[st
                     cells.append(ratio_cell(point, f"{phase}_speedup"))
             rows.append(cells)
         sections.append((title, header, rows))
-    if not points["peak_memory_bytes"].isna().all():
+    if not (len(measured) and measured["peak_memory_bytes"].isna().all()):
         sources = {s for s in points["memory_source"].dropna()}
         title = f"Peak memory (MiB, {' / '.join(sorted(sources)) or 'n/a'})"
         header = [row_title]
         for label in comparison.variants:
             name = short_label(comparison, label)
-            header.append(name)
+            header.append(name or "MiB")
             if label != comparison.baseline:
                 header.append(f"{name} vs base")
         rows = []
@@ -144,7 +146,8 @@ def _preamble(comparison: Comparison) -> list[str]:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(comparison.status_counts.items()))
     lines.append(f"Jobs: {len(comparison.jobs)} ({counts})")
     if comparison.fixed:
-        lines.append("Fixed (not swept): " + ", ".join(f"{k}={v}" for k, v in comparison.fixed.items()))
+        fixed = ", ".join(f"{k}={v}" for k, v in comparison.fixed.items())
+        lines.append(f"Fixed (not swept): {fixed}")
     if comparison.variant_keys:
         lines.append(
             f"Rows: {comparison.row_key}. Column groups: {', '.join(comparison.variant_keys)}."
@@ -239,7 +242,8 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "context": comparison.context,
         "jobs": {"total": len(comparison.jobs), **comparison.status_counts},
         "metrics": {m.name: {"unit": m.unit, "what": m.what} for m in METRICS},
-        "ratios": {r: f"{m} of the variant / {m} of the baseline, same row" for r, m in RATIOS.items()},
+        "ratios": {r: f"{m} of the variant / {m} of the baseline, same row"
+                   for r, m in RATIOS.items()},
         "spread": "min..max over every repeat of every job of the point; value = median",
         "within_spread": "true when the min..max range of the point or of its baseline is wider"
                          " than the difference of their medians (null: ran once, unknown)",
@@ -282,7 +286,7 @@ def write_png(comparison: Comparison, path: Path) -> Path | None:
                 lo.append((p[metric] - p[f"{metric}_min"]) * scale)
                 hi.append((p[f"{metric}_max"] - p[metric]) * scale)
             if xs:
-                name = short_label(comparison, label)
+                name = short_label(comparison, label) or comparison.root.name
                 if comparison.repeated:
                     ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=name)
                 else:

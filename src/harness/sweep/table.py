@@ -103,8 +103,7 @@ def sample_values(sample: dict[str, Any]) -> dict[str, float | None]:
             values[name] = peak_memory(sample)[0]
             continue
         value = sample.get(name)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        values[name] = float(value) if ok else None
+        values[name] = float(value) if _number(value) else None
     return values
 
 
@@ -159,7 +158,7 @@ def _choose_baseline(spec: str | None, variants: list[str], variant_keys: list[s
 def _spread_exceeds(a_min: float, a_max: float, b_min: float, b_max: float,
                     a: float, b: float) -> bool:
     """True when either side's min..max range is wider than the gap between the medians."""
-    return max(a_max - a_min, b_max - b_min) > abs(a - b)
+    return bool(max(a_max - a_min, b_max - b_min) > abs(a - b))
 
 
 def swept_and_fixed(jobs: list[JobResult]) -> tuple[list[str], dict[str, str]]:
@@ -210,7 +209,10 @@ def build(collection: Collection, rows: str | None = None,
             f"rows={rows!r} is not a swept key of {collection.root}"
             f" (swept: {', '.join(axes) or 'nothing'}). Fix: choose one of the swept keys"
         )
-    row_key = rows or next((k for k in ROW_PREFERENCE if k in axes), axes[0] if axes else None)
+    # One swept key that is not a preferred row key makes columns (variants) with a single
+    # row, so that its values get speed-ups against each other.
+    fallback = axes[0] if len(axes) > 1 else None
+    row_key = rows or next((k for k in ROW_PREFERENCE if k in axes), fallback)
     variant_keys = [k for k in axes if k != row_key]
 
     groups: dict[tuple[str, str], list[JobResult]] = {}
@@ -265,6 +267,8 @@ def build(collection: Collection, rows: str | None = None,
 
 
 def _add_ratios(frame: pd.DataFrame, baseline: str) -> None:
+    import pandas as pd
+
     base = frame[frame["variant"] == baseline].set_index("row")
     for ratio, metric in RATIOS.items():
         values, flags = [], []
@@ -275,13 +279,15 @@ def _add_ratios(frame: pd.DataFrame, baseline: str) -> None:
                 v, b = point.get(metric), ref.get(metric)
                 if _number(v) and _number(b) and b > 0:
                     value = v / b
-                    if point["samples"] > 1 or ref["samples"] > 1:
+                    repeated = point["samples"] > 1 or ref["samples"] > 1
+                    if repeated and point["variant"] != baseline:
                         flag = _spread_exceeds(point[f"{metric}_min"], point[f"{metric}_max"],
                                                ref[f"{metric}_min"], ref[f"{metric}_max"], v, b)
             values.append(value)
             flags.append(flag)
         frame[ratio] = values
-        frame[f"{ratio}_within_spread"] = flags
+        # object dtype keeps True / False / None (not numpy bools, not NaN)
+        frame[f"{ratio}_within_spread"] = pd.Series(flags, index=frame.index, dtype=object)
 
 
 def _number(value: Any) -> bool:
