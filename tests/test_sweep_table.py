@@ -90,7 +90,8 @@ def test_failed_and_missing_jobs_are_cells(tmp_path):
     assert "| 4 | 0.1000 | 40.0 | OOM | OOM | OOM |" in md
     assert "| 8 | no result | no result | - | - | - |" in md
     assert "job 3 (batch_size=4, precision=bf16): oom: out of memory" in md
-    rows = {(r["batch_size"], r["precision"]): r for r in csv.DictReader((root / "comparison.csv").open())}
+    table = csv.DictReader((root / "comparison.csv").open())
+    rows = {(r["batch_size"], r["precision"]): r for r in table}
     assert rows[("4", "bf16")]["status"] == "oom"
     assert rows[("8", "fp32")]["status"] == "missing"
 

@@ -127,27 +127,31 @@ def test_multirun_exits_non_zero_only_when_every_job_failed(tmp_path):
 
 
 def test_reversed_job_order_gives_the_same_cells(tmp_path):
-    # The big job leaves the most memory behind: run first, it would inflate the small job.
-    workload = (*SMALL, "data.seq_len=64", "data.dim=128", "mode=train")
+    # Long sequences of narrow tokens: attention maps make the batch-16 job's memory large
+    # while its compute stays small. Run first, its leftovers would inflate the small job.
+    workload = (*SMALL, "data.seq_len=256", "data.dim=32", "mode=train")
     cells = {}
-    for order in ("1,32", "32,1"):
+    for order in ("1,16", "16,1"):
         cwd = tmp_path / order.replace(",", "_")
         cwd.mkdir()
         done = run_harness(cwd, MULTIRUN, *workload, f"batch_size={order}")
         assert done.returncode == 0, done.stderr[-3000:]
         rows = csv.DictReader((sweep_dir(cwd) / "comparison.csv").open())
         cells[order] = {r["batch_size"]: r for r in rows}
-    forward, reverse = cells["1,32"], cells["32,1"]
-    for bs in ("1", "32"):
-        # Peak memory is per job (peak-RSS mark reset at each start): order-independent to 10%.
+    forward, reverse = cells["1,16"], cells["16,1"]
+    for c in (forward, reverse):
+        # The test can fail: the big job's peak is well above what 10% tolerance hides.
+        assert float(c["16"]["peak_memory_bytes"]) > 1.15 * float(c["1"]["peak_memory_bytes"])
+    for bs in ("1", "16"):
+        assert forward[bs]["status"] == reverse[bs]["status"] == "ok"
+        # Peak memory is per job (the peak-RSS mark is reset at each start): same to 10%.
         a, b = float(forward[bs]["peak_memory_bytes"]), float(reverse[bs]["peak_memory_bytes"])
         assert math.isclose(a, b, rel_tol=0.10), (bs, a / 2**20, b / 2**20)
-        # Throughput on a shared CPU is noisy: the same to within a factor of 3.
+        # Throughput on this shared 2-core CPU swings by several times with other load
+        # (single steps of 0.04 s and 1.2 s seen in one job), so only a gross order effect
+        # is caught here; docs/sweeps.md shows the spread measured with repeat=N.
         a, b = (float(c[bs]["train_examples_per_second"]) for c in (forward, reverse))
-        assert 1 / 3 < a / b < 3, (bs, a, b)
-    # And the memory the batch size costs shows in both orders.
-    for c in (forward, reverse):
-        assert float(c["32"]["peak_memory_bytes"]) > float(c["1"]["peak_memory_bytes"])
+        assert 1 / 10 < a / b < 10, (bs, a, b)
 
 
 def test_repeat_reports_median_and_spread(tmp_path):
