@@ -155,3 +155,18 @@ def test_compare_two_single_runs(tmp_path):
     ratios = {c.metric: c.ratio for c in result.changes}
     assert ratios["train_examples_per_second"] == pytest.approx(1.5)
     assert result.setup_changes == {"precision": ("fp32", "bf16")}
+
+
+def test_report_cli_never_imports_torch(tmp_path):
+    root = grid(tmp_path / "sweep")
+    code = (
+        "import sys; from harness.sweep.report_cli import _run, parser;"
+        f" _run(parser().parse_args([{str(root)!r}]));"
+        " heavy = [m for m in ('torch', 'lightning') if m in sys.modules];"
+        " print('heavy:', heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "heavy: []" in done.stdout
+    assert (root / "comparison.md").is_file()

@@ -13,7 +13,7 @@ from harness.config.knobs import Knobs, read_knobs
 from harness.config.targets import check_targets
 from harness.errors import HarnessError
 from harness.run.result import RESULT_FILE, RunRecord
-from harness.sweep.repeat import run_repeated
+from harness.sweep.repeat import read_repeat, run_repeated
 
 REPORTS_DIR = "reports"
 
@@ -29,6 +29,7 @@ def run_job(cfg: DictConfig) -> RunRecord:
     try:
         knobs = read_knobs(cfg)
         record.knobs = knobs.as_dict()
+        read_repeat(cfg)  # checked before check_targets imports the user's code
         check_targets(cfg)
         # Clean state before each measurement (jobs of a sweep share a process); repeat=N.
         run_repeated(cfg, knobs, record, _train_and_measure)
