@@ -332,6 +332,52 @@ def write_all(comparison: Comparison, directory: Path, plot: bool = True) -> lis
     return written
 
 
+def _compact_sections(comparison: Comparison) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The terminal layout: one column per variant, each cell stacking its figures.
+
+    The markdown layout has three columns per variant and wraps badly in a terminal.
+    """
+    points = comparison.points
+    lookup = {(str(p["row"]), p["variant"]): p for _, p in points.iterrows()}
+    measured = points[points["status"] == "ok"]
+    header = [comparison.row_key or "run"]
+    header += [short_label(comparison, v) or "value" for v in comparison.variants]
+    sections = []
+    for title, phase in (("Training", "train"), ("Inference", "inference")):
+        if len(measured) and measured[f"{phase}_examples_per_second"].isna().all():
+            continue
+        rows = []
+        for row in comparison.rows:
+            cells = [row]
+            for label in comparison.variants:
+                point = lookup.get((row, label))
+                lines = [value_cell(point, f"{phase}_seconds_per_iteration"),
+                         value_cell(point, f"{phase}_examples_per_second")]
+                if point is None or point["status"] != "ok":
+                    lines = [value_cell(point, f"{phase}_examples_per_second")]
+                elif label != comparison.baseline:
+                    lines.append(ratio_cell(point, f"{phase}_speedup"))
+                cells.append("\n".join(lines))
+            rows.append(cells)
+        sections.append((f"{title}: s/it, ex/s, speed-up vs {comparison.baseline}", header, rows))
+    if not (len(measured) and measured["peak_memory_bytes"].isna().all()):
+        sources = " / ".join(sorted({s for s in points["memory_source"].dropna()})) or "n/a"
+        rows = []
+        for row in comparison.rows:
+            cells = [row]
+            for label in comparison.variants:
+                point = lookup.get((row, label))
+                lines = [value_cell(point, "peak_memory_bytes")]
+                if point is None or point["status"] != "ok":
+                    lines = [value_cell(point, "peak_memory_bytes")]
+                elif label != comparison.baseline:
+                    lines.append(ratio_cell(point, "memory_ratio"))
+                cells.append("\n".join(lines))
+            rows.append(cells)
+        sections.append((f"Peak memory, MiB ({sources}), and vs base", header, rows))
+    return sections
+
+
 def print_rich(comparison: Comparison, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -340,22 +386,24 @@ def print_rich(comparison: Comparison, console: Any = None) -> None:
     console.print(f"[bold]Sweep comparison:[/bold] {comparison.root}")
     for line in _preamble(comparison):
         console.print(line, highlight=False)
-    for title, header, rows in _sections(comparison):
-        table = Table(title=title)
-        for i, column in enumerate(header):
-            table.add_column(column.replace(" ", "\n", 1) if i else column, justify="right")
+    for title, header, rows in _compact_sections(comparison):
+        table = Table(title=title, show_lines=True)
+        for column in header:
+            table.add_column(column, justify="right")
         for cells in rows:
             table.add_row(*[_style(c) for c in cells])
         console.print(table)
     for line in legend(comparison):
         console.print(line, style="dim", highlight=False)
     for line in failures(comparison):
-        console.print(f"[red]failed[/red] {line}", highlight=False)
+        console.print(f"[red]not ok[/red] {line}", highlight=False)
     for line in comparison.problems:
         console.print(f"[yellow]warning[/yellow] {line}", highlight=False)
 
 
 def _style(cell: str) -> str:
+    from rich.markup import escape
+
     if cell in CELL_FOR_STATUS.values():
         return f"[bold red]{cell}[/bold red]"
-    return cell
+    return escape(cell)
