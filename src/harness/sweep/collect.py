@@ -65,7 +65,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
         key = key.lstrip("+~")
         if not sep or key.startswith(NOT_SETTINGS):
             continue
-        settings[key] = value
+        # Hydra's sweeper writes booleans as True/False, the command line as typed.
+        settings[key] = value.lower() if value.lower() in ("true", "false") else value
     return settings
 
 
