@@ -31,15 +31,24 @@ def reset_peak_rss() -> bool:
     return True
 
 
-def peak_rss_bytes() -> int | None:
-    """Peak resident set since the last reset_peak_rss (VmHWM), or None off Linux."""
+def _status_bytes(field: str) -> int | None:
     try:
         for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024  # reported in kB
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def peak_rss_bytes() -> int | None:
+    """Peak resident set since the last reset_peak_rss (VmHWM), or None off Linux."""
+    return _status_bytes("VmHWM")
+
+
+def rss_bytes() -> int | None:
+    """Resident set now (VmRSS), or None off Linux."""
+    return _status_bytes("VmRSS")
 
 
 def _return_freed_heap() -> None:
@@ -52,17 +61,19 @@ def _return_freed_heap() -> None:
         ctypes.CDLL(libc_name).malloc_trim(0)
 
 
-def start_clean(seed: int | None = None) -> dict[str, bool]:
+def start_clean(seed: int | None = None) -> dict[str, bool | int | None]:
     """Forget compiled graphs, free memory and caches, reset peak counters, reseed.
 
-    Returns which resets took effect, recorded in result.json as `isolation`.
+    Returns which resets took effect and the resident set the job starts from
+    (`rss_at_start_bytes`: what earlier jobs left loaded, e.g. TorchInductor's
+    modules, cannot be unloaded), recorded in result.json as `isolation`.
     """
     import torch
 
     torch._dynamo.reset()
     gc.collect()
     _return_freed_heap()
-    done = {"compiler_reset": True, "gc": True}
+    done: dict[str, bool | int | None] = {"compiler_reset": True, "gc": True}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -70,6 +81,7 @@ def start_clean(seed: int | None = None) -> dict[str, bool]:
             torch.cuda.reset_peak_memory_stats(index)
         done["cuda_cache_emptied"] = True
     done["peak_rss_reset"] = reset_peak_rss()
+    done["rss_at_start_bytes"] = rss_bytes()
     if seed is not None:
         import lightning.pytorch as pl
 

@@ -150,7 +150,8 @@ def _preamble(comparison: Comparison) -> list[str]:
         lines.append(f"Fixed (not swept): {fixed}")
     if comparison.variant_keys:
         lines.append(
-            f"Rows: {comparison.row_key}. Column groups: {', '.join(comparison.variant_keys)}."
+            f"Rows: {comparison.row_key or 'one (no row key)'}."
+            f" Column groups: {', '.join(comparison.variant_keys)}."
             f" Baseline: {comparison.baseline}."
         )
     elif comparison.row_key:
