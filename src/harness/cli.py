@@ -46,7 +46,15 @@ def _app(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Entry point of the `harness` console script."""
+    from harness.sweep.named import register_sweeps
+
+    register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
     _app()
+    from harness.sweep.hydra_callback import outcome
+
+    if outcome.exit_code:  # set at the end of a multirun: every job failed
+        _say(outcome.message or "the sweep failed")
+        sys.exit(outcome.exit_code)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from harness.errors import HarnessError
 from harness.launch import scale_out
 from harness.profilers.nsys_launch import relaunch_under_nsys
 from harness.run.result import RESULT_FILE, RunRecord
+from harness.sweep.repeat import read_repeat, run_repeated
 
 REPORTS_DIR = "reports"
 
@@ -37,8 +38,10 @@ def run_job(cfg: DictConfig) -> RunRecord:
         try:
             knobs = read_knobs(cfg)
             record.knobs = knobs.as_dict()
+            read_repeat(cfg)  # checked before check_targets imports the user's code
             check_targets(cfg)
-            _train_and_measure(cfg, knobs, record)
+            # Clean state before each measurement (jobs of a sweep share a process); repeat=N.
+            run_repeated(cfg, knobs, record, _train_and_measure)
             record.status = "ok"
         except BaseException as err:
             record.fail(err)

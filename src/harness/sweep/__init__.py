@@ -1,0 +1,1 @@
+"""Sweeps: named sweep presets, per-job isolation and repeats, and the comparison table."""

@@ -1,0 +1,173 @@
+"""Read a sweep (or a single run) back from disk: one JobResult per job directory.
+
+Only the files each job wrote are used (result.json, and .hydra/overrides.yaml
+when result.json is missing or unreadable), so the table can be rebuilt at any
+time, whichever launcher ran the jobs and even while some are still running.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+RESULT_FILE = "result.json"
+MULTIRUN_FILE = "multirun.yaml"
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+# Overrides that say how a job ran rather than what it measured.
+NOT_SETTINGS = ("hydra.",)
+
+OK = "ok"
+MISSING = "missing"
+UNREADABLE = "unreadable"
+
+
+@dataclass
+class JobResult:
+    """What one job directory says about its job."""
+
+    path: Path
+    status: str  # ok | failed | oom | interrupted (from result.json), missing | unreadable
+    reason: str | None
+    settings: dict[str, str]  # key -> value as overridden on the command line / by the sweep
+    metrics: dict[str, Any] = field(default_factory=dict)
+    samples: list[dict[str, Any]] = field(default_factory=list)  # one metrics dict per repeat
+    record: dict[str, Any] = field(default_factory=dict)  # the whole result.json
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+@dataclass
+class Collection:
+    """All jobs of one sweep directory, plus what could not be read and why."""
+
+    root: Path
+    jobs: list[JobResult]
+    problems: list[str] = field(default_factory=list)
+    is_single_run: bool = False
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    """`["batch_size=4", "+model.fail_at=2"]` -> {"batch_size": "4", "model.fail_at": "2"}."""
+    settings: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        key = key.lstrip("+~")
+        if not sep or key.startswith(NOT_SETTINGS):
+            continue
+        # Hydra's sweeper writes booleans as True/False, the command line as typed.
+        settings[key] = value.lower() if value.lower() in ("true", "false") else value
+    return settings
+
+
+def _natural_key(path: Path) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def _job_dirs(root: Path) -> list[Path]:
+    found = {p.parent for p in root.rglob(RESULT_FILE)}
+    found |= {p.parent.parent for p in root.rglob(str(OVERRIDES_FILE))}
+    found.discard(root)
+    # Directories nested inside another job (its own outputs) are not jobs of the sweep.
+    jobs = [d for d in found if not any(other in d.parents for other in found)]
+    return sorted(jobs, key=lambda p: _natural_key(p.relative_to(root)))
+
+
+def _overrides_from_hydra(job_dir: Path) -> dict[str, str]:
+    path = job_dir / OVERRIDES_FILE
+    if not path.is_file():
+        return {}
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text()) or []
+    except yaml.YAMLError:
+        return {}
+    return parse_overrides([str(x) for x in loaded]) if isinstance(loaded, list) else {}
+
+
+def _samples(record: dict[str, Any]) -> list[dict[str, Any]]:
+    repeats = record.get("repeats")
+    if isinstance(repeats, dict) and isinstance(repeats.get("per_repeat"), list):
+        runs = [r for r in repeats["per_repeat"] if isinstance(r, dict)]
+        if runs:
+            return runs
+    metrics = record.get("metrics")
+    return [metrics] if isinstance(metrics, dict) else []
+
+
+def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
+    """The job in `job_dir`, and a problem message when its result.json cannot be used."""
+    result_path = job_dir / RESULT_FILE
+    if not result_path.is_file():
+        reason = "no result.json (job still running, killed, or crashed before writing it)"
+        return JobResult(job_dir, MISSING, reason, _overrides_from_hydra(job_dir)), None
+    try:
+        record = json.loads(result_path.read_text())
+        if not isinstance(record, dict) or "status" not in record:
+            raise ValueError("not a harness result (no 'status' field)")
+    except (OSError, ValueError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        reason = f"result.json unreadable: {first}"
+        problem = f"{result_path}: unreadable ({first}); the job is shown as 'unreadable'"
+        return JobResult(job_dir, UNREADABLE, reason, _overrides_from_hydra(job_dir)), problem
+    overrides = record.get("overrides")
+    if isinstance(overrides, list):
+        settings = parse_overrides(overrides)
+    else:
+        settings = _overrides_from_hydra(job_dir)
+    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    job = JobResult(
+        path=job_dir,
+        status=str(record.get("status")),
+        reason=record.get("reason"),
+        settings=settings,
+        metrics=metrics,
+        samples=_samples(record),
+        record=record,
+    )
+    return job, None
+
+
+def collect(root: Path) -> Collection:
+    """Every job under `root` (a multirun directory, or one run's directory)."""
+    root = Path(root)
+    if not root.exists():
+        raise HarnessError(
+            f"{root} does not exist. Fix: pass a sweep directory (multirun/DATE/TIME)"
+        )
+    if not root.is_dir():
+        raise HarnessError(f"{root} is not a directory. Fix: pass a sweep directory, not a file")
+    if (root / RESULT_FILE).is_file():
+        job, problem = read_job(root)
+        return Collection(root, [job], [problem] if problem else [], is_single_run=True)
+    job_dirs = _job_dirs(root)
+    if not job_dirs:
+        if (root / MULTIRUN_FILE).is_file():
+            raise HarnessError(
+                f"{root} is a sweep directory with no jobs in it yet (multirun.yaml but no job"
+                " directories). Fix: wait for the first job to start, or check the launcher's log"
+            )
+        raise HarnessError(
+            f"{root} is not a sweep or run directory: no result.json and no .hydra/ job"
+            " directories inside it. Fix: pass the directory `harness -m` printed"
+            " (multirun/DATE/TIME) or a run's output directory"
+        )
+    jobs: list[JobResult] = []
+    problems: list[str] = []
+    for job_dir in job_dirs:
+        job, problem = read_job(job_dir)
+        jobs.append(job)
+        if problem:
+            problems.append(problem)
+    return Collection(root, jobs, problems)

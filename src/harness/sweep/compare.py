@@ -1,0 +1,234 @@
+"""`harness-report A B`: what changed from result set A to result set B, metric by metric.
+
+Points are matched on the keys swept in either set; when both sets hold one
+point each (two single runs, say fp32 against bf16), those two are compared.
+Every ratio is B / A. A change is flagged as within noise when the min..max
+spread of A or B (from repeat=N) is wider than the difference itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.sweep.table import DEFAULT, METRICS, Comparison
+
+COMPARED = tuple(m for m in METRICS)
+
+
+@dataclass
+class Change:
+    point: str  # "batch_size=4, precision=bf16"
+    metric: str
+    unit: str
+    higher_is_better: bool
+    a: float | None
+    b: float | None
+    ratio: float | None  # b / a
+    within_spread: bool | None  # None: no spread known
+    status_a: str
+    status_b: str
+
+    @property
+    def worse(self) -> bool:
+        """B is worse than A (slower, or more memory), whatever the size."""
+        if self.ratio is None:
+            return False
+        return self.ratio < 1 if self.higher_is_better else self.ratio > 1
+
+
+@dataclass
+class Diff:
+    a: Comparison
+    b: Comparison
+    keys: list[str]
+    changes: list[Change] = field(default_factory=list)
+    only_in_a: list[str] = field(default_factory=list)
+    only_in_b: list[str] = field(default_factory=list)
+    setup_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _settings(comparison: Comparison, point: Any, keys: list[str]) -> dict[str, str]:
+    axes = ([comparison.row_key] if comparison.row_key else []) + comparison.variant_keys
+    values = {k: str(point[k]) for k in axes if k in point}
+    return {k: values.get(k, comparison.fixed.get(k, DEFAULT)) for k in keys}
+
+
+def _label(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "run"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def diff(a: Comparison, b: Comparison) -> Diff:
+    """Match the points of A and B and compare every metric."""
+    keys: list[str] = []
+    for comp in (a, b):
+        for key in ([comp.row_key] if comp.row_key else []) + comp.variant_keys:
+            if key not in keys:
+                keys.append(key)
+    setup = {
+        k: (a.fixed.get(k, DEFAULT), b.fixed.get(k, DEFAULT))
+        for k in dict.fromkeys([*a.fixed, *b.fixed])
+        if k not in keys and a.fixed.get(k, DEFAULT) != b.fixed.get(k, DEFAULT)
+    }
+    points_a = {_label(_settings(a, p, keys)): p for _, p in a.points.iterrows()}
+    points_b = {_label(_settings(b, p, keys)): p for _, p in b.points.iterrows()}
+    result = Diff(a, b, keys, setup_changes=setup)
+    pairs = [(label, points_a[label], points_b[label]) for label in points_a if label in points_b]
+    if not pairs and len(points_a) == 1 and len(points_b) == 1:
+        (la, pa), (lb, pb) = next(iter(points_a.items())), next(iter(points_b.items()))
+        pairs = [(la if la == lb else f"{la} -> {lb}", pa, pb)]
+    else:
+        result.only_in_a = [label for label in points_a if label not in points_b]
+        result.only_in_b = [label for label in points_b if label not in points_a]
+    if not pairs:
+        raise HarnessError(
+            f"{a.root} and {b.root} have no point in common (A: {'; '.join(points_a)};"
+            f" B: {'; '.join(points_b)}). Fix: compare sweeps over the same values"
+        )
+    for label, pa, pb in pairs:
+        for metric in COMPARED:
+            va, vb = pa.get(metric.name), pb.get(metric.name)
+            ok_a, ok_b = pa["status"] == "ok", pb["status"] == "ok"
+            va = va if ok_a and _number(va) else None
+            vb = vb if ok_b and _number(vb) else None
+            if va is None and vb is None and ok_a and ok_b:
+                continue  # not measured on either side (e.g. mode=train: no inference)
+            ratio = vb / va if va is not None and vb is not None and va > 0 else None
+            within = None
+            if ratio is not None and (pa["samples"] > 1 or pb["samples"] > 1):
+                spread = max(pa[f"{metric.name}_max"] - pa[f"{metric.name}_min"],
+                             pb[f"{metric.name}_max"] - pb[f"{metric.name}_min"])
+                within = bool(spread > abs(vb - va))
+            result.changes.append(Change(
+                label, metric.name, metric.unit, metric.higher_is_better, va, vb, ratio, within,
+                str(pa["status"]), str(pb["status"]),
+            ))
+    return result
+
+
+def regressions(result: Diff, tolerance: float) -> list[Change]:
+    """Changes where B is worse than A by more than `tolerance` (a fraction) and beyond noise.
+
+    Worse by 0.1 means 10% less throughput (examples/s, or the same loss seen as a longer
+    s/iteration), or 10% more peak memory; a job of B that failed where A's passed counts too.
+    """
+    found = []
+    for change in result.changes:
+        if change.status_a == "ok" and change.status_b != "ok":
+            found.append(change)
+            continue
+        if change.ratio is None or change.within_spread or not change.worse:
+            continue
+        if change.higher_is_better:
+            size = 1 - change.ratio  # share of throughput lost
+        elif change.unit == "s":
+            size = 1 - 1 / change.ratio  # the same, seen from time per iteration
+        else:
+            size = change.ratio - 1  # share of memory added
+        if size > tolerance:
+            found.append(change)
+    return found
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        return f"{value / 2**20:.0f} MiB"
+    if unit == "s":
+        return f"{value:.4f} s"
+    return f"{value:.1f}"
+
+
+def rows(result: Diff) -> list[dict[str, Any]]:
+    out = []
+    for c in result.changes:
+        out.append({
+            "point": c.point,
+            "metric": c.metric,
+            "unit": c.unit,
+            "a": c.a,
+            "b": c.b,
+            "ratio_b_over_a": c.ratio,
+            "within_spread": c.within_spread,
+            "status_a": c.status_a,
+            "status_b": c.status_b,
+        })
+    return out
+
+
+def _cell(change: Change, side: str) -> str:
+    status = change.status_a if side == "a" else change.status_b
+    if status != "ok":
+        from harness.sweep.render import CELL_FOR_STATUS
+
+        return CELL_FOR_STATUS.get(status, status)
+    return _fmt(change.a if side == "a" else change.b, change.unit)
+
+
+def to_markdown(result: Diff) -> str:
+    lines = [f"# {result.b.root} (B) against {result.a.root} (A)", ""]
+    for key, (va, vb) in result.setup_changes.items():
+        lines.append(f"Setup differs: {key}: A={va}, B={vb}  ")
+    lines += ["", "| point | metric | A | B | B/A |", "| --- | --- | ---: | ---: | ---: |"]
+    for c in result.changes:
+        ratio = "-" if c.ratio is None else f"{c.ratio:.2f}x" + ("*" if c.within_spread else "")
+        lines.append(f"| {c.point} | {c.metric} | {_cell(c, 'a')} | {_cell(c, 'b')} | {ratio} |")
+    lines += ["", "B/A above 1.00x: B is higher (faster for examples/s; slower for s/it;"
+              " more memory for peak memory). *: within the spread of the repeated runs.", ""]
+    for label in result.only_in_a:
+        lines.append(f"- only in A: {label}")
+    for label in result.only_in_b:
+        lines.append(f"- only in B: {label}")
+    return "\n".join(lines) + "\n"
+
+
+def print_rich(result: Diff, console: Any) -> None:
+    from rich.table import Table
+
+    for key, (va, vb) in result.setup_changes.items():
+        console.print(f"setup differs: {key}: A={va}, B={vb}", highlight=False)
+    table = Table(title=f"B: {result.b.root}\nagainst A: {result.a.root}")
+    for column in ("point", "metric", "A", "B", "B/A"):
+        table.add_column(column, justify="left" if column in ("point", "metric") else "right")
+    for c in result.changes:
+        ratio = "-" if c.ratio is None else f"{c.ratio:.2f}x" + ("*" if c.within_spread else "")
+        if c.ratio is not None and not c.within_spread and abs(c.ratio - 1) > 0.05:
+            ratio = f"[{'red' if c.worse else 'green'}]{ratio}[/]"
+        table.add_row(c.point, c.metric, _cell(c, "a"), _cell(c, "b"), ratio)
+    console.print(table)
+    console.print("B/A above 1.00x: B is higher. *: within the spread of the repeated runs.",
+                  style="dim")
+    for label in result.only_in_a:
+        console.print(f"only in A: {label}", highlight=False)
+    for label in result.only_in_b:
+        console.print(f"only in B: {label}", highlight=False)
+
+
+def write(result: Diff, directory: Path) -> list[Path]:
+    import pandas as pd
+
+    from harness.reports.files import write_json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    md = directory / "diff.md"
+    md.write_text(to_markdown(result))
+    csv = directory / "diff.csv"
+    pd.DataFrame(rows(result)).to_csv(csv, index=False)
+    js = write_json(directory / "diff.json", {
+        "a": str(result.a.root),
+        "b": str(result.b.root),
+        "matched_on": result.keys,
+        "setup_changes": {k: {"a": va, "b": vb} for k, (va, vb) in result.setup_changes.items()},
+        "changes": rows(result),
+        "only_in_a": result.only_in_a,
+        "only_in_b": result.only_in_b,
+    })
+    return [md, csv, js]

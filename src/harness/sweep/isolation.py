@@ -1,0 +1,90 @@
+"""Start every measurement from the same state, even when jobs share one process.
+
+Hydra's basic launcher runs the jobs of a sweep one after another in one
+Python process. Without a reset, a job would inherit the previous job's
+compiled graphs, cached allocator blocks, freed-but-kept heap and peak-memory
+counters, and its numbers would depend on what ran before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+from pathlib import Path
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark of this process (Linux >= 4.0); False where impossible.
+
+    After the reset, both /proc/self/status VmHWM and getrusage's ru_maxrss
+    report the peak since now instead of since the process started.
+    """
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def peak_rss_bytes() -> int | None:
+    """Peak resident set since the last reset_peak_rss (VmHWM), or None off Linux."""
+    return _status_bytes("VmHWM")
+
+
+def rss_bytes() -> int | None:
+    """Resident set now (VmRSS), or None off Linux."""
+    return _status_bytes("VmRSS")
+
+
+def _return_freed_heap() -> None:
+    # glibc keeps freed blocks in its arenas; without a trim a big job before a
+    # small one would raise the small job's resident set.
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(libc_name).malloc_trim(0)
+
+
+def start_clean(seed: int | None = None) -> dict[str, bool | int | None]:
+    """Forget compiled graphs, free memory and caches, reset peak counters, reseed.
+
+    Returns which resets took effect and the resident set the job starts from
+    (`rss_at_start_bytes`: what earlier jobs left loaded, e.g. TorchInductor's
+    modules, cannot be unloaded), recorded in result.json as `isolation`.
+    """
+    import torch
+
+    torch._dynamo.reset()
+    gc.collect()
+    _return_freed_heap()
+    done: dict[str, bool | int | None] = {"compiler_reset": True, "gc": True}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(index)
+        done["cuda_cache_emptied"] = True
+    done["peak_rss_reset"] = reset_peak_rss()
+    done["rss_at_start_bytes"] = rss_bytes()
+    if seed is not None:
+        import lightning.pytorch as pl
+
+        pl.seed_everything(seed, workers=True, verbose=False)
+        done["reseeded"] = True
+    return done

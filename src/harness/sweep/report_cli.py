@@ -1,0 +1,101 @@
+"""`harness-report`: rebuild a sweep's comparison from its job directories, or diff two.
+
+    harness-report DIR          comparison.{md,csv,json,png} in DIR, table on the terminal
+    harness-report A B          what changed from A to B, metric by metric (ratios B/A)
+
+Fast to start: argparse here, pandas and matplotlib only once there is work,
+never torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+PROG = "harness-report"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Rebuild the comparison table of a sweep from its jobs' result.json files,"
+        " or compare two sweeps or runs (B against A).",
+        epilog="Exit status: 0 done; 1 --fail-if-worse found a regression; 2 bad input.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR",
+                   help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
+    p.add_argument("--rows", default=None,
+                   help="swept key whose values make the rows (default: batch_size if swept,"
+                   " else the first swept key)")
+    p.add_argument("--baseline", default=None,
+                   help="variant the speed-ups are against, e.g. 'precision=fp32,compile=false'"
+                   " (default: the first variant)")
+    p.add_argument("--no-write", action="store_true",
+                   help="print only; write no comparison files")
+    p.add_argument("--no-plot", action="store_true", help="skip comparison.png")
+    p.add_argument("--out", type=Path, default=None,
+                   help="with two DIRs: write diff.{md,csv,json} into this directory")
+    p.add_argument("--fail-if-worse", type=float, default=None, metavar="FRACTION",
+                   help="with two DIRs: exit 1 if any metric of B is worse than A by more than"
+                   " FRACTION (0.1 = 10%%) and beyond the runs' spread, or a job of B failed"
+                   " where A's passed")
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from harness.sweep.collect import collect
+    from harness.sweep.report import report_sweep
+
+    console = Console()
+    if len(args.dirs) == 1:
+        report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
+                     plot=not args.no_plot, write=not args.no_write, console=console)
+        return 0
+    if len(args.dirs) != 2:
+        raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
+                           " Fix: harness-report DIR, or harness-report A B")
+    from harness.sweep import compare
+    from harness.sweep.table import build
+
+    a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline) for d in args.dirs)
+    for side, comp in (("A", a), ("B", b)):
+        for problem in comp.problems:
+            console.print(f"[yellow]warning[/yellow] ({side}) {problem}", highlight=False)
+    result = compare.diff(a, b)
+    compare.print_rich(result, console)
+    if args.out:
+        written = compare.write(result, args.out)
+        console.print("[bold]diff:[/bold] " + ", ".join(map(str, written)), highlight=False)
+    if args.fail_if_worse is not None:
+        worse = compare.regressions(result, args.fail_if_worse)
+        for change in worse:
+            console.print(f"[red]regression[/red] {change.point}: {change.metric}"
+                          f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
+                          f" (status A={change.status_a}, B={change.status_b})", highlight=False)
+        if worse:
+            return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `harness-report` console script."""
+    args = parser().parse_args(argv)
+    if args.fail_if_worse is not None and args.fail_if_worse < 0:
+        print(f"{PROG}: error: --fail-if-worse={args.fail_if_worse} is not valid: expected a"
+              " fraction >= 0. Fix: --fail-if-worse 0.1", file=sys.stderr)
+        sys.exit(2)
+    try:
+        code = _run(args)
+    except HarnessError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

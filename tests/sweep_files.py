@@ -1,0 +1,34 @@
+"""Hand-made job directories, for testing the comparison without running jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def metrics(train: float, inference: float, rss_mib: float = 500.0,
+            batch_size: int = 4) -> dict[str, Any]:
+    """The flat metrics a speed-profiled job writes, from two throughputs in examples/s."""
+    return {
+        "peak_rss_bytes": int(rss_mib * 2**20),
+        "peak_device_allocated_bytes": None,
+        "train_examples_per_second": train,
+        "train_seconds_per_iteration": batch_size / train,
+        "inference_examples_per_second": inference,
+        "inference_seconds_per_iteration": batch_size / inference,
+    }
+
+
+def write_job(job_dir: Path, overrides: list[str], status: str = "ok",
+              values: dict[str, Any] | None = None, reason: str | None = None,
+              per_repeat: list[dict[str, Any]] | None = None) -> Path:
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / ".hydra").mkdir(exist_ok=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    record: dict[str, Any] = {"status": status, "reason": reason, "overrides": overrides,
+                              "metrics": values or {}}
+    if per_repeat:
+        record["repeats"] = {"per_repeat": per_repeat}
+    (job_dir / "result.json").write_text(json.dumps(record))
+    return job_dir

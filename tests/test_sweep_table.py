@@ -1,0 +1,172 @@
+"""The comparison table and `harness-report` on hand-made job directories (no training)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sweep_files import metrics, write_job
+
+from harness.errors import HarnessError
+from harness.sweep.collect import collect
+from harness.sweep.compare import diff, regressions
+from harness.sweep.table import build
+
+
+def report(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    code = "from harness.sweep.report_cli import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def grid(root: Path, scale: float = 1.0) -> Path:
+    """batch_size 2,4 x precision fp32,bf16; bf16 is 2x faster in training."""
+    n = 0
+    for bs in (2, 4):
+        for precision, speed in (("fp32", 1.0), ("bf16", 2.0)):
+            write_job(root / str(n), ["data.dim=32", f"batch_size={bs}", f"precision={precision}"],
+                      values=metrics(10 * bs * speed * scale, 50 * bs * scale, batch_size=bs))
+            n += 1
+    (root / "multirun.yaml").write_text("{}\n")
+    return root
+
+
+def test_layout_fixed_keys_and_speedups(tmp_path):
+    comparison = build(collect(grid(tmp_path / "sweep")))
+    assert comparison.row_key == "batch_size"
+    assert comparison.variant_keys == ["precision"]
+    assert comparison.fixed == {"data.dim": "32"}
+    assert comparison.baseline == "precision=fp32"
+    points = comparison.points.set_index(["batch_size", "precision"])
+    assert points.loc[("4", "bf16"), "train_speedup"] == pytest.approx(2.0)
+    assert points.loc[("4", "bf16"), "inference_speedup"] == pytest.approx(1.0)
+    assert points.loc[("2", "fp32"), "train_speedup"] == pytest.approx(1.0)
+    # other baseline, other row key
+    other = build(collect(tmp_path / "sweep"), rows="precision", baseline="batch_size=4")
+    assert other.row_key == "precision" and other.baseline == "batch_size=4"
+    points = other.points.set_index(["precision", "batch_size"])
+    assert points.loc[("fp32", "2"), "train_speedup"] == pytest.approx(0.5)
+
+
+def test_bad_baseline_and_rows_name_the_choices(tmp_path):
+    collection = collect(grid(tmp_path / "sweep"))
+    with pytest.raises(HarnessError, match="precision=fp32; precision=bf16"):
+        build(collection, baseline="precision=fp8")
+    with pytest.raises(HarnessError, match="swept: batch_size, precision"):
+        build(collection, rows="seed")
+
+
+def test_repeats_give_median_spread_and_noise_flag(tmp_path):
+    root = tmp_path / "sweep"
+    runs = {"fp32": [100.0, 90.0, 110.0], "bf16": [105.0, 80.0, 130.0], "fp16": [200, 198, 202]}
+    for n, (precision, values) in enumerate(runs.items()):
+        per_repeat = [metrics(v, 50.0) for v in values]
+        write_job(root / str(n), ["batch_size=4", f"precision={precision}"],
+                  values=metrics(sorted(values)[1], 50.0), per_repeat=per_repeat)
+    points = build(collect(root)).points.set_index("precision")
+    assert points.loc["bf16", "samples"] == 3
+    assert points.loc["bf16", "train_examples_per_second"] == 105.0
+    assert (points.loc["bf16", "train_examples_per_second_min"],
+            points.loc["bf16", "train_examples_per_second_max"]) == (80.0, 130.0)
+    # 1.05x with a 50 examples/s spread: noise. 2x with spreads of 20 and 4: real.
+    assert points.loc["bf16", "train_speedup_within_spread"] is True
+    assert points.loc["fp16", "train_speedup_within_spread"] is False
+
+
+def test_failed_and_missing_jobs_are_cells(tmp_path):
+    root = grid(tmp_path / "sweep")
+    write_job(root / "3", ["data.dim=32", "batch_size=4", "precision=bf16"], status="oom",
+              reason="out of memory: CUDA out of memory")
+    (root / "4" / ".hydra").mkdir(parents=True)
+    (root / "4" / ".hydra" / "overrides.yaml").write_text("- data.dim=32\n- batch_size=8\n"
+                                                         "- precision=fp32\n")
+    done = report(str(root), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    md = (root / "comparison.md").read_text()
+    assert "| 4 | 0.1000 | 40.0 | OOM | OOM | OOM |" in md
+    assert "| 8 | no result | no result | - | - | - |" in md
+    assert "job 3 (batch_size=4, precision=bf16): oom: out of memory" in md
+    table = csv.DictReader((root / "comparison.csv").open())
+    rows = {(r["batch_size"], r["precision"]): r for r in table}
+    assert rows[("4", "bf16")]["status"] == "oom"
+    assert rows[("8", "fp32")]["status"] == "missing"
+
+
+def test_corrupt_result_is_reported_and_the_rest_still_shown(tmp_path):
+    root = grid(tmp_path / "sweep")
+    (root / "1" / "result.json").write_text('{"status": "ok", "metrics": {')
+    done = report(str(root), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "1/result.json: unreadable" in done.stdout.replace("\n", "")
+    md = (root / "comparison.md").read_text()
+    assert "| 2 | 0.1000 | 20.0 | unreadable | unreadable | unreadable |" in md
+    assert "| 4 | 0.1000 | 40.0 | 0.0500 | 80.0 | 2.00x |" in md
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ("empty", "is not a sweep or run directory"),
+    ("multirun_only", "is a sweep directory with no jobs in it yet"),
+    ("missing", "does not exist"),
+    ("file", "is not a directory"),
+])
+def test_bad_directories_get_one_line(tmp_path, setup, message):
+    target = tmp_path / "target"
+    if setup == "empty":
+        (target / "notes").mkdir(parents=True)
+    elif setup == "multirun_only":
+        target.mkdir()
+        (target / "multirun.yaml").write_text("{}\n")
+    elif setup == "file":
+        target.write_text("hello")
+    done = report(str(target), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("harness-report: error: ")
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_compare_two_sweeps_with_ratios_and_regression_exit(tmp_path):
+    a = grid(tmp_path / "a")
+    b = grid(tmp_path / "b", scale=0.5)  # everything half as fast
+    result = diff(build(collect(a)), build(collect(b)))
+    train = [c for c in result.changes if c.metric == "train_examples_per_second"]
+    assert len(train) == 4 and all(c.ratio == pytest.approx(0.5) for c in train)
+    assert regressions(result, 0.1) and not regressions(result, 0.6)
+
+    done = report(str(a), str(b), "--fail-if-worse", "0.1", "--out", str(tmp_path / "d"),
+                  cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "regression" in done.stdout
+    rows = json.loads((tmp_path / "d" / "diff.json").read_text())["changes"]
+    assert {round(r["ratio_b_over_a"], 3) for r in rows
+            if r["metric"] == "train_examples_per_second"} == {0.5}
+    same = report(str(a), str(a), "--fail-if-worse", "0.1", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+
+
+def test_compare_two_single_runs(tmp_path):
+    a = write_job(tmp_path / "fp32", ["precision=fp32"], values=metrics(100.0, 400.0))
+    b = write_job(tmp_path / "bf16", ["precision=bf16"], values=metrics(150.0, 400.0))
+    result = diff(build(collect(a)), build(collect(b)))
+    ratios = {c.metric: c.ratio for c in result.changes}
+    assert ratios["train_examples_per_second"] == pytest.approx(1.5)
+    assert result.setup_changes == {"precision": ("fp32", "bf16")}
+
+
+def test_report_cli_never_imports_torch(tmp_path):
+    root = grid(tmp_path / "sweep")
+    code = (
+        "import sys; from harness.sweep.report_cli import _run, parser;"
+        f" _run(parser().parse_args([{str(root)!r}]));"
+        " heavy = [m for m in ('torch', 'lightning') if m in sys.modules];"
+        " print('heavy:', heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "heavy: []" in done.stdout
+    assert (root / "comparison.md").is_file()
