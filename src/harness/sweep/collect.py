@@ -122,10 +122,7 @@ def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
         problem = f"{result_path}: unreadable ({first}); the job is shown as 'unreadable'"
         return JobResult(job_dir, UNREADABLE, reason, _overrides_from_hydra(job_dir)), problem
     overrides = record.get("overrides")
-    if isinstance(overrides, list):
-        settings = parse_overrides(overrides)
-    else:
-        settings = _overrides_from_hydra(job_dir)
+    settings = parse_overrides(overrides) if isinstance(overrides, list) else _overrides_from_hydra(job_dir)
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
     job = JobResult(
         path=job_dir,
