@@ -43,6 +43,11 @@ class AdvancedReport(AdvancedProfiler):
         # stage -> action -> (seconds inside the action, function calls, pstats text)
         self.stages: dict[str, dict[str, tuple[float, int, str]]] = {}
 
+    def __del__(self) -> None:
+        # Option checks run before Lightning's __init__: a refused preset has nothing to tear down.
+        if hasattr(self, "_output_file"):
+            super().__del__()
+
     def summary(self) -> str:
         # Called at the end of each stage, just before Lightning clears the profiles.
         captured = {}
@@ -54,7 +59,8 @@ class AdvancedReport(AdvancedProfiler):
             stats.stream = text
             stats.strip_dirs().sort_stats(self.sort_by).print_stats(self.line_count_restriction)
             captured[action] = (float(stats.total_tt), int(stats.total_calls), text.getvalue())
-        self.stages[self._stage or "run"] = captured
+        stage = getattr(self._stage, "value", self._stage)  # a TrainerFn enum: "fit", "predict"
+        self.stages[str(stage or "run")] = captured
         return ""
 
     def action_rows(self) -> list[dict[str, Any]]:
@@ -71,7 +77,7 @@ class AdvancedReport(AdvancedProfiler):
         kept = rows[: self.max_actions]
         header = [
             "Advanced profile: cProfile of each Lightning action (Python functions only;"
-            " time inside C/CUDA kernels shows as the Python call that launched them).",
+            " nested actions pause their parent, so times are exclusive; time inside C/CUDA kernels shows as the Python call that launched them).",
             f"Steps: every step of every stage ({', '.join(self.stages)}).",
             f"Actions: the {len(kept)} with the most profiled time of {len(rows)};"
             f" per action the top {self.line_count_restriction} functions by {self.sort_by}.",

@@ -126,6 +126,6 @@ class MemorySnapshot(Callback):
 
     def console_tables(self) -> list[Any]:
         if self.skipped:
-            return [f"snapshot: skipped ({self.skipped})"]
+            return []  # said once, when the run started
         return [f"snapshot: {', '.join(self.files) or 'nothing dumped'} (open at"
                 " https://pytorch.org/memory_viz)"]

@@ -68,11 +68,16 @@ class TimeReport(SimpleProfiler):
         self._last_describe: float | None = None
         self.stages: list[str] = []
 
+    def __del__(self) -> None:
+        # Option checks run before Lightning's __init__: a refused preset has nothing to tear down.
+        if hasattr(self, "_output_file"):
+            super().__del__()
+
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage, local_rank, log_dir)
         if self._first_setup is None:
             self._first_setup = time.perf_counter()
-        self.stages.append(stage)
+        self.stages.append(str(getattr(stage, "value", stage)))
 
     def summary(self) -> str:
         # Called by Lightning at the end of every stage; the report is written once, at the end.

@@ -136,6 +136,11 @@ class TorchProfilerPreset(PyTorchProfiler):
         )
         self.group_by_shapes = bool(record_shapes)
 
+    def __del__(self) -> None:
+        # Option checks run before Lightning's __init__: a refused preset has nothing to tear down.
+        if hasattr(self, "_output_file"):
+            super().__del__()
+
     # -- composition ---------------------------------------------------------------
     def absorb_memory(self, memory: TorchProfilerPreset) -> None:
         """Take over the memory preset: profile_memory on, its report written from our window."""
