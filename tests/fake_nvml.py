@@ -54,11 +54,28 @@ class FakeNvml:
 
 
 def three_gpus() -> FakeNvml:
-    return FakeNvml([
-        {"uuid": "GPU-aaaa1111-0000", "util": 10, "mem": 1 * 2**30, "power_mw": 100_000,
-         "energy_mj": 5_000_000},
-        {"uuid": "GPU-bbbb2222-0000", "util": 50, "mem": 2 * 2**30, "power_mw": 200_000,
-         "energy_mj": None},
-        {"uuid": "GPU-bbbc3333-0000", "util": 90, "mem": 3 * 2**30, "power_mw": 300_000,
-         "energy_mj": 7_000_000},
-    ])
+    return FakeNvml(
+        [
+            {
+                "uuid": "GPU-aaaa1111-0000",
+                "util": 10,
+                "mem": 1 * 2**30,
+                "power_mw": 100_000,
+                "energy_mj": 5_000_000,
+            },
+            {
+                "uuid": "GPU-bbbb2222-0000",
+                "util": 50,
+                "mem": 2 * 2**30,
+                "power_mw": 200_000,
+                "energy_mj": None,
+            },
+            {
+                "uuid": "GPU-bbbc3333-0000",
+                "util": 90,
+                "mem": 3 * 2**30,
+                "power_mw": 300_000,
+                "energy_mj": 7_000_000,
+            },
+        ]
+    )

@@ -40,12 +40,17 @@ def test_indices_pick_the_gpus_in_cuda_order(monkeypatch):
     nvml = Nvml()
     assert nvml.unavailable is None
     assert [(g.index, g.nvml_index, g.uuid) for g in nvml.gpus] == [
-        (0, 2, "GPU-bbbc3333-0000"), (1, 1, "GPU-bbbb2222-0000")
+        (0, 2, "GPU-bbbc3333-0000"),
+        (1, 1, "GPU-bbbb2222-0000"),
     ]
     assert [g.has_energy_counter for g in nvml.gpus] == [True, False]
     first = nvml.sample(nvml.gpus[0])
-    assert first == {"utilization_pct": 90.0, "memory_used_bytes": float(3 * 2**30),
-                     "power_w": 300.0, "energy_counter_j": pytest.approx(7002.0)}
+    assert first == {
+        "utilization_pct": 90.0,
+        "memory_used_bytes": float(3 * 2**30),
+        "power_w": 300.0,
+        "energy_counter_j": pytest.approx(7002.0),
+    }
     assert nvml.sample(nvml.gpus[1])["energy_counter_j"] is None
     nvml.close()
     assert fake.shut_down

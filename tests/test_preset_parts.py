@@ -24,9 +24,12 @@ def test_concise_time_rows_fold_each_callback_into_one_row():
         "[LightningModule]Net.optimizer_step": [0.5, 0.5],
     }
     concise = {r["action"]: r for r in time_rows(durations, run_s=4.0, verbose=False)}
-    assert set(concise) == {"run_training_epoch", "[Callback]SpeedMonitor (all hooks)",
-                            "[Callback]ModelSummary (all hooks)",
-                            "[LightningModule]Net.optimizer_step"}
+    assert set(concise) == {
+        "run_training_epoch",
+        "[Callback]SpeedMonitor (all hooks)",
+        "[Callback]ModelSummary (all hooks)",
+        "[LightningModule]Net.optimizer_step",
+    }
     speed = concise["[Callback]SpeedMonitor (all hooks)"]
     assert speed["calls"] == 3 and speed["total_s"] == pytest.approx(0.4)
     assert speed["mean_s"] == pytest.approx(0.4 / 3)
@@ -37,16 +40,36 @@ def test_concise_time_rows_fold_each_callback_into_one_row():
 
 
 def _event(**fields):
-    base = dict(key="aten::mm", count=3, self_cpu_memory_usage=100, cpu_memory_usage=300,
-                self_cpu_time_total=1500.0, cpu_time_total=3000.0, flops=0, input_shapes=None)
+    base = dict(
+        key="aten::mm",
+        count=3,
+        self_cpu_memory_usage=100,
+        cpu_memory_usage=300,
+        self_cpu_time_total=1500.0,
+        cpu_time_total=3000.0,
+        flops=0,
+        input_shapes=None,
+    )
     return SimpleNamespace(**{**base, **fields})
 
 
 def test_event_rows_read_device_and_old_cuda_spellings():
-    new = event_row(_event(self_device_memory_usage=10, device_memory_usage=20,
-                           self_device_time_total=500.0, device_time_total=700.0))
-    old = event_row(_event(self_cuda_memory_usage=10, cuda_memory_usage=20,
-                           self_cuda_time_total=500.0, cuda_time_total=700.0))
+    new = event_row(
+        _event(
+            self_device_memory_usage=10,
+            device_memory_usage=20,
+            self_device_time_total=500.0,
+            device_time_total=700.0,
+        )
+    )
+    old = event_row(
+        _event(
+            self_cuda_memory_usage=10,
+            cuda_memory_usage=20,
+            self_cuda_time_total=500.0,
+            cuda_time_total=700.0,
+        )
+    )
     for row in (new, old):
         assert row["self_device_memory_bytes"] == 10 and row["device_memory_bytes"] == 20
         assert row["self_device_time_ms"] == 0.5 and row["device_time_ms"] == 0.7
@@ -56,10 +79,18 @@ def test_event_rows_read_device_and_old_cuda_spellings():
 
 
 def test_memory_rows_rank_operators_and_drop_annotations():
-    rows = [event_row(_event(key=k, cpu_memory_usage=m)) for k, m in (
-        ("aten::empty", 10), ("ProfilerStep*", 10_000), ("[pl][profile]run_training_batch", 9_000),
-        ("torch/nn/modules/module.py(1773): _call_impl", 8_000), ("aten::mm", 50),
-        ("harness(8): <module>", 7_000), ("aten::add", 30))]
+    rows = [
+        event_row(_event(key=k, cpu_memory_usage=m))
+        for k, m in (
+            ("aten::empty", 10),
+            ("ProfilerStep*", 10_000),
+            ("[pl][profile]run_training_batch", 9_000),
+            ("torch/nn/modules/module.py(1773): _call_impl", 8_000),
+            ("aten::mm", 50),
+            ("harness(8): <module>", 7_000),
+            ("aten::add", 30),
+        )
+    ]
     top = memory_rows(rows, limit=2)
     assert [r["name"] for r in top] == ["aten::mm", "aten::add"]
     assert top[0]["total_memory_bytes"] == 50
@@ -96,21 +127,39 @@ def test_two_lightning_profilers_are_refused_naming_both():
 
 
 def test_window_check_names_the_keys():
-    trainer = SimpleNamespace(num_training_batches=4, max_epochs=1, max_steps=-1,
-                              accumulate_grad_batches=1)
+    trainer = SimpleNamespace(
+        num_training_batches=4, max_epochs=1, max_steps=-1, accumulate_grad_batches=1
+    )
     check_window("memory", "warmup + steps", 4, trainer, "lower them")  # fits exactly
-    with pytest.raises(HarnessError, match=r"warmup \+ steps = 5 training steps.*only 4|4 training"):
+    with pytest.raises(
+        HarnessError, match=r"warmup \+ steps = 5 training steps.*only 4|4 training"
+    ):
         check_window("memory", "warmup + steps", 5, trainer, "lower them")
 
 
-@pytest.mark.parametrize(("factory", "key"), [
-    (lambda: __import__("harness.profilers.system", fromlist=["x"]).SystemReport(interval_s=-1),
-     "profiler.system.interval_s"),
-    (lambda: __import__("harness.profilers.torch_profiler", fromlist=["x"]).MemoryPreset(steps=0),
-     "profiler.memory.steps"),
-    (lambda: __import__("harness.profilers.torch_profiler", fromlist=["x"]).TorchProfilerPreset(
-        sort_by="bogus"), "profiler.pytorch.sort_by"),
-])
+@pytest.mark.parametrize(
+    ("factory", "key"),
+    [
+        (
+            lambda: __import__("harness.profilers.system", fromlist=["x"]).SystemReport(
+                interval_s=-1
+            ),
+            "profiler.system.interval_s",
+        ),
+        (
+            lambda: __import__("harness.profilers.torch_profiler", fromlist=["x"]).MemoryPreset(
+                steps=0
+            ),
+            "profiler.memory.steps",
+        ),
+        (
+            lambda: __import__(
+                "harness.profilers.torch_profiler", fromlist=["x"]
+            ).TorchProfilerPreset(sort_by="bogus"),
+            "profiler.pytorch.sort_by",
+        ),
+    ],
+)
 def test_bad_options_name_their_key(factory, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         factory()

@@ -1,4 +1,4 @@
-"""Every preset through the real CLI on the built-in workload: the files it writes and their values."""
+"""Every preset through the real CLI on the built-in workload: the files it writes, their values."""
 
 from __future__ import annotations
 
@@ -52,8 +52,11 @@ def test_full_preset_runs_every_callback_and_the_merged_torch_profiler(harness):
     assert "steps 2..4" in ops["steps"] and ops["expected_overhead"]
     assert ops["windows"][0]["operators"][0]["self_cpu_time_ms"] > 0
     trace = reports / "traces" / ops["traces_in_traces_dir"][0]
-    steps = {e["name"] for e in json.loads(trace.read_text())["traceEvents"]
-             if str(e.get("name", "")).startswith("ProfilerStep#")}
+    steps = {
+        e["name"]
+        for e in json.loads(trace.read_text())["traceEvents"]
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    }
     assert steps == {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"}
     assert memory["windows"][0]["operators"]
 
@@ -94,8 +97,9 @@ def test_simple_concise_folds_callbacks_and_verbose_keeps_every_hook(tmp_path):
     (tmp_path / "b").mkdir()
     concise = run_harness(tmp_path / "a", "profiler=[speed,simple]", *TRAIN_ONLY)
     assert concise.returncode == 0, concise.stderr[-3000:]
-    verbose = run_harness(tmp_path / "b", "profiler=[speed,simple]", "profiler.simple.verbose=true",
-                          *TRAIN_ONLY)
+    verbose = run_harness(
+        tmp_path / "b", "profiler=[speed,simple]", "profiler.simple.verbose=true", *TRAIN_ONLY
+    )
     assert verbose.returncode == 0, verbose.stderr[-3000:]
     short = {r["action"]: r for r in concise.report("time")["actions"]}
     long = {r["action"]: r for r in verbose.report("time")["actions"]}
@@ -105,8 +109,11 @@ def test_simple_concise_folds_callbacks_and_verbose_keeps_every_hook(tmp_path):
     folded = short["[Callback]SpeedMonitor (all hooks)"]
     assert folded["calls"] == sum(long[a]["calls"] for a in speed_hooks)
     assert len(short) < len(long)
-    for kept in ("run_training_epoch", "run_training_batch",
-                 "[_TrainingEpochLoop].train_dataloader_next"):
+    for kept in (
+        "run_training_epoch",
+        "run_training_batch",
+        "[_TrainingEpochLoop].train_dataloader_next",
+    ):
         assert short[kept]["calls"] == long[kept]["calls"]
     assert short["run_training_batch"]["calls"] == 12
     assert any(a.endswith("optimizer_step") for a in short)
@@ -132,13 +139,18 @@ def test_advanced_writes_cprofile_per_action(harness):
     assert step["profiled_s"] > 0 and step["function_calls"] > 12
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (("profiler=[speed,nosuch]",), "nosuch"),
-    (("profiler=[speed,simple,advanced]",), "'simple' and 'advanced' cannot run together"),
-    (("profiler=[memory]", "profiler.memory.warmup=10", "profiler.memory.steps=5"),
-     "warmup + steps = 15 training steps) is longer than this run (12 training steps"),
-    (("profiler=[system]", "profiler.system.interval_s=-1"), "profiler.system.interval_s=-1"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("profiler=[speed,nosuch]",), "nosuch"),
+        (("profiler=[speed,simple,advanced]",), "'simple' and 'advanced' cannot run together"),
+        (
+            ("profiler=[memory]", "profiler.memory.warmup=10", "profiler.memory.steps=5"),
+            "warmup + steps = 15 training steps) is longer than this run (12 training steps",
+        ),
+        (("profiler=[system]", "profiler.system.interval_s=-1"), "profiler.system.interval_s=-1"),
+    ],
+)
 def test_bad_preset_input_is_one_clear_line(harness, overrides, message):
     done = harness(*overrides, *TRAIN_ONLY)
     assert done.returncode != 0
@@ -149,8 +161,9 @@ def test_bad_preset_input_is_one_clear_line(harness, overrides, message):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_snapshot_system_and_memory_measure_the_gpu(harness):
-    done = harness("profiler=[speed,memory,snapshot,system]", "profiler.system.interval_s=0.1",
-                   *TRAIN_ONLY)
+    done = harness(
+        "profiler=[speed,memory,snapshot,system]", "profiler.system.interval_s=0.1", *TRAIN_ONLY
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = done.run_dir() / "reports"
     snapshot = done.report("snapshot")

@@ -23,20 +23,35 @@ SORT_KEYS = ("cumulative", "tottime", "ncalls")
 class AdvancedReport(AdvancedProfiler):
     """Lightning's AdvancedProfiler that writes reports/advanced.txt and advanced.json."""
 
-    def __init__(self, lines: int | float = 20, sort_by: str = "cumulative",
-                 max_actions: int = 30) -> None:
-        if isinstance(lines, bool) or not isinstance(lines, (int, float)) or lines <= 0 or (
-            isinstance(lines, float) and lines > 1
+    def __init__(
+        self, lines: int | float = 20, sort_by: str = "cumulative", max_actions: int = 30
+    ) -> None:
+        if (
+            isinstance(lines, bool)
+            or not isinstance(lines, (int, float))
+            or lines <= 0
+            or (isinstance(lines, float) and lines > 1)
         ):
-            raise ConfigError("profiler.advanced.lines", lines,
-                              "a positive integer (lines) or a fraction in (0, 1]",
-                              "profiler.advanced.lines=20")
+            raise ConfigError(
+                "profiler.advanced.lines",
+                lines,
+                "a positive integer (lines) or a fraction in (0, 1]",
+                "profiler.advanced.lines=20",
+            )
         if sort_by not in SORT_KEYS:
-            raise ConfigError("profiler.advanced.sort_by", sort_by, "one of " + ", ".join(SORT_KEYS),
-                              "profiler.advanced.sort_by=cumulative")
+            raise ConfigError(
+                "profiler.advanced.sort_by",
+                sort_by,
+                "one of " + ", ".join(SORT_KEYS),
+                "profiler.advanced.sort_by=cumulative",
+            )
         if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions <= 0:
-            raise ConfigError("profiler.advanced.max_actions", max_actions, "a positive integer",
-                              "profiler.advanced.max_actions=30")
+            raise ConfigError(
+                "profiler.advanced.max_actions",
+                max_actions,
+                "a positive integer",
+                "profiler.advanced.max_actions=30",
+            )
         super().__init__(line_count_restriction=lines)
         self.sort_by = sort_by
         self.max_actions = max_actions
@@ -67,8 +82,14 @@ class AdvancedReport(AdvancedProfiler):
         rows = []
         for stage, actions in self.stages.items():
             for action, (seconds, calls, _) in actions.items():
-                rows.append({"stage": stage, "action": action, "profiled_s": seconds,
-                             "function_calls": calls})
+                rows.append(
+                    {
+                        "stage": stage,
+                        "action": action,
+                        "profiled_s": seconds,
+                        "function_calls": calls,
+                    }
+                )
         rows.sort(key=lambda row: row["profiled_s"], reverse=True)
         return rows
 
@@ -77,7 +98,8 @@ class AdvancedReport(AdvancedProfiler):
         kept = rows[: self.max_actions]
         header = [
             "Advanced profile: cProfile of each Lightning action (Python functions only;"
-            " nested actions pause their parent, so times are exclusive; time inside C/CUDA kernels shows as the Python call that launched them).",
+            " nested actions pause their parent, so times are exclusive; time inside C/CUDA"
+            " kernels shows as the Python call that launched them).",
             f"Steps: every step of every stage ({', '.join(self.stages)}).",
             f"Actions: the {len(kept)} with the most profiled time of {len(rows)};"
             f" per action the top {self.line_count_restriction} functions by {self.sort_by}.",
@@ -86,21 +108,26 @@ class AdvancedReport(AdvancedProfiler):
         lines = [*header, ""]
         for row in kept:
             seconds, calls, text = self.stages[row["stage"]][row["action"]]
-            lines.append(f"==== [{row['stage']}] {row['action']}: {seconds:.4f} s profiled,"
-                         f" {calls} function calls")
+            lines.append(
+                f"==== [{row['stage']}] {row['action']}: {seconds:.4f} s profiled,"
+                f" {calls} function calls"
+            )
             lines.append(text.rstrip())
             lines.append("")
         reports_dir.mkdir(parents=True, exist_ok=True)
         (reports_dir / "advanced.txt").write_text("\n".join(lines) + "\n")
-        write_json(reports_dir / "advanced.json", {
-            "report": "advanced",
-            "what": header[0],
-            "steps": header[1],
-            "expected_overhead": header[3],
-            "sort_by": self.sort_by,
-            "lines_per_action": self.line_count_restriction,
-            "actions": rows,
-        })
+        write_json(
+            reports_dir / "advanced.json",
+            {
+                "report": "advanced",
+                "what": header[0],
+                "steps": header[1],
+                "expected_overhead": header[3],
+                "sort_by": self.sort_by,
+                "lines_per_action": self.line_count_restriction,
+                "actions": rows,
+            },
+        )
         return {"advanced_actions": len(rows)}
 
     def console_tables(self) -> list[Any]:
@@ -108,8 +135,11 @@ class AdvancedReport(AdvancedProfiler):
 
         table = Table(title="cProfile per action (top 10; reports/advanced.txt has the functions)")
         for column in ("stage", "action", "profiled s", "calls"):
-            table.add_column(column, justify="right" if column in ("profiled s", "calls") else "left")
+            table.add_column(
+                column, justify="right" if column in ("profiled s", "calls") else "left"
+            )
         for row in self.action_rows()[:10]:
-            table.add_row(row["stage"], row["action"], f"{row['profiled_s']:.4f}",
-                          str(row["function_calls"]))
+            table.add_row(
+                row["stage"], row["action"], f"{row['profiled_s']:.4f}", str(row["function_calls"])
+            )
         return [table]

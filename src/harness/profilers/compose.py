@@ -13,14 +13,19 @@ from typing import Any
 from harness.errors import HarnessError
 
 
-def combine_profilers(first_name: str, first: Any, second_name: str, second: Any) -> tuple[str, Any]:
+def combine_profilers(
+    first_name: str, first: Any, second_name: str, second: Any
+) -> tuple[str, Any]:
     """The (name, profiler) that does the work of both presets, or a HarnessError."""
     from harness.profilers.torch_profiler import MemoryPreset, TorchProfilerPreset
 
     pair = {first_name: first, second_name: second}
     memory = [(n, p) for n, p in pair.items() if isinstance(p, MemoryPreset)]
-    ops = [(n, p) for n, p in pair.items()
-           if isinstance(p, TorchProfilerPreset) and not isinstance(p, MemoryPreset)]
+    ops = [
+        (n, p)
+        for n, p in pair.items()
+        if isinstance(p, TorchProfilerPreset) and not isinstance(p, MemoryPreset)
+    ]
     if len(memory) == 1 and len(ops) == 1:
         (ops_name, ops_profiler), (_, memory_profiler) = ops[0], memory[0]
         ops_profiler.absorb_memory(memory_profiler)

@@ -65,17 +65,23 @@ class Nvml:
         try:
             self.module = importlib.import_module("pynvml")
         except ImportError:
-            self.unavailable = "NVML not available: the nvidia-ml-py package (pynvml) is not installed"
+            self.unavailable = (
+                "NVML not available: the nvidia-ml-py package (pynvml) is not installed"
+            )
             return
         try:
             self.module.nvmlInit()
         except Exception as err:
-            self.unavailable = f"NVML not available: {_text(err) or type(err).__name__} (no NVIDIA driver?)"
+            self.unavailable = (
+                f"NVML not available: {_text(err) or type(err).__name__} (no NVIDIA driver?)"
+            )
             self.module = None
             return
         self.gpus = self._visible_gpus()
         if not self.gpus:
-            self.unavailable = "no GPU visible to this process (CUDA_VISIBLE_DEVICES or none installed)"
+            self.unavailable = (
+                "no GPU visible to this process (CUDA_VISIBLE_DEVICES or none installed)"
+            )
 
     def _visible_gpus(self) -> list[Gpu]:
         nv = self.module
@@ -87,15 +93,17 @@ class Nvml:
             parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), count, uuids)
         ):
             handle = handles[nvml_index]
-            gpus.append(Gpu(
-                index=cuda_index,
-                nvml_index=nvml_index,
-                uuid=uuids[nvml_index],
-                name=_text(self._call(nv.nvmlDeviceGetName, handle) or "unknown"),
-                handle=handle,
-                has_energy_counter=self._call(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
-                is not None,
-            ))
+            gpus.append(
+                Gpu(
+                    index=cuda_index,
+                    nvml_index=nvml_index,
+                    uuid=uuids[nvml_index],
+                    name=_text(self._call(nv.nvmlDeviceGetName, handle) or "unknown"),
+                    handle=handle,
+                    has_energy_counter=self._call(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
+                    is not None,
+                )
+            )
         return gpus
 
     @staticmethod
@@ -111,8 +119,11 @@ class Nvml:
         util = self._call(nv.nvmlDeviceGetUtilizationRates, gpu.handle)
         memory = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
         power_mw = self._call(nv.nvmlDeviceGetPowerUsage, gpu.handle)
-        energy_mj = (self._call(nv.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
-                     if gpu.has_energy_counter else None)
+        energy_mj = (
+            self._call(nv.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
+            if gpu.has_energy_counter
+            else None
+        )
         return {
             "utilization_pct": float(util.gpu) if util is not None else None,
             "memory_used_bytes": float(memory.used) if memory is not None else None,

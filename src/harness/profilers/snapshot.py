@@ -30,8 +30,14 @@ def is_cuda_oom(err: BaseException) -> bool:
 class MemorySnapshot(Callback):
     """Records CUDA memory history for `steps` training steps from step `warmup` and dumps it."""
 
-    def __init__(self, warmup: int = 2, steps: int = 3, max_entries: int = 100_000,
-                 dump_on_oom: bool = True, output_dir: str = "reports") -> None:
+    def __init__(
+        self,
+        warmup: int = 2,
+        steps: int = 3,
+        max_entries: int = 100_000,
+        dump_on_oom: bool = True,
+        output_dir: str = "reports",
+    ) -> None:
         self.warmup = non_negative_int("profiler.snapshot.warmup", warmup)
         self.steps = positive_int("profiler.snapshot.steps", steps)
         self.max_entries = positive_int("profiler.snapshot.max_entries", max_entries)
@@ -64,28 +70,40 @@ class MemorySnapshot(Callback):
         self.rank = trainer.global_rank
         device = trainer.strategy.root_device
         if device.type != "cuda" and self.skipped is None:
-            self.skipped = (f"the run is on {device.type}: CUDA memory history needs a CUDA device")
+            self.skipped = f"the run is on {device.type}: CUDA memory history needs a CUDA device"
             if trainer.is_global_zero:
                 print(f"harness: snapshot: skipped, {self.skipped}; the run goes on", flush=True)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.skipped:
             return
-        check_window("snapshot", "warmup + steps", self.warmup + self.steps, trainer,
-                     "lower profiler.snapshot.warmup / profiler.snapshot.steps")
+        check_window(
+            "snapshot",
+            "warmup + steps",
+            self.warmup + self.steps,
+            trainer,
+            "lower profiler.snapshot.warmup / profiler.snapshot.steps",
+        )
         if self.dump_on_oom:
             self._start()
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self.skipped or self.step != self.warmup:
             return
         if self.recording:  # restart, so the window's snapshot holds the window only
             self._stop()
         self._start()
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         if self.skipped:
             return
         self.step += 1
@@ -100,8 +118,9 @@ class MemorySnapshot(Callback):
         if self.recording:
             self._stop()
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                     exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         if self.skipped or not self.recording:
             return
         if self.dump_on_oom and is_cuda_oom(exception):
@@ -113,10 +132,10 @@ class MemorySnapshot(Callback):
         payload = {
             "report": "snapshot",
             "what": "CUDA memory history (every allocation with its stack) as a pickle for"
-                    " https://pytorch.org/memory_viz",
+            " https://pytorch.org/memory_viz",
             "steps": f"training steps {self.warmup}..{self.warmup + self.steps - 1} (0-based)",
             "expected_overhead": "recording stacks slows each allocation (a few % of a step on"
-                                 " GPU); with dump_on_oom the recording runs for the whole fit",
+            " GPU); with dump_on_oom the recording runs for the whole fit",
             "dump_on_oom": self.dump_on_oom,
             "skipped": self.skipped,
             "files": self.files,
@@ -127,5 +146,7 @@ class MemorySnapshot(Callback):
     def console_tables(self) -> list[Any]:
         if self.skipped:
             return []  # said once, when the run started
-        return [f"snapshot: {', '.join(self.files) or 'nothing dumped'} (open at"
-                " https://pytorch.org/memory_viz)"]
+        return [
+            f"snapshot: {', '.join(self.files) or 'nothing dumped'} (open at"
+            " https://pytorch.org/memory_viz)"
+        ]

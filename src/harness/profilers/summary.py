@@ -23,8 +23,15 @@ from lightning.pytorch.callbacks import Callback
 from harness.errors import ConfigError
 from harness.reports.files import write_json
 
-COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size",
-           "mult_adds", "trainable")
+COLUMNS = (
+    "input_size",
+    "output_size",
+    "num_params",
+    "params_percent",
+    "kernel_size",
+    "mult_adds",
+    "trainable",
+)
 
 
 @contextmanager
@@ -45,7 +52,7 @@ def uncompiled(module: torch.nn.Module) -> Iterator[None]:
 
 
 def example_input(pl_module: pl.LightningModule, batch: Any) -> Any:
-    """What the module's forward takes: example_input_array if set, else the batch's first tensor."""
+    """The module's forward input: example_input_array if set, else the batch's first tensor."""
     if pl_module.example_input_array is not None:
         return pl_module.example_input_array
     if isinstance(batch, (list, tuple)) and batch:
@@ -56,15 +63,21 @@ def example_input(pl_module: pl.LightningModule, batch: Any) -> Any:
 class ModelSummary(Callback):
     """Writes reports/model_summary.txt and model_summary.json; totals go to result.json."""
 
-    def __init__(self, depth: int = 4, columns: list[str] | tuple[str, ...] = COLUMNS[:4] + ("mult_adds",)) -> None:
+    def __init__(
+        self, depth: int = 4, columns: list[str] | tuple[str, ...] = COLUMNS[:4] + ("mult_adds",)
+    ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-            raise ConfigError("profiler.summary.depth", depth, "an integer >= 0",
-                              "profiler.summary.depth=4")
+            raise ConfigError(
+                "profiler.summary.depth", depth, "an integer >= 0", "profiler.summary.depth=4"
+            )
         for column in columns:
             if column not in COLUMNS:
-                raise ConfigError("profiler.summary.columns", list(columns),
-                                  "a list of " + ", ".join(COLUMNS),
-                                  "profiler.summary.columns=[input_size,output_size,num_params]")
+                raise ConfigError(
+                    "profiler.summary.columns",
+                    list(columns),
+                    "a list of " + ", ".join(COLUMNS),
+                    "profiler.summary.columns=[input_size,output_size,num_params]",
+                )
         self.depth = depth
         self.columns = tuple(columns)
         self.done = False
@@ -87,8 +100,13 @@ class ModelSummary(Callback):
                 autocast = torch.is_autocast_enabled(device.type)
                 dtype = torch.get_autocast_dtype(device.type) if autocast else None
                 stats = torchinfo.summary(
-                    pl_module, input_data=[data], depth=self.depth, col_names=self.columns,
-                    device=device, mode="train" if pl_module.training else "eval", verbose=0,
+                    pl_module,
+                    input_data=[data],
+                    depth=self.depth,
+                    col_names=self.columns,
+                    device=device,
+                    mode="train" if pl_module.training else "eval",
+                    verbose=0,
                 )
         except Exception as err:  # a summary must not kill the run it describes
             self.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -100,7 +118,9 @@ class ModelSummary(Callback):
             "autocast_dtype": str(dtype).removeprefix("torch.") if dtype else None,
             "parameter_dtypes": param_dtypes,
             "input_shape": list(data.shape) if isinstance(data, torch.Tensor) else None,
-            "input_dtype": str(data.dtype).removeprefix("torch.") if isinstance(data, torch.Tensor) else None,
+            "input_dtype": str(data.dtype).removeprefix("torch.")
+            if isinstance(data, torch.Tensor)
+            else None,
         }
         self.text = str(stats)
         self.totals = {
@@ -113,17 +133,25 @@ class ModelSummary(Callback):
             "input_bytes": int(stats.total_input),
         }
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._summarise(trainer, pl_module, batch)
 
-    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                               batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_predict_batch_start(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self._summarise(trainer, pl_module, batch)
 
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:
         header = [
-            "Model summary (torchinfo): layers, output shapes and parameters of the LightningModule,"
+            "Model summary (torchinfo): layers, output shapes and parameters of the"
+            " LightningModule,"
             " from one forward pass on the run's first batch.",
             f"Context: {self.context}",
             "Expected overhead: one extra forward pass (no_grad) at the first step, inside the"
@@ -132,22 +160,27 @@ class ModelSummary(Callback):
         reports_dir.mkdir(parents=True, exist_ok=True)
         body = self.text or f"no summary: {self.error or 'the run processed no batch'}"
         (reports_dir / "model_summary.txt").write_text("\n".join(header) + "\n\n" + body + "\n")
-        write_json(reports_dir / "model_summary.json", {
-            "report": "model_summary",
-            "what": header[0],
-            "expected_overhead": header[2],
-            **self.context,
-            "error": self.error,
-            "totals": self.totals,
-            "units": "counts; bytes (param_bytes at the parameters' dtype, pass sizes at the"
-                     " output dtype seen in the forward pass)",
-        })
+        write_json(
+            reports_dir / "model_summary.json",
+            {
+                "report": "model_summary",
+                "what": header[0],
+                "expected_overhead": header[2],
+                **self.context,
+                "error": self.error,
+                "totals": self.totals,
+                "units": "counts; bytes (param_bytes at the parameters' dtype, pass sizes at the"
+                " output dtype seen in the forward pass)",
+            },
+        )
         return {f"summary_{key}": value for key, value in self.totals.items()}
 
     def console_tables(self) -> list[Any]:
         if not self.totals:
             return [f"model summary: not taken ({self.error or 'no batch'})"]
         t = self.totals
-        return [f"model summary: {t['total_params']:,} parameters ({t['trainable_params']:,}"
-                f" trainable), {t['total_mult_adds']:,} mult-adds per forward;"
-                f" precision {self.context['precision']} -> reports/model_summary.txt"]
+        return [
+            f"model summary: {t['total_params']:,} parameters ({t['trainable_params']:,}"
+            f" trainable), {t['total_mult_adds']:,} mult-adds per forward;"
+            f" precision {self.context['precision']} -> reports/model_summary.txt"
+        ]

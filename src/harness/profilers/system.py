@@ -26,20 +26,31 @@ from harness.profilers.nvml import Nvml
 from harness.reports.files import write_report
 
 GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "power_w")
-CPU_FIELDS = ("process_cpu_pct", "system_cpu_pct", "rss_bytes", "children_rss_bytes",
-              "disk_read_bytes_per_s", "disk_write_bytes_per_s")
+CPU_FIELDS = (
+    "process_cpu_pct",
+    "system_cpu_pct",
+    "rss_bytes",
+    "children_rss_bytes",
+    "disk_read_bytes_per_s",
+    "disk_write_bytes_per_s",
+)
 
 
 class SystemSampler:
     """Samples the machine on a background thread between start() and stop()."""
 
-    def __init__(self, interval_s: float, nvml_factory: Callable[[], Nvml] | None = Nvml,
-                 with_gpus: bool = True) -> None:
+    def __init__(
+        self,
+        interval_s: float,
+        nvml_factory: Callable[[], Nvml] | None = Nvml,
+        with_gpus: bool = True,
+    ) -> None:
         self.interval_s = interval_s
         self.process = psutil.Process()
         self.nvml = nvml_factory() if with_gpus and nvml_factory is not None else None
-        self.gpu_note = (None if self.nvml is None or self.nvml.unavailable is None
-                         else self.nvml.unavailable)
+        self.gpu_note = (
+            None if self.nvml is None or self.nvml.unavailable is None else self.nvml.unavailable
+        )
         if not with_gpus:
             self.gpu_note = "GPU sampling turned off (profiler.system.gpus=false)"
         self.samples: list[dict[str, Any]] = []
@@ -71,8 +82,9 @@ class SystemSampler:
         self._last = (time.perf_counter(), psutil.disk_io_counters())
         self._segment_start = time.perf_counter()
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._loop, name="harness-system-sampler",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="harness-system-sampler", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -110,8 +122,12 @@ class SystemSampler:
         if self._last is not None and disk is not None and self._last[1] is not None:
             elapsed = now - self._last[0]
             if elapsed > 0:
-                sample["disk_read_bytes_per_s"] = (disk.read_bytes - self._last[1].read_bytes) / elapsed
-                sample["disk_write_bytes_per_s"] = (disk.write_bytes - self._last[1].write_bytes) / elapsed
+                sample["disk_read_bytes_per_s"] = (
+                    disk.read_bytes - self._last[1].read_bytes
+                ) / elapsed
+                sample["disk_write_bytes_per_s"] = (
+                    disk.write_bytes - self._last[1].write_bytes
+                ) / elapsed
         self._last = (now, disk)
         for gpu in self.gpus:
             for key, value in self.nvml.sample(gpu).items():
@@ -123,7 +139,7 @@ class SystemSampler:
         """Energy of one GPU over the sampled time, in joules, and how it was obtained."""
         counter, power = f"gpu{index}_energy_counter_j", f"gpu{index}_power_w"
         total, methods = 0.0, set()
-        for before, after in zip(self.samples, self.samples[1:]):
+        for before, after in zip(self.samples, self.samples[1:], strict=False):
             if before["segment"] != after["segment"]:
                 continue
             if before.get(counter) is not None and after.get(counter) is not None:
@@ -160,9 +176,17 @@ class SystemReport(Callback):
     """Runs a SystemSampler during every stage and writes reports/system.{json,csv}."""
 
     def __init__(self, interval_s: float = 1.0, gpus: bool = True) -> None:
-        if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or interval_s <= 0:
-            raise ConfigError("profiler.system.interval_s", interval_s, "a number of seconds > 0",
-                              "profiler.system.interval_s=1.0")
+        if (
+            isinstance(interval_s, bool)
+            or not isinstance(interval_s, (int, float))
+            or interval_s <= 0
+        ):
+            raise ConfigError(
+                "profiler.system.interval_s",
+                interval_s,
+                "a number of seconds > 0",
+                "profiler.system.interval_s=1.0",
+            )
         self.interval_s = float(interval_s)
         self.with_gpus = bool(gpus)
         self.sampler: SystemSampler | None = None
@@ -181,8 +205,9 @@ class SystemReport(Callback):
         if self.sampler is not None:
             self.sampler.stop()
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                     exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         if self.sampler is not None:
             self.sampler.stop()
 
@@ -193,15 +218,17 @@ class SystemReport(Callback):
         gpus = []
         for gpu in sampler.gpus:
             energy_j, method = sampler.gpu_energy(gpu.index)
-            gpus.append({
-                "index": gpu.index,
-                "nvml_index": gpu.nvml_index,
-                "uuid": gpu.uuid,
-                "name": gpu.name,
-                **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_FIELDS},
-                "energy_wh": energy_j / 3600.0 if energy_j is not None else None,
-                "energy_method": method,
-            })
+            gpus.append(
+                {
+                    "index": gpu.index,
+                    "nvml_index": gpu.nvml_index,
+                    "uuid": gpu.uuid,
+                    "name": gpu.name,
+                    **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_FIELDS},
+                    "energy_wh": energy_j / 3600.0 if energy_j is not None else None,
+                    "energy_method": method,
+                }
+            )
         return {
             "samples": len(sampler.samples),
             "execution_time_s": sampler.active_s,
@@ -214,17 +241,19 @@ class SystemReport(Callback):
         if self.sampler is not None:
             self.sampler.close()
         figures = self.summary()
+        samples = self.sampler.samples if self.sampler else []
+        stages = [str(stage) for stage in dict.fromkeys(s["stage"] for s in samples)]
         payload = {
             "report": "system",
             "what": "process and system CPU %, resident memory, system-wide disk I/O and, per"
-                    " visible GPU, utilisation, memory, power and energy, sampled on a thread",
+            " visible GPU, utilisation, memory, power and energy, sampled on a thread",
             "steps": "the whole run: from each stage's setup to its teardown"
-                     f" (stages: {', '.join(dict.fromkeys(s['stage'] for s in self.sampler.samples)) if self.sampler else '-'})",
+            f" (stages: {', '.join(stages) or '-'})",
             "interval_s": self.interval_s,
             "units": "cpu % of one core (process, can exceed 100) or of all cores (system);"
-                     " bytes; bytes/s; W; Wh",
+            " bytes; bytes/s; W; Wh",
             "expected_overhead": "one sample per interval on a background thread: well under"
-                                 " 1 % at the default 1 s (see docs/presets/system.md)",
+            " 1 % at the default 1 s (see docs/presets/system.md)",
             **figures,
         }
         write_report(reports_dir, "system", payload, self.sampler.samples if self.sampler else [])
@@ -242,8 +271,10 @@ class SystemReport(Callback):
         from rich.table import Table
 
         figures = self.summary()
-        table = Table(title=f"System ({figures['samples']} samples every {self.interval_s:g} s,"
-                            f" {figures.get('execution_time_s') or 0:.1f} s)")
+        table = Table(
+            title=f"System ({figures['samples']} samples every {self.interval_s:g} s,"
+            f" {figures.get('execution_time_s') or 0:.1f} s)"
+        )
         for column in ("measure", "mean", "max"):
             table.add_column(column, justify="left" if column == "measure" else "right")
         for key in CPU_FIELDS:
@@ -251,9 +282,12 @@ class SystemReport(Callback):
             table.add_row(key, _fmt(stats.get("mean")), _fmt(stats.get("max")))
         for gpu in figures.get("gpus") or []:
             for key in GPU_FIELDS:
-                table.add_row(f"gpu{gpu['index']} {key}", _fmt(gpu[key]["mean"]), _fmt(gpu[key]["max"]))
-            table.add_row(f"gpu{gpu['index']} energy Wh ({gpu['energy_method']})",
-                          _fmt(gpu["energy_wh"]), "")
+                table.add_row(
+                    f"gpu{gpu['index']} {key}", _fmt(gpu[key]["mean"]), _fmt(gpu[key]["max"])
+                )
+            table.add_row(
+                f"gpu{gpu['index']} energy Wh ({gpu['energy_method']})", _fmt(gpu["energy_wh"]), ""
+            )
         if figures.get("gpu_note"):
             table.caption = figures["gpu_note"]
         return [table]

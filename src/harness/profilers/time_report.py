@@ -40,13 +40,15 @@ def time_rows(
     rows = []
     for action, values in grouped.items():
         total = math.fsum(values)
-        rows.append({
-            "action": action,
-            "calls": len(values),
-            "total_s": total,
-            "mean_s": total / len(values),
-            "share_of_run_pct": 100.0 * total / run_s if run_s > 0 else None,
-        })
+        rows.append(
+            {
+                "action": action,
+                "calls": len(values),
+                "total_s": total,
+                "mean_s": total / len(values),
+                "share_of_run_pct": 100.0 * total / run_s if run_s > 0 else None,
+            }
+        )
     rows.sort(key=lambda row: row["total_s"], reverse=True)
     return rows
 
@@ -56,11 +58,16 @@ class TimeReport(SimpleProfiler):
 
     def __init__(self, verbose: bool = False, console_rows: int = 15) -> None:
         if not isinstance(verbose, bool):
-            raise ConfigError("profiler.simple.verbose", verbose, "true or false",
-                              "profiler.simple.verbose=true")
+            raise ConfigError(
+                "profiler.simple.verbose", verbose, "true or false", "profiler.simple.verbose=true"
+            )
         if isinstance(console_rows, bool) or not isinstance(console_rows, int) or console_rows < 0:
-            raise ConfigError("profiler.simple.console_rows", console_rows, "an integer >= 0",
-                              "profiler.simple.console_rows=15")
+            raise ConfigError(
+                "profiler.simple.console_rows",
+                console_rows,
+                "an integer >= 0",
+                "profiler.simple.console_rows=15",
+            )
         super().__init__(extended=True)
         self.verbose = verbose
         self.console_rows = console_rows
@@ -98,14 +105,14 @@ class TimeReport(SimpleProfiler):
             "report": "time",
             "what": "wall time of every action Lightning runs (hooks, loops, steps), per action",
             "clock": "time.perf_counter, no device synchronisation: on CUDA an action's time is"
-                     " its host time (kernels may still run after it returns)",
+            " its host time (kernels may still run after it returns)",
             "steps": "the whole run: every step of every stage (" + ", ".join(self.stages) + ")",
             "verbose": self.verbose,
             "folding": None if self.verbose else "each callback's hooks are summed into one row",
             "run_s": self.run_seconds(),
             "share_of_run": "total_s / run_s; actions nest, so shares do not add up to 100 %",
             "expected_overhead": "two clock reads per action; about 1-3 % on a small model"
-                                 " (see docs/presets/simple.md)",
+            " (see docs/presets/simple.md)",
             "actions": rows,
         }
         write_report(reports_dir, "time", payload, rows)
@@ -125,6 +132,11 @@ class TimeReport(SimpleProfiler):
             table.add_column(column, justify="left" if column == "action" else "right")
         for row in self.rows()[: self.console_rows]:
             share = row["share_of_run_pct"]
-            table.add_row(row["action"], str(row["calls"]), f"{row['total_s']:.4f}",
-                          f"{row['mean_s']:.6f}", "-" if share is None else f"{share:.1f}")
+            table.add_row(
+                row["action"],
+                str(row["calls"]),
+                f"{row['total_s']:.4f}",
+                f"{row['mean_s']:.6f}",
+                "-" if share is None else f"{share:.1f}",
+            )
         return [table]

@@ -28,7 +28,7 @@ SORT_COLUMNS: dict[str, str] = {
 }
 
 # Rows that are not operators: Lightning's and the schedule's record_function ranges, module
-# ranges, and (with with_stack) Python frames such as "torch/nn/modules/module.py(1773): _call_impl".
+# ranges, and (with with_stack) Python frames like "torch/nn/modules/module.py(1773): _call_impl".
 _ANNOTATION_PREFIXES = ("[pl][", "ProfilerStep", "nn.Module:")
 _PYTHON_FRAME = re.compile(r"^\S+\(\d+\): |^<built-in ")
 
@@ -76,6 +76,9 @@ def top_rows(rows: list[dict[str, Any]], column: str, limit: int) -> list[dict[s
 
 def memory_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """Operators with the most memory (CPU + device, including children), largest first."""
-    operators = [dict(row, total_memory_bytes=row["cpu_memory_bytes"] + row["device_memory_bytes"])
-                 for row in rows if is_operator(row)]
+    operators = [
+        dict(row, total_memory_bytes=row["cpu_memory_bytes"] + row["device_memory_bytes"])
+        for row in rows
+        if is_operator(row)
+    ]
     return top_rows(operators, "total_memory_bytes", limit)

@@ -42,10 +42,12 @@ PHASE_OF_STEP = {
 }
 PHASES = tuple(PHASE_OF_STEP.values())
 
-_CANONICAL_SORT = {"self_cuda_time_total": "self_device_time_total",
-                   "cuda_time_total": "device_time_total",
-                   "self_cuda_memory_usage": "self_device_memory_usage",
-                   "cuda_memory_usage": "device_memory_usage"}
+_CANONICAL_SORT = {
+    "self_cuda_time_total": "self_device_time_total",
+    "cuda_time_total": "device_time_total",
+    "self_cuda_memory_usage": "self_device_memory_usage",
+    "cuda_memory_usage": "device_memory_usage",
+}
 
 
 def phase_of(action: str) -> str | None:
@@ -100,14 +102,31 @@ class TorchProfilerPreset(PyTorchProfiler):
         self.phases = tuple(phases)
         for phase in self.phases:
             if phase not in PHASES:
-                raise ConfigError(f"{key}.phases", list(self.phases), "a list of " + ", ".join(PHASES),
-                                  f"{key}.phases=[train]")
+                raise ConfigError(
+                    f"{key}.phases",
+                    list(self.phases),
+                    "a list of " + ", ".join(PHASES),
+                    f"{key}.phases=[train]",
+                )
         if sort_by not in SORT_COLUMNS:
-            raise ConfigError(f"{key}.sort_by", sort_by, "one of " + ", ".join(SORT_COLUMNS),
-                              f"{key}.sort_by=self_cpu_time_total")
-        if isinstance(row_limit, bool) or not isinstance(row_limit, int) or row_limit == 0 or row_limit < -1:
-            raise ConfigError(f"{key}.row_limit", row_limit, "a positive integer, or -1 for all rows",
-                              f"{key}.row_limit=20")
+            raise ConfigError(
+                f"{key}.sort_by",
+                sort_by,
+                "one of " + ", ".join(SORT_COLUMNS),
+                f"{key}.sort_by=self_cpu_time_total",
+            )
+        if (
+            isinstance(row_limit, bool)
+            or not isinstance(row_limit, int)
+            or row_limit == 0
+            or row_limit < -1
+        ):
+            raise ConfigError(
+                f"{key}.row_limit",
+                row_limit,
+                "a positive integer, or -1 for all rows",
+                f"{key}.row_limit=20",
+            )
         self.sort_by = _CANONICAL_SORT.get(sort_by, sort_by)
         self.row_limit = row_limit
         self.reports = set(reports)
@@ -167,8 +186,13 @@ class TorchProfilerPreset(PyTorchProfiler):
             if phase == "train" and "train" in self.phases and not self._window_checked:
                 self._window_checked = True
                 if self._lightning_module is not None:
-                    check_window(self.preset, self.window_key, self.recorded_steps[1] + 1,
-                                 self._lightning_module.trainer, self._window_fix())
+                    check_window(
+                        self.preset,
+                        self.window_key,
+                        self.recorded_steps[1] + 1,
+                        self._lightning_module.trainer,
+                        self._window_fix(),
+                    )
         super().start(action_name)
 
     def stop(self, action_name: str) -> None:
@@ -190,12 +214,12 @@ class TorchProfilerPreset(PyTorchProfiler):
     def _window_fix(self) -> str:
         return f"lower profiler.{self.preset}.wait / warmup / active"
 
-    def _rank(self) -> int:
-        if self._lightning_module is not None and self._lightning_module._trainer is not None:
-            return self._lightning_module.trainer.global_rank
-        from lightning.pytorch.utilities import rank_zero_only
+    @staticmethod
+    def _rank() -> int:
+        # Lightning's global rank (set by the strategy), not SLURM's or torchrun's variables.
+        from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-        return getattr(rank_zero_only, "rank", 0)
+        return int(getattr(rank_zero_only, "rank", 0))
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         phase = self.current_phase or "unknown"
@@ -229,13 +253,13 @@ class TorchProfilerPreset(PyTorchProfiler):
         return {
             "what": what,
             "steps": f"steps {first}..{last} (0-based) of each phase in {list(self.phases)}:"
-                     f" {self.wait} waited, {self.warmup_steps} profiler warm-up, {self.active}"
-                     " recorded",
+            f" {self.wait} waited, {self.warmup_steps} profiler warm-up, {self.active}"
+            " recorded",
             "phases_recorded": [w["phase"] for w in self.windows],
             "expected_overhead": overhead,
             "device_columns": "device_* columns are 0 when the run has no CUDA device",
             "times": "milliseconds summed over the recorded steps; memory in bytes, net"
-                     " (allocated minus freed), so a self figure can be negative",
+            " (allocated minus freed), so a self figure can be negative",
             "merged": self.merged_from,
         }
 
@@ -318,23 +342,34 @@ class TorchProfilerPreset(PyTorchProfiler):
         for window in self.windows:
             if "ops" in self.reports:
                 column = SORT_COLUMNS[self.sort_by]
-                table = Table(title=f"PyTorch profiler, {window['phase']}: top 10 by {self.sort_by}")
+                table = Table(
+                    title=f"PyTorch profiler, {window['phase']}: top 10 by {self.sort_by}"
+                )
                 for name in ("operator", "calls", "self CPU ms", "CPU ms", "self dev ms", "dev ms"):
                     table.add_column(name, justify="left" if name == "operator" else "right")
                 for row in top_rows(window["rows"], column, 10):
-                    table.add_row(row["name"][:60], str(row["calls"]), f"{row['self_cpu_time_ms']:.3f}",
-                                  f"{row['cpu_time_ms']:.3f}", f"{row['self_device_time_ms']:.3f}",
-                                  f"{row['device_time_ms']:.3f}")
+                    table.add_row(
+                        row["name"][:60],
+                        str(row["calls"]),
+                        f"{row['self_cpu_time_ms']:.3f}",
+                        f"{row['cpu_time_ms']:.3f}",
+                        f"{row['self_device_time_ms']:.3f}",
+                        f"{row['device_time_ms']:.3f}",
+                    )
                 tables.append(table)
             if "memory" in self.reports:
                 table = Table(title=f"Memory, {window['phase']}: top 10 operators (bytes)")
                 for name in ("operator", "calls", "self CPU", "CPU", "self device", "device"):
                     table.add_column(name, justify="left" if name == "operator" else "right")
                 for row in memory_rows(window["rows"], 10):
-                    table.add_row(row["name"][:60], str(row["calls"]),
-                                  f"{row['self_cpu_memory_bytes']:,}", f"{row['cpu_memory_bytes']:,}",
-                                  f"{row['self_device_memory_bytes']:,}",
-                                  f"{row['device_memory_bytes']:,}")
+                    table.add_row(
+                        row["name"][:60],
+                        str(row["calls"]),
+                        f"{row['self_cpu_memory_bytes']:,}",
+                        f"{row['cpu_memory_bytes']:,}",
+                        f"{row['self_device_memory_bytes']:,}",
+                        f"{row['device_memory_bytes']:,}",
+                    )
                 tables.append(table)
         return tables
 

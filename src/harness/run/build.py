@@ -72,7 +72,8 @@ def build_presets(cfg: DictConfig) -> Presets:
 
                 other = next(n for n, o in presets.by_name.items() if o is presets.profiler)
                 kept, obj = combine_profilers(other, presets.profiler, name, obj)  # or raises
-                presets.by_name = {n: o for n, o in presets.by_name.items() if n not in (other, name)}
+                for merged in (other, name):
+                    presets.by_name.pop(merged, None)
                 presets.by_name[kept] = obj
             presets.profiler = obj
         elif isinstance(obj, Callback):
