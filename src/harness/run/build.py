@@ -68,11 +68,13 @@ def build_presets(cfg: DictConfig) -> Presets:
         presets.by_name[name] = obj
         if isinstance(obj, Profiler):
             if presets.profiler is not None:
+                from harness.profilers.compose import combine_profilers
+
                 other = next(n for n, o in presets.by_name.items() if o is presets.profiler)
-                raise HarnessError(
-                    f"profiler presets '{other}' and '{name}' both need Lightning's single"
-                    f" profiler slot. Fix: keep one of them, e.g. profiler=[speed,{name}]"
-                )
+                kept, obj = combine_profilers(other, presets.profiler, name, obj)  # or raises
+                for merged in (other, name):
+                    presets.by_name.pop(merged, None)
+                presets.by_name[kept] = obj
             presets.profiler = obj
         elif isinstance(obj, Callback):
             presets.callbacks.append(obj)

@@ -1,0 +1,145 @@
+"""The `advanced` preset: cProfile of every Lightning action (Lightning's AdvancedProfiler).
+
+Each action gets its own cProfile; the report lists, per action, the functions
+that took the most cumulative time, limited to `lines` per action. Lightning
+resets the profiles at the end of each stage, so they are captured per stage.
+"""
+
+from __future__ import annotations
+
+import io
+import pstats
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.profilers import AdvancedProfiler
+
+from harness.errors import ConfigError
+from harness.reports.files import write_json
+
+SORT_KEYS = ("cumulative", "tottime", "ncalls")
+
+
+class AdvancedReport(AdvancedProfiler):
+    """Lightning's AdvancedProfiler that writes reports/advanced.txt and advanced.json."""
+
+    def __init__(
+        self, lines: int | float = 20, sort_by: str = "cumulative", max_actions: int = 30
+    ) -> None:
+        if (
+            isinstance(lines, bool)
+            or not isinstance(lines, (int, float))
+            or lines <= 0
+            or (isinstance(lines, float) and lines > 1)
+        ):
+            raise ConfigError(
+                "profiler.advanced.lines",
+                lines,
+                "a positive integer (lines) or a fraction in (0, 1]",
+                "profiler.advanced.lines=20",
+            )
+        if sort_by not in SORT_KEYS:
+            raise ConfigError(
+                "profiler.advanced.sort_by",
+                sort_by,
+                "one of " + ", ".join(SORT_KEYS),
+                "profiler.advanced.sort_by=cumulative",
+            )
+        if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions <= 0:
+            raise ConfigError(
+                "profiler.advanced.max_actions",
+                max_actions,
+                "a positive integer",
+                "profiler.advanced.max_actions=30",
+            )
+        super().__init__(line_count_restriction=lines)
+        self.sort_by = sort_by
+        self.max_actions = max_actions
+        # stage -> action -> (seconds inside the action, function calls, pstats text)
+        self.stages: dict[str, dict[str, tuple[float, int, str]]] = {}
+
+    def __del__(self) -> None:
+        # Option checks run before Lightning's __init__: a refused preset has nothing to tear down.
+        if hasattr(self, "_output_file"):
+            super().__del__()
+
+    def summary(self) -> str:
+        # Called at the end of each stage, just before Lightning clears the profiles.
+        captured = {}
+        for action, profile in self.profiled_actions.items():
+            stats = pstats.Stats(profile, stream=io.StringIO())
+            if not stats.stats:  # an action that never ran a Python function
+                continue
+            text = io.StringIO()
+            stats.stream = text
+            stats.strip_dirs().sort_stats(self.sort_by).print_stats(self.line_count_restriction)
+            captured[action] = (float(stats.total_tt), int(stats.total_calls), text.getvalue())
+        stage = getattr(self._stage, "value", self._stage)  # a TrainerFn enum: "fit", "predict"
+        self.stages[str(stage or "run")] = captured
+        return ""
+
+    def action_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for stage, actions in self.stages.items():
+            for action, (seconds, calls, _) in actions.items():
+                rows.append(
+                    {
+                        "stage": stage,
+                        "action": action,
+                        "profiled_s": seconds,
+                        "function_calls": calls,
+                    }
+                )
+        rows.sort(key=lambda row: row["profiled_s"], reverse=True)
+        return rows
+
+    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+        rows = self.action_rows()
+        kept = rows[: self.max_actions]
+        header = [
+            "Advanced profile: cProfile of each Lightning action (Python functions only;"
+            " nested actions pause their parent, so times are exclusive; time inside C/CUDA"
+            " kernels shows as the Python call that launched them).",
+            f"Steps: every step of every stage ({', '.join(self.stages)}).",
+            f"Actions: the {len(kept)} with the most profiled time of {len(rows)};"
+            f" per action the top {self.line_count_restriction} functions by {self.sort_by}.",
+            "Expected overhead: cProfile slows Python code 1.5-3x; treat the times as relative.",
+        ]
+        lines = [*header, ""]
+        for row in kept:
+            seconds, calls, text = self.stages[row["stage"]][row["action"]]
+            lines.append(
+                f"==== [{row['stage']}] {row['action']}: {seconds:.4f} s profiled,"
+                f" {calls} function calls"
+            )
+            lines.append(text.rstrip())
+            lines.append("")
+        reports_dir.mkdir(parents=True, exist_ok=True)
+        (reports_dir / "advanced.txt").write_text("\n".join(lines) + "\n")
+        write_json(
+            reports_dir / "advanced.json",
+            {
+                "report": "advanced",
+                "what": header[0],
+                "steps": header[1],
+                "expected_overhead": header[3],
+                "sort_by": self.sort_by,
+                "lines_per_action": self.line_count_restriction,
+                "actions": rows,
+            },
+        )
+        return {"advanced_actions": len(rows)}
+
+    def console_tables(self) -> list[Any]:
+        from rich.table import Table
+
+        table = Table(title="cProfile per action (top 10; reports/advanced.txt has the functions)")
+        for column in ("stage", "action", "profiled s", "calls"):
+            table.add_column(
+                column, justify="right" if column in ("profiled s", "calls") else "left"
+            )
+        for row in self.action_rows()[:10]:
+            table.add_row(
+                row["stage"], row["action"], f"{row['profiled_s']:.4f}", str(row["function_calls"])
+            )
+        return [table]

@@ -1,0 +1,152 @@
+"""The `snapshot` preset: CUDA memory history over a window of steps, for pytorch.org/memory_viz.
+
+torch.cuda.memory._record_memory_history records every allocation with its
+stack; _dump_snapshot writes it as a pickle that memory_viz draws. With
+`dump_on_oom` the history runs from the start of training, so a run that dies
+of a CUDA out-of-memory error leaves a snapshot of how it got there (the
+regular snapshot still covers only the window: history restarts at its start).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from harness.profilers.window import check_window, non_negative_int, positive_int
+from harness.reports.files import write_json
+
+log = logging.getLogger(__name__)
+
+
+def is_cuda_oom(err: BaseException) -> bool:
+    return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
+
+
+class MemorySnapshot(Callback):
+    """Records CUDA memory history for `steps` training steps from step `warmup` and dumps it."""
+
+    def __init__(
+        self,
+        warmup: int = 2,
+        steps: int = 3,
+        max_entries: int = 100_000,
+        dump_on_oom: bool = True,
+        output_dir: str = "reports",
+    ) -> None:
+        self.warmup = non_negative_int("profiler.snapshot.warmup", warmup)
+        self.steps = positive_int("profiler.snapshot.steps", steps)
+        self.max_entries = positive_int("profiler.snapshot.max_entries", max_entries)
+        self.dump_on_oom = bool(dump_on_oom)
+        self.output_dir = Path(output_dir)
+        self.skipped: str | None = None
+        self.rank = 0
+        self.recording = False
+        self.step = 0
+        self.files: list[str] = []
+
+    # -- recording -------------------------------------------------------------------
+    def _start(self) -> None:
+        torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+        self.recording = True
+
+    def _stop(self) -> None:
+        torch.cuda.memory._record_memory_history(enabled=None)
+        self.recording = False
+
+    def _dump(self, name: str) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        path = self.output_dir / f"{name}-rank{self.rank}.pickle"
+        torch.cuda.memory._dump_snapshot(str(path))
+        self.files.append(path.name)
+        log.info("snapshot: wrote %s (open it at https://pytorch.org/memory_viz)", path)
+
+    # -- Lightning hooks ---------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.rank = trainer.global_rank
+        device = trainer.strategy.root_device
+        if device.type != "cuda" and self.skipped is None:
+            self.skipped = f"the run is on {device.type}: CUDA memory history needs a CUDA device"
+            if trainer.is_global_zero:
+                print(f"harness: snapshot: skipped, {self.skipped}; the run goes on", flush=True)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.skipped:
+            return
+        check_window(
+            "snapshot",
+            "warmup + steps",
+            self.warmup + self.steps,
+            trainer,
+            "lower profiler.snapshot.warmup / profiler.snapshot.steps",
+        )
+        if self.dump_on_oom:
+            self._start()
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.skipped or self.step != self.warmup:
+            return
+        if self.recording:  # restart, so the window's snapshot holds the window only
+            self._stop()
+        self._start()
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self.skipped:
+            return
+        self.step += 1
+        if self.step == self.warmup + self.steps and self.recording:
+            torch.cuda.synchronize()
+            self._dump("snapshot")
+            self._stop()
+            if self.dump_on_oom:
+                self._start()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.recording:
+            self._stop()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if self.skipped or not self.recording:
+            return
+        if self.dump_on_oom and is_cuda_oom(exception):
+            self._dump("snapshot-oom")
+        self._stop()
+
+    # -- reports ---------------------------------------------------------------------
+    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+        payload = {
+            "report": "snapshot",
+            "what": "CUDA memory history (every allocation with its stack) as a pickle for"
+            " https://pytorch.org/memory_viz",
+            "steps": f"training steps {self.warmup}..{self.warmup + self.steps - 1} (0-based)",
+            "expected_overhead": "recording stacks slows each allocation (a few % of a step on"
+            " GPU); with dump_on_oom the recording runs for the whole fit",
+            "dump_on_oom": self.dump_on_oom,
+            "skipped": self.skipped,
+            "files": self.files,
+        }
+        write_json(reports_dir / "snapshot.json", payload)
+        return {"snapshot_files": len(self.files), "snapshot_skipped": self.skipped is not None}
+
+    def console_tables(self) -> list[Any]:
+        if self.skipped:
+            return []  # said once, when the run started
+        return [
+            f"snapshot: {', '.join(self.files) or 'nothing dumped'} (open at"
+            " https://pytorch.org/memory_viz)"
+        ]

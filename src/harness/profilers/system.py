@@ -1,0 +1,299 @@
+"""The `system` preset: a sampler thread that records CPU, memory, disk and GPU while the run runs.
+
+Every `interval_s` seconds (and once when a stage ends) it records process and
+system CPU %, resident memory, system-wide disk read/write rates and, for each
+GPU visible to the process, utilisation, memory used, power and NVML's energy
+counter. Energy per GPU is the counter's difference where the GPU has one, and
+power integrated over time (trapezoids) where it does not. The thread runs from
+a stage's setup to its teardown, so it never outlives the run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import psutil
+from lightning.pytorch.callbacks import Callback
+
+from harness.errors import ConfigError
+from harness.profilers.nvml import Nvml
+from harness.reports.files import write_report
+
+GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "power_w")
+CPU_FIELDS = (
+    "process_cpu_pct",
+    "system_cpu_pct",
+    "rss_bytes",
+    "children_rss_bytes",
+    "disk_read_bytes_per_s",
+    "disk_write_bytes_per_s",
+)
+
+
+class SystemSampler:
+    """Samples the machine on a background thread between start() and stop()."""
+
+    def __init__(
+        self,
+        interval_s: float,
+        nvml_factory: Callable[[], Nvml] | None = Nvml,
+        with_gpus: bool = True,
+    ) -> None:
+        self.interval_s = interval_s
+        self.process = psutil.Process()
+        self.nvml = nvml_factory() if with_gpus and nvml_factory is not None else None
+        self.gpu_note = (
+            None if self.nvml is None or self.nvml.unavailable is None else self.nvml.unavailable
+        )
+        if not with_gpus:
+            self.gpu_note = "GPU sampling turned off (profiler.system.gpus=false)"
+        self.samples: list[dict[str, Any]] = []
+        self.segments = 0
+        self.active_s = 0.0
+        self.stage: str | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._origin = time.perf_counter()
+        self._segment_start = 0.0
+        self._last: tuple[float, Any] | None = None
+
+    @property
+    def gpus(self) -> list[Any]:
+        return [] if self.nvml is None or self.gpu_note else self.nvml.gpus
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self, stage: str | None = None) -> None:
+        if self._thread is not None:
+            return
+        self.stage = stage
+        self.segments += 1
+        # cpu_percent compares with the previous call: prime both so the first sample is real.
+        self.process.cpu_percent(None)
+        psutil.cpu_percent(None)
+        self._last = (time.perf_counter(), psutil.disk_io_counters())
+        self._segment_start = time.perf_counter()
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._loop, name="harness-system-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stopping.set()
+        self._thread.join(timeout=self.interval_s + 10)
+        self._thread = None
+        self._take()  # the tail of the stage, shorter than one interval
+        self.active_s += time.perf_counter() - self._segment_start
+
+    def close(self) -> None:
+        self.stop()
+        if self.nvml is not None:
+            self.nvml.close()
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            self._take()
+
+    def _take(self) -> None:
+        now = time.perf_counter()
+        disk = psutil.disk_io_counters()
+        sample: dict[str, Any] = {
+            "t_s": now - self._origin,
+            "segment": self.segments,
+            "stage": self.stage,
+            "process_cpu_pct": self.process.cpu_percent(None),
+            "system_cpu_pct": psutil.cpu_percent(None),
+            "rss_bytes": self.process.memory_info().rss,
+            "children_rss_bytes": _children_rss(self.process),
+            "disk_read_bytes_per_s": None,
+            "disk_write_bytes_per_s": None,
+        }
+        if self._last is not None and disk is not None and self._last[1] is not None:
+            elapsed = now - self._last[0]
+            if elapsed > 0:
+                sample["disk_read_bytes_per_s"] = (
+                    disk.read_bytes - self._last[1].read_bytes
+                ) / elapsed
+                sample["disk_write_bytes_per_s"] = (
+                    disk.write_bytes - self._last[1].write_bytes
+                ) / elapsed
+        self._last = (now, disk)
+        for gpu in self.gpus:
+            for key, value in self.nvml.sample(gpu).items():
+                sample[f"gpu{gpu.index}_{key}"] = value
+        self.samples.append(sample)
+
+    # -- figures -----------------------------------------------------------------------
+    def gpu_energy(self, index: int) -> tuple[float | None, str]:
+        """Energy of one GPU over the sampled time, in joules, and how it was obtained."""
+        counter, power = f"gpu{index}_energy_counter_j", f"gpu{index}_power_w"
+        total, methods = 0.0, set()
+        for before, after in zip(self.samples, self.samples[1:], strict=False):
+            if before["segment"] != after["segment"]:
+                continue
+            if before.get(counter) is not None and after.get(counter) is not None:
+                total += after[counter] - before[counter]
+                methods.add("NVML total-energy counter")
+            elif before.get(power) is not None and after.get(power) is not None:
+                total += (before[power] + after[power]) / 2 * (after["t_s"] - before["t_s"])
+                methods.add("power integrated over samples")
+        if not methods:
+            return None, "not measured"
+        return total, " + ".join(sorted(methods))
+
+    def series_stats(self, key: str) -> dict[str, float | None]:
+        values = np.array([s[key] for s in self.samples if s.get(key) is not None], dtype=float)
+        if not len(values):
+            return {"mean": None, "max": None}
+        return {"mean": float(values.mean()), "max": float(values.max())}
+
+
+def _children_rss(process: psutil.Process) -> int:
+    total = 0
+    try:
+        for child in process.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:  # a worker that just exited
+                continue
+    except psutil.Error:
+        return 0
+    return total
+
+
+class SystemReport(Callback):
+    """Runs a SystemSampler during every stage and writes reports/system.{json,csv}."""
+
+    def __init__(self, interval_s: float = 1.0, gpus: bool = True) -> None:
+        if (
+            isinstance(interval_s, bool)
+            or not isinstance(interval_s, (int, float))
+            or interval_s <= 0
+        ):
+            raise ConfigError(
+                "profiler.system.interval_s",
+                interval_s,
+                "a number of seconds > 0",
+                "profiler.system.interval_s=1.0",
+            )
+        self.interval_s = float(interval_s)
+        self.with_gpus = bool(gpus)
+        self.sampler: SystemSampler | None = None
+
+    def _sampler(self, trainer: pl.Trainer) -> SystemSampler:
+        if self.sampler is None:
+            self.sampler = SystemSampler(self.interval_s, with_gpus=self.with_gpus)
+            if self.sampler.gpu_note and trainer.is_global_zero:
+                print(f"harness: system: no GPU figures, {self.sampler.gpu_note}", flush=True)
+        return self.sampler
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._sampler(trainer).start(stage)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def summary(self) -> dict[str, Any]:
+        sampler = self.sampler
+        if sampler is None:
+            return {"samples": 0}
+        gpus = []
+        for gpu in sampler.gpus:
+            energy_j, method = sampler.gpu_energy(gpu.index)
+            gpus.append(
+                {
+                    "index": gpu.index,
+                    "nvml_index": gpu.nvml_index,
+                    "uuid": gpu.uuid,
+                    "name": gpu.name,
+                    **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_FIELDS},
+                    "energy_wh": energy_j / 3600.0 if energy_j is not None else None,
+                    "energy_method": method,
+                }
+            )
+        return {
+            "samples": len(sampler.samples),
+            "execution_time_s": sampler.active_s,
+            **{key: sampler.series_stats(key) for key in CPU_FIELDS},
+            "gpus": gpus,
+            "gpu_note": sampler.gpu_note,
+        }
+
+    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+        if self.sampler is not None:
+            self.sampler.close()
+        figures = self.summary()
+        samples = self.sampler.samples if self.sampler else []
+        stages = [str(stage) for stage in dict.fromkeys(s["stage"] for s in samples)]
+        payload = {
+            "report": "system",
+            "what": "process and system CPU %, resident memory, system-wide disk I/O and, per"
+            " visible GPU, utilisation, memory, power and energy, sampled on a thread",
+            "steps": "the whole run: from each stage's setup to its teardown"
+            f" (stages: {', '.join(stages) or '-'})",
+            "interval_s": self.interval_s,
+            "units": "cpu % of one core (process, can exceed 100) or of all cores (system);"
+            " bytes; bytes/s; W; Wh",
+            "expected_overhead": "one sample per interval on a background thread: well under"
+            " 1 % at the default 1 s (see docs/presets/system.md)",
+            **figures,
+        }
+        write_report(reports_dir, "system", payload, self.sampler.samples if self.sampler else [])
+        gpus = figures.get("gpus") or []
+        energies = [g["energy_wh"] for g in gpus if g["energy_wh"] is not None]
+        return {
+            "system_samples": figures["samples"],
+            "system_execution_time_s": figures.get("execution_time_s"),
+            "system_process_cpu_pct_mean": (figures.get("process_cpu_pct") or {}).get("mean"),
+            "system_rss_bytes_max": (figures.get("rss_bytes") or {}).get("max"),
+            "system_gpu_energy_wh": sum(energies) if energies else None,
+        }
+
+    def console_tables(self) -> list[Any]:
+        from rich.table import Table
+
+        figures = self.summary()
+        table = Table(
+            title=f"System ({figures['samples']} samples every {self.interval_s:g} s,"
+            f" {figures.get('execution_time_s') or 0:.1f} s)"
+        )
+        for column in ("measure", "mean", "max"):
+            table.add_column(column, justify="left" if column == "measure" else "right")
+        for key in CPU_FIELDS:
+            stats = figures.get(key) or {}
+            table.add_row(key, _fmt(stats.get("mean")), _fmt(stats.get("max")))
+        for gpu in figures.get("gpus") or []:
+            for key in GPU_FIELDS:
+                table.add_row(
+                    f"gpu{gpu['index']} {key}", _fmt(gpu[key]["mean"]), _fmt(gpu[key]["max"])
+                )
+            table.add_row(
+                f"gpu{gpu['index']} energy Wh ({gpu['energy_method']})", _fmt(gpu["energy_wh"]), ""
+            )
+        if figures.get("gpu_note"):
+            table.caption = figures["gpu_note"]
+        return [table]
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.2f}"

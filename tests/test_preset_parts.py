@@ -1,0 +1,180 @@
+"""The pieces behind the presets, in process: folding, event rows, composition, torchinfo."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness.errors import ConfigError, HarnessError
+from harness.profilers.compose import combine_profilers
+from harness.profilers.torch_events import event_row, memory_rows
+from harness.profilers.window import check_window
+
+
+def test_concise_time_rows_fold_each_callback_into_one_row():
+    from harness.profilers.time_report import time_rows
+
+    durations = {
+        "run_training_epoch": [2.0],
+        "[Callback]SpeedMonitor.on_train_batch_start": [0.1, 0.1],
+        "[Callback]SpeedMonitor.on_train_batch_end": [0.2],
+        "[Callback]ModelSummary.setup": [0.05],
+        "[LightningModule]Net.optimizer_step": [0.5, 0.5],
+    }
+    concise = {r["action"]: r for r in time_rows(durations, run_s=4.0, verbose=False)}
+    assert set(concise) == {
+        "run_training_epoch",
+        "[Callback]SpeedMonitor (all hooks)",
+        "[Callback]ModelSummary (all hooks)",
+        "[LightningModule]Net.optimizer_step",
+    }
+    speed = concise["[Callback]SpeedMonitor (all hooks)"]
+    assert speed["calls"] == 3 and speed["total_s"] == pytest.approx(0.4)
+    assert speed["mean_s"] == pytest.approx(0.4 / 3)
+    assert speed["share_of_run_pct"] == pytest.approx(10.0)
+    verbose = time_rows(durations, run_s=4.0, verbose=True)
+    assert len(verbose) == len(durations)
+    assert [r["action"] for r in verbose][0] == "run_training_epoch"  # longest first
+
+
+def _event(**fields):
+    base = dict(
+        key="aten::mm",
+        count=3,
+        self_cpu_memory_usage=100,
+        cpu_memory_usage=300,
+        self_cpu_time_total=1500.0,
+        cpu_time_total=3000.0,
+        flops=0,
+        input_shapes=None,
+    )
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_event_rows_read_device_and_old_cuda_spellings():
+    new = event_row(
+        _event(
+            self_device_memory_usage=10,
+            device_memory_usage=20,
+            self_device_time_total=500.0,
+            device_time_total=700.0,
+        )
+    )
+    old = event_row(
+        _event(
+            self_cuda_memory_usage=10,
+            cuda_memory_usage=20,
+            self_cuda_time_total=500.0,
+            cuda_time_total=700.0,
+        )
+    )
+    for row in (new, old):
+        assert row["self_device_memory_bytes"] == 10 and row["device_memory_bytes"] == 20
+        assert row["self_device_time_ms"] == 0.5 and row["device_time_ms"] == 0.7
+        assert row["self_cpu_time_ms"] == 1.5 and row["calls"] == 3
+    cpu_only = event_row(_event())  # no device attributes at all
+    assert cpu_only["device_memory_bytes"] == 0 and cpu_only["device_time_ms"] == 0.0
+
+
+def test_memory_rows_rank_operators_and_drop_annotations():
+    rows = [
+        event_row(_event(key=k, cpu_memory_usage=m))
+        for k, m in (
+            ("aten::empty", 10),
+            ("ProfilerStep*", 10_000),
+            ("[pl][profile]run_training_batch", 9_000),
+            ("torch/nn/modules/module.py(1773): _call_impl", 8_000),
+            ("aten::mm", 50),
+            ("harness(8): <module>", 7_000),
+            ("aten::add", 30),
+        )
+    ]
+    top = memory_rows(rows, limit=2)
+    assert [r["name"] for r in top] == ["aten::mm", "aten::add"]
+    assert top[0]["total_memory_bytes"] == 50
+
+
+def test_real_profiler_events_give_memory_rows():
+    from torch.profiler import ProfilerActivity, profile
+
+    layer = torch.nn.Linear(16, 16)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        layer(torch.randn(8, 16)).sum().backward()
+    rows = memory_rows([event_row(e) for e in prof.key_averages()], limit=5)
+    assert rows and rows[0]["cpu_memory_bytes"] > 0
+    assert all(r["device_memory_bytes"] == 0 for r in rows)
+
+
+def test_pytorch_and_memory_merge_into_one_profiler():
+    from harness.profilers.torch_profiler import MemoryPreset, TorchProfilerPreset
+
+    ops, memory = TorchProfilerPreset(), MemoryPreset(top=7, extra_plots=True)
+    name, merged = combine_profilers("memory", memory, "pytorch", ops)
+    assert name == "pytorch" and merged is ops
+    assert merged.reports == {"ops", "memory"} and merged.memory_top == 7
+    assert merged._profiler_kwargs["profile_memory"] is True
+    assert merged._profiler_kwargs["with_stack"] is True  # the memory timeline needs stacks
+
+
+def test_two_lightning_profilers_are_refused_naming_both():
+    from harness.profilers.advanced import AdvancedReport
+    from harness.profilers.time_report import TimeReport
+
+    with pytest.raises(HarnessError, match="'simple' and 'advanced' cannot run together.*Fix:"):
+        combine_profilers("simple", TimeReport(), "advanced", AdvancedReport())
+
+
+def test_window_check_names_the_keys():
+    trainer = SimpleNamespace(
+        num_training_batches=4, max_epochs=1, max_steps=-1, accumulate_grad_batches=1
+    )
+    check_window("memory", "warmup + steps", 4, trainer, "lower them")  # fits exactly
+    with pytest.raises(
+        HarnessError, match=r"warmup \+ steps = 5 training steps.*only 4|4 training"
+    ):
+        check_window("memory", "warmup + steps", 5, trainer, "lower them")
+
+
+@pytest.mark.parametrize(
+    ("factory", "key"),
+    [
+        (
+            lambda: __import__("harness.profilers.system", fromlist=["x"]).SystemReport(
+                interval_s=-1
+            ),
+            "profiler.system.interval_s",
+        ),
+        (
+            lambda: __import__("harness.profilers.torch_profiler", fromlist=["x"]).MemoryPreset(
+                steps=0
+            ),
+            "profiler.memory.steps",
+        ),
+        (
+            lambda: __import__(
+                "harness.profilers.torch_profiler", fromlist=["x"]
+            ).TorchProfilerPreset(sort_by="bogus"),
+            "profiler.pytorch.sort_by",
+        ),
+    ],
+)
+def test_bad_options_name_their_key(factory, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        factory()
+
+
+def test_summary_of_a_compiled_network_uses_the_original_module():
+    import torchinfo
+
+    from harness.profilers.summary import uncompiled
+
+    holder = torch.nn.Module()
+    holder.net = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()))
+    compiled = holder.net
+    with uncompiled(holder):
+        assert isinstance(holder.net, torch.nn.Sequential)
+        stats = torchinfo.summary(holder.net, input_data=[torch.randn(2, 8)], verbose=0)
+    assert holder.net is compiled  # restored, never called: nothing was compiled
+    assert stats.total_params == 8 * 4 + 4

@@ -1,0 +1,82 @@
+"""The snapshot callback's CUDA calls, with torch.cuda.memory's recorder replaced by a log."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness.errors import HarnessError
+from harness.profilers.snapshot import MemorySnapshot
+
+
+@pytest.fixture
+def cuda_log(monkeypatch):
+    calls: list[tuple] = []
+
+    def record(enabled="all", max_entries=0, **_):
+        calls.append(("stop",) if enabled is None else ("start", max_entries))
+
+    def dump(path):
+        calls.append(("dump", path.rsplit("/", 1)[-1]))
+        open(path, "wb").close()
+
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", dump)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    return calls
+
+
+def _trainer(batches=12, rank=1):
+    return SimpleNamespace(
+        global_rank=rank, is_global_zero=rank == 0, num_training_batches=batches, max_epochs=1,
+        max_steps=-1, accumulate_grad_batches=1,
+        strategy=SimpleNamespace(root_device=torch.device("cuda", 0)),
+    )
+
+
+def _train(callback, trainer, steps, fail_at=None):
+    callback.setup(trainer, None, "fit")
+    callback.on_train_start(trainer, None)
+    for i in range(steps):
+        callback.on_train_batch_start(trainer, None, None, i)
+        if i == fail_at:
+            callback.on_exception(trainer, None, torch.cuda.OutOfMemoryError("CUDA out of memory."))
+            return
+        callback.on_train_batch_end(trainer, None, None, None, i)
+    callback.on_train_end(trainer, None)
+
+
+def test_window_snapshot_per_rank_and_history_kept_for_oom(cuda_log, tmp_path):
+    callback = MemorySnapshot(warmup=2, steps=3, max_entries=50, output_dir=str(tmp_path))
+    _train(callback, _trainer(), steps=8)
+    assert cuda_log == [
+        ("start", 50),  # from the start of training, for an early OOM
+        ("stop",), ("start", 50),  # restarted at step 2: the snapshot holds the window only
+        ("dump", "snapshot-rank1.pickle"),  # after step 4
+        ("stop",), ("start", 50),  # recording goes on for a later OOM
+        ("stop",),  # end of training
+    ]
+    assert callback.files == ["snapshot-rank1.pickle"] and callback.skipped is None
+    assert (tmp_path / "snapshot-rank1.pickle").exists()
+
+
+def test_oom_at_the_first_step_is_dumped(cuda_log, tmp_path):
+    callback = MemorySnapshot(warmup=2, steps=3, output_dir=str(tmp_path))
+    _train(callback, _trainer(rank=0), steps=8, fail_at=0)
+    assert ("dump", "snapshot-oom-rank0.pickle") in cuda_log
+    assert cuda_log[-1] == ("stop",) and not callback.recording
+
+
+def test_without_dump_on_oom_only_the_window_is_recorded(cuda_log, tmp_path):
+    callback = MemorySnapshot(warmup=0, steps=2, dump_on_oom=False, output_dir=str(tmp_path))
+    _train(callback, _trainer(), steps=5)
+    assert cuda_log == [("start", 100_000), ("dump", "snapshot-rank1.pickle"), ("stop",)]
+
+
+def test_window_longer_than_the_run_is_refused(cuda_log, tmp_path):
+    callback = MemorySnapshot(warmup=10, steps=5, output_dir=str(tmp_path))
+    with pytest.raises(HarnessError, match="profiler.snapshot.*15 training steps.*12 training"):
+        _train(callback, _trainer(), steps=1)
+    assert cuda_log == []
