@@ -318,7 +318,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     (reports / "memory_snapshot.pickle").write_bytes(b"\0" * (2 * 1024 * 1024))
     (reports / "train_trace.json").write_bytes(b" " * (2 * 1024 * 1024))
     (reports / "small_trace.json").write_text("{}")
-    (reports / "system.csv").write_text("elapsed_s,cpu_percent\n0,10\n1,20\n2,30\n")
+    (reports / "system.csv").write_text("t_s,segment,process_cpu_pct\n0.5,1,10\n1.0,1,20\n1.5,1,30\n")
     result = {"status": "ok", "metrics": {"train_examples_per_second": 8.5, "x": None},
               "duration_s": 3.0, "host": "h", "versions": {"torch": "t"}}
     (run_dir / "result.json").write_text(json.dumps(result))

@@ -22,6 +22,7 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from torch.profiler import ProfilerAction
 
 from harness.errors import ConfigError
+from harness.instrument import switches
 from harness.profilers.torch_events import (
     SORT_COLUMNS,
     event_row,
@@ -179,6 +180,20 @@ class TorchProfilerPreset(PyTorchProfiler):
         return first, first + self.active - 1
 
     # -- Lightning hooks -----------------------------------------------------------
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        super().setup(stage=stage, local_rank=local_rank, log_dir=log_dir)
+        # harness.annotate ranges in the user's code become record_function ranges, so
+        # their names appear in this profiler's trace and tables.
+        if not getattr(self, "_ranges_on", False):
+            switches.enable("record_function")
+            self._ranges_on = True
+
+    def teardown(self, stage: str | None) -> None:
+        super().teardown(stage)
+        if getattr(self, "_ranges_on", False):
+            switches.disable("record_function")
+            self._ranges_on = False
+
     def start(self, action_name: str) -> None:
         phase = phase_of(action_name)
         if phase is not None:

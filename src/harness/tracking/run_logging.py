@@ -170,9 +170,8 @@ def _now_ms() -> int:
 def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
     """System metrics over time from reports/system.csv, one MLflow metric per column.
 
-    TODO(system report): the system preset is being written in parallel; this
-    assumes one row per sample, numeric columns, and an optional `timestamp_s`
-    (Unix seconds) or `elapsed_s` column. Adjust to its final layout.
+    The system preset writes one row per sample with `t_s`, seconds since the
+    sampler started, and numeric columns for each measured quantity.
     """
     path = run_dir / "reports" / SYSTEM_REPORT
     if not path.is_file():
@@ -184,13 +183,13 @@ def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
     start_ms = _now_ms()
     if "timestamp_s" in frame:
         stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
-    elif "elapsed_s" in frame:
-        stamps = (start_ms + frame["elapsed_s"] * 1000).astype("int64").tolist()
+    elif "t_s" in frame:
+        stamps = (start_ms + frame["t_s"] * 1000).astype("int64").tolist()
     else:
         stamps = [start_ms] * len(frame)
     metrics = []
     for column in frame.select_dtypes("number").columns:
-        if column in ("timestamp_s", "elapsed_s", "step"):
+        if column in ("timestamp_s", "t_s", "segment", "step"):
             continue
         for step, (value, stamp) in enumerate(zip(frame[column], stamps, strict=True)):
             if pd.notna(value):
