@@ -337,9 +337,9 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     run = client.get_run(run_id)
     assert run.data.params == {"batch_size": "8", "model.dim": "32"}
     assert run.data.metrics == {"train_examples_per_second": 8.5, "duration_s": 3.0,
-                                "system/cpu_percent": 30.0}  # a series shows its last value
+                                "system/process_cpu_pct": 30.0}  # a series shows its last value
     assert "train_trace.json" in run.data.tags["artifacts_left_on_disk"]
-    assert _history(client, run_id, "system/cpu_percent") == [(0, 10.0), (1, 20.0), (2, 30.0)]
+    assert _history(client, run_id, "system/process_cpu_pct") == [(0, 10.0), (1, 20.0), (2, 30.0)]
 
     sweep = run_dir.parent
     (sweep / "comparison.md").write_text("| batch_size | examples/s |\n")
