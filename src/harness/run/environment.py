@@ -62,8 +62,9 @@ def reset_peak_memory(device: torch.device) -> None:
 def peak_memory(device: torch.device) -> dict[str, int | None]:
     """Peak device memory of this run (CUDA) and the process's peak resident set (CPU).
 
-    ru_maxrss is the high-water mark of the whole process, so in a sweep run by
-    Hydra's basic launcher it never goes down from one job to the next.
+    ru_maxrss is the process's high-water mark; on Linux each job resets it at its
+    start (harness.sweep.isolation, /proc/self/clear_refs), so it is this job's peak
+    even when the jobs of a sweep share one process.
     """
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     figures: dict[str, int | None] = {"peak_rss_bytes": rss, "peak_device_allocated_bytes": None,
