@@ -43,7 +43,3 @@ def compile_network(module: pl.LightningModule, attribute: str, mode: str) -> No
         )
     setattr(module, attribute, torch.compile(network, mode=mode))
 
-
-def reset_compiler() -> None:
-    """Forget compiled graphs so the next job in the same process compiles afresh."""
-    torch._dynamo.reset()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 from pathlib import Path
@@ -91,7 +90,7 @@ def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord) -> None
     import lightning.pytorch as pl
 
     from harness.run import build, environment
-    from harness.run.compile import compile_network, reset_compiler
+    from harness.run.compile import compile_network
 
     _route_lightning_logs()
     pl.seed_everything(knobs.seed, workers=True, verbose=False)
@@ -130,9 +129,8 @@ def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord) -> None
             record.metrics["compile_time_s"] = _compile_seconds() - compile_before
         if trainer.is_global_zero:
             _write_reports(presets.by_name, record)
-        if knobs.compile:
-            reset_compiler()
-        _free_device_memory(device)
+        # Compiled graphs, caches and peak counters are reset before each measurement
+        # (harness.sweep.isolation.start_clean), not here.
 
 
 def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
@@ -180,10 +178,3 @@ def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
         record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
     console.print(f"[bold]result:[/bold] {record.output_dir / RESULT_FILE}")
 
-
-def _free_device_memory(device: Any) -> None:
-    import torch
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
