@@ -19,6 +19,7 @@ from lightning.pytorch.callbacks import Callback
 
 from harness.instrument import switches
 from harness.profilers.nsys_launch import REPORT_STEM, NsysOptions, in_child, manual_command
+from harness.profilers.window import StepWindow
 from harness.reports.files import write_json
 
 
@@ -37,7 +38,7 @@ class NsysCapture(Callback):
     def __init__(self, **options: Any) -> None:
         self.options = NsysOptions.read(options)
         self.active = in_child()
-        self.batches = 0
+        self.window = StepWindow(self.options.warmup_steps, self.options.active_steps)
         self.device: torch.device | None = None
         self.state = "waiting"  # waiting -> capturing -> done | no-cuda
         self.started_at: int | None = None
@@ -60,7 +61,7 @@ class NsysCapture(Callback):
         torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the range
         torch.cuda.profiler.start()
         self.state = "capturing"
-        self.started_at = self.batches
+        self.started_at = self.window.done
 
     def _stop(self) -> None:
         if self.state != "capturing":
@@ -68,7 +69,7 @@ class NsysCapture(Callback):
         torch.cuda.synchronize(self.device)  # the last step's kernels finish inside the range
         torch.cuda.profiler.stop()
         self.state = "done"
-        self.stopped_after = self.batches - 1
+        self.stopped_after = self.window.done - 1
 
     # -- Lightning hooks -----------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -92,7 +93,7 @@ class NsysCapture(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self.active and self.state == "waiting" and self.batches == self.options.warmup_steps:
+        if self.active and self.state == "waiting" and self.window.opens_now():
             self._start()
 
     def on_train_batch_end(
@@ -103,15 +104,14 @@ class NsysCapture(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        self.batches += 1
-        if self.batches >= self.options.warmup_steps + self.options.active_steps:
+        if self.window.step_done():
             self._stop()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._stop()  # training ended inside the window
         if self.active and self.state == "waiting":
             self._say(
-                f"training ran {self.batches} steps, fewer than warmup_steps="
+                f"training ran {self.window.done} steps, fewer than warmup_steps="
                 f"{self.options.warmup_steps}, so the capture range never opened"
             )
 

@@ -26,6 +26,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from harness.errors import ConfigError, HarnessError
+from harness.profilers.window import StepWindow, non_negative_int, positive_int
 from harness.reports.files import write_json
 
 # py-spy format -> file name under reports/
@@ -205,19 +206,9 @@ class PySpyRecorder(Callback):
                 "samples per second, an integer > 0",
                 "profiler.pyspy.rate=100",
             )
-        if start_step is not None and (
-            isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0
-        ):
-            raise ConfigError(
-                "profiler.pyspy.start_step",
-                start_step,
-                "null (the whole run) or a training step >= 0",
-                "profiler.pyspy.start_step=10",
-            )
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
-            raise ConfigError(
-                "profiler.pyspy.steps", steps, "an integer > 0", "profiler.pyspy.steps=20"
-            )
+        if start_step is not None:
+            non_negative_int("profiler.pyspy.start_step", start_step)
+        positive_int("profiler.pyspy.steps", steps)
         if on_missing not in ON_MISSING:
             raise ConfigError(
                 "profiler.pyspy.on_missing",
@@ -247,7 +238,7 @@ class PySpyRecorder(Callback):
             )
         self.recorders: list[Recorder] = []
         self.reports_dir: Path | None = None
-        self._train_batches = 0
+        self.window = StepWindow(start_step, steps) if start_step is not None else None
         self._state = "idle"  # idle -> recording -> done
 
     def _unavailable(self, message: str) -> None:
@@ -307,7 +298,7 @@ class PySpyRecorder(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self.start_step is not None and self._train_batches == self.start_step:
+        if self.window is not None and self.window.opens_now():
             self._start(trainer)
 
     def on_train_batch_end(
@@ -318,8 +309,7 @@ class PySpyRecorder(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        self._train_batches += 1
-        if self.start_step is not None and self._train_batches >= self.start_step + self.steps:
+        if self.window is not None and self.window.step_done():
             self._stop()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

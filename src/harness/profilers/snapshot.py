@@ -17,7 +17,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from harness.profilers.window import check_window, non_negative_int, positive_int
+from harness.profilers.window import StepWindow, check_window, non_negative_int, positive_int
 from harness.reports.files import write_json
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class MemorySnapshot(Callback):
         self.skipped: str | None = None
         self.rank = 0
         self.recording = False
-        self.step = 0
+        self.window = StepWindow(self.warmup, self.steps)
         self.files: list[str] = []
 
     # -- recording -------------------------------------------------------------------
@@ -90,7 +90,7 @@ class MemorySnapshot(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self.skipped or self.step != self.warmup:
+        if self.skipped or not self.window.opens_now():
             return
         if self.recording:  # restart, so the window's snapshot holds the window only
             self._stop()
@@ -106,8 +106,7 @@ class MemorySnapshot(Callback):
     ) -> None:
         if self.skipped:
             return
-        self.step += 1
-        if self.step == self.warmup + self.steps and self.recording:
+        if self.window.step_done() and self.recording:
             torch.cuda.synchronize()
             self._dump("snapshot")
             self._stop()

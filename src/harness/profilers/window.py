@@ -48,3 +48,27 @@ def check_window(preset: str, window: str, needed: int, trainer: Any, fix: str) 
             " trainer.limit_train_batches, the data's batches, max_epochs and max_steps), so the"
             f" report would be empty. Fix: {fix}, or raise trainer.limit_train_batches"
         )
+
+
+class StepWindow:
+    """Training steps [start, start + length) of a preset that records part of a run.
+
+    Call `opens_now()` in on_train_batch_start (True just before the window's first
+    step) and `step_done()` in on_train_batch_end (True once its last step finished).
+    """
+
+    def __init__(self, start: int, length: int) -> None:
+        self.start = start
+        self.length = length
+        self.done = 0  # training steps finished so far
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    def opens_now(self) -> bool:
+        return self.done == self.start
+
+    def step_done(self) -> bool:
+        self.done += 1
+        return self.done == self.end
