@@ -40,12 +40,20 @@ def _spread_suffix(point: Any, metric: str) -> str:
     return f" ±{(hi - lo) / 2 / mid:.0%}"
 
 
-def value_cell(point: Any, metric: str) -> str:
-    """A metric's cell: the value (with its spread when repeated), or why there is none."""
+def _missing_cell(point: Any) -> str | None:
+    """What a cell shows when its job has no value: '-' (no job) or its status (OOM, failed)."""
     if point is None:
         return "-"
     if point["status"] != "ok":
         return CELL_FOR_STATUS.get(point["status"], str(point["status"]))
+    return None
+
+
+def value_cell(point: Any, metric: str) -> str:
+    """A metric's cell: the value (with its spread when repeated), or why there is none."""
+    missing = _missing_cell(point)
+    if missing is not None:
+        return missing
     value = point[metric]
     if not _is_number(value):
         return "-"
@@ -59,10 +67,9 @@ def value_cell(point: Any, metric: str) -> str:
 
 
 def ratio_cell(point: Any, ratio: str) -> str:
-    if point is None:
-        return "-"
-    if point["status"] != "ok":
-        return CELL_FOR_STATUS.get(point["status"], str(point["status"]))
+    missing = _missing_cell(point)
+    if missing is not None:
+        return missing
     value = point[ratio]
     if not _is_number(value):
         return "-"
