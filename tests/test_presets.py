@@ -29,10 +29,17 @@ def test_full_preset_runs_every_callback_and_the_merged_torch_profiler(harness):
     system = done.report("system")
     samples, sampled_s = system["samples"], system["execution_time_s"]
     assert samples == result["metrics"]["system_samples"] and sampled_s > 0
-    # one sample per interval (0.05 s) on the thread, plus one as the fit ends; slack for load
-    assert max(1, int(sampled_s / 0.05) // 3) <= samples <= sampled_s / 0.05 + 2
+    # on a timer: never more than one sample per interval (0.05 s), plus one as the fit ends.
+    # No lower bound from the clock: the torch profiler holds the GIL for long stretches while it
+    # exports, and on a loaded 2-core CI box the thread then samples less often (seen: 3 in 0.85 s).
+    assert 2 <= samples <= sampled_s / 0.05 + 2
     series = _csv(reports / "system.csv")
     assert len(series) == system["samples"]
+    # thread samples are at least one interval apart; only a segment's last (its tail) may be closer
+    for segment in {r["segment"] for r in series}:
+        times = [float(r["t_s"]) for r in series if r["segment"] == segment][:-1]
+        gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+        assert all(gap >= 0.05 * 0.99 for gap in gaps), gaps
     assert all(float(r["rss_bytes"]) > 0 for r in series)
     assert all(float(r["process_cpu_pct"]) >= 0 for r in series)
     assert system["rss_bytes"]["max"] >= system["rss_bytes"]["mean"] > 0
