@@ -118,6 +118,21 @@ def test_a_failing_job_is_a_cell_and_the_sweep_goes_on(tmp_path):
     assert "deliberate failure at batch size 4" in md
 
 
+def test_local_launcher_runs_each_job_in_its_own_process_and_keeps_failures(tmp_path):
+    done = run_harness(tmp_path, MULTIRUN, "hydra/launcher=local", *FAST_ANY_BATCH, *SMALL,
+                       *FAILING, "batch_size=2,4", fast=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = sweep_dir(tmp_path)
+    by_job = {r["knobs"]["batch_size"]: r for r in results(root).values()}
+    assert by_job[2]["status"] == "ok" and by_job[4]["status"] == "failed"
+    assert "deliberate failure at batch size 4" in by_job[4]["reason"]
+    # submitit's local executor: one job folder (named by the job's process id) per point
+    job_dirs = [p for p in (root / ".submitit").iterdir() if p.name.isdigit()]
+    assert len(job_dirs) == 2, job_dirs
+    rows = {r["batch_size"]: r["status"] for r in csv.DictReader((root / "comparison.csv").open())}
+    assert rows == {"2": "ok", "4": "failed"}
+
+
 def test_multirun_exits_non_zero_only_when_every_job_failed(tmp_path):
     done = run_harness(tmp_path, MULTIRUN, "batch_size=4", *SMALL, *FAILING, "+model.error=oom")
     assert done.returncode == 1
