@@ -79,3 +79,23 @@ def harness(tmp_path: Path):
         return run_harness(tmp_path, *overrides, **kwargs)
 
     return _run
+
+
+def sweep_dir(cwd: Path) -> Path:
+    """The one multirun directory (multirun/DATE/TIME) a sweep started in `cwd` made."""
+    dirs = list(cwd.glob("multirun/*/*"))
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def job_results(root: Path) -> dict[int, dict[str, Any]]:
+    """Job number -> result.json, for every job directory of the sweep at `root`."""
+    return {int(p.parent.name): json.loads(p.read_text()) for p in root.glob("*/result.json")}
+
+
+def harness_report(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the installed `harness-report` command."""
+    exe = shutil.which("harness-report", path=str(Path(harness_command()[0]).parent))
+    assert exe, "the harness-report command is not installed"
+    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, harness_command, run_harness
+from conftest import FAST, harness_command, harness_report, job_results, run_harness, sweep_dir
 from step_beacon import beacon, run_env, wait_for_steps
 
 pytestmark = pytest.mark.slow
@@ -64,36 +64,16 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def results(sweep_dir: Path) -> dict[int, dict[str, Any]]:
-    """job number -> result.json of each job directory of a sweep."""
-    return {int(p.parent.name): json.loads(p.read_text())
-            for p in sweep_dir.glob("*/result.json")}
-
-
-def sweep_dir_of(cwd: Path) -> Path:
-    (multirun,) = cwd.glob("multirun/*/*")
-    return multirun
-
-
 def start_sweep(cwd: Path, env: dict[str, str], *overrides: str) -> subprocess.Popen:
     log = (cwd / "submitter.log").open("w")
     return subprocess.Popen([*harness_command(), "-m", *SMALL, *overrides], cwd=cwd, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
 
 
-def harness_report(sweep_dir: Path) -> subprocess.CompletedProcess:
-    exe = shutil.which("harness-report", path=str(Path(harness_command()[0]).parent))
-    assert exe, "the harness-report command is not installed"
-    return subprocess.run([exe, str(sweep_dir)], capture_output=True, text=True, timeout=120)
-
-
-def assert_table(sweep_dir: Path, batch_sizes: set[int]) -> None:
-    with (sweep_dir / "comparison.csv").open() as f:
+def assert_table(root: Path, batch_sizes: set[int]) -> None:
+    with (root / "comparison.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == len(batch_sizes)
-    columns = [c for c in rows[0] if "batch_size" in c]
-    assert columns, f"no batch_size column in {list(rows[0])}"
-    assert {int(float(r[columns[0]])) for r in rows} == batch_sizes
+    assert {int(r["batch_size"]) for r in rows} == batch_sizes and len(rows) == len(batch_sizes)
 
 
 # ---------------------------------------------------------------- the issue's command
@@ -108,8 +88,8 @@ def submitit_sweep(slurm_env, tmp_path_factory):
 
 
 def test_submitit_slurm_sweep_runs_one_slurm_job_per_point(submitit_sweep, slurm_env):
-    sweep_dir = sweep_dir_of(submitit_sweep.cwd)
-    jobs = results(sweep_dir)
+    root = sweep_dir(submitit_sweep.cwd)
+    jobs = job_results(root)
     assert sorted(jobs) == [0, 1]
     node = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
     for num, result in jobs.items():
@@ -127,8 +107,8 @@ def test_submitit_slurm_sweep_runs_one_slurm_job_per_point(submitit_sweep, slurm
         state = ["-t", "all", "-j", array_task, "-o", "%i %T"]
         wait_until(lambda: squeue(slurm_env, *state) == [f"{array_task} COMPLETED"],  # noqa: B023
                    60, f"SLURM to list job {array_task} as COMPLETED")
-        assert (sweep_dir / ".submitit" / slurm["submitit_job_id"]).is_dir()
-        report = json.loads((sweep_dir / str(num) / "reports" / "slurm.json").read_text())
+        assert (root / ".submitit" / slurm["submitit_job_id"]).is_dir()
+        report = json.loads((root / str(num) / "reports" / "slurm.json").read_text())
         assert report["job_id"] == slurm["job_id"]
         assert "reports/slurm.json" in result["reports"]
         assert result["metrics"]["train_examples_per_second"] > 0
@@ -137,9 +117,8 @@ def test_submitit_slurm_sweep_runs_one_slurm_job_per_point(submitit_sweep, slurm
 
 
 def test_submitit_slurm_sweep_writes_the_comparison_table(submitit_sweep):
-    pytest.importorskip("harness.sweep", reason="the comparison table is on the sweeps branch")
-    sweep_dir = sweep_dir_of(submitit_sweep.cwd)
-    assert_table(sweep_dir, {1, 2})
+    root = sweep_dir(submitit_sweep.cwd)
+    assert_table(root, {1, 2})
 
 
 # ---------------------------------------------------------------- submitter killed mid-sweep
@@ -158,19 +137,18 @@ def killed_sweep(slurm_env, tmp_path_factory):
         proc.wait(timeout=30)
     wait_until(lambda: not squeue(slurm_env, "-n", name, "-t", "PD,R,CG"), 240,
                "the jobs to finish without their submitter")
-    return sweep_dir_of(cwd)
+    return sweep_dir(cwd)
 
 
 def test_jobs_outlive_a_killed_submitter(killed_sweep):
-    jobs = results(killed_sweep)
+    jobs = job_results(killed_sweep)
     assert sorted(jobs) == [0, 1]
     assert all(r["status"] == "ok" for r in jobs.values()), jobs
     assert not (killed_sweep / "comparison.csv").exists()  # the submitter never wrote it
 
 
 def test_harness_report_rebuilds_the_table_of_a_killed_sweep(killed_sweep):
-    pytest.importorskip("harness.sweep", reason="harness-report is on the sweeps branch")
-    done = harness_report(killed_sweep)
+    done = harness_report(str(killed_sweep))
     assert done.returncode == 0, done.stderr[-3000:]
     assert_table(killed_sweep, {1, 2})
 
@@ -198,12 +176,12 @@ def test_preemption_signal_flushes_partial_reports(slurm_env, tmp_path):
     # the job ended normally after flushing, so the submitter heard of it at once
     assert "harness: job #0: interrupted by SIGUSR2" in log
 
-    (result,) = results(sweep_dir_of(tmp_path)).values()
+    (result,) = job_results(sweep_dir(tmp_path)).values()
     assert result["status"] == "interrupted"
     assert result["reason"].startswith("interrupted by SIGUSR2")
     assert str(result["slurm"]["job_id"]) in job or job.startswith(
         str(result["slurm"]["array_job_id"]))
-    run_dir = sweep_dir_of(tmp_path) / "0"
+    run_dir = sweep_dir(tmp_path) / "0"
     speed = json.loads((run_dir / "reports" / "speed.json").read_text())
     measured = speed["phases"]["train"]["measured_steps"]
     assert measured >= 8  # the 10 steps seen, less 2 warm-up steps
@@ -230,7 +208,7 @@ def test_rejected_requests_fail_alone_with_one_line_each(slurm_env, tmp_path):
     assert len(errors) == 4, errors
     expected = {1: "invalid partition", 2: "More processors requested than permitted",
                 3: "Invalid generic resource", 4: "tasks_per_node=2 but trainer.devices=1"}
-    jobs = results(sweep_dir_of(tmp_path))
+    jobs = job_results(sweep_dir(tmp_path))
     assert sorted(jobs) == [0, 1, 2, 3, 4]
     assert jobs[0]["status"] == "ok"  # the good job still ran
     assert isinstance(jobs[0]["slurm"]["job_id"], int)

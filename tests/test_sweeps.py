@@ -5,12 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import FAST, run_harness
+from conftest import FAST, harness_report, job_results, run_harness, sweep_dir
 
 pytestmark = pytest.mark.slow
 
@@ -22,22 +19,6 @@ MULTIRUN = "hydra.mode=MULTIRUN"
 # FAST without its batch_size, for sweeps whose file sweeps batch_size.
 FAST_ANY_BATCH = tuple(o for o in FAST if not o.startswith("batch_size="))
 FAILING = ("model._target_=failing_module.FailAtBatchSize", "+model.fail_at=4")
-
-
-def sweep_dir(cwd: Path) -> Path:
-    dirs = [p.parent for p in cwd.glob("multirun/*/*/multirun.yaml")]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
-def results(root: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in root.glob("*/result.json")}
-
-
-def harness_report(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    code = "from harness.sweep.report_cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +33,14 @@ def grid(tmp_path_factory):
 def test_every_cell_of_the_csv_matches_the_jobs_results(grid):
     cwd, done = grid
     root = sweep_dir(cwd)
-    by_job = results(root)
+    by_job = job_results(root)
     assert len(by_job) == 4 and all(r["status"] == "ok" for r in by_job.values())
     rows = list(csv.DictReader((root / "comparison.csv").open()))
     assert {(r["batch_size"], r["precision"]) for r in rows} == {
         ("2", "fp32"), ("2", "bf16"), ("4", "fp32"), ("4", "bf16")}
     base = {r["batch_size"]: r for r in rows if r["precision"] == "fp32"}
     for row in rows:
-        result = by_job[row["jobs"]]
+        result = by_job[int(row["jobs"])]
         assert result["knobs"]["batch_size"] == int(row["batch_size"])
         assert result["knobs"]["precision"] == row["precision"]
         assert row["status"] == "ok" and row["samples"] == "1"
@@ -104,7 +85,7 @@ def test_a_failing_job_is_a_cell_and_the_sweep_goes_on(tmp_path):
                        *SMALL, *FAILING, fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
     root = sweep_dir(tmp_path)
-    by_job = {r["knobs"]["batch_size"]: r for r in results(root).values()}
+    by_job = {r["knobs"]["batch_size"]: r for r in job_results(root).values()}
     assert set(by_job) == {2, 4}
     assert {r["knobs"]["precision"] for r in by_job.values()} == {"fp32"}
     assert by_job[2]["status"] == "ok"
@@ -123,7 +104,7 @@ def test_local_launcher_runs_each_job_in_its_own_process_and_keeps_failures(tmp_
                        *FAILING, "batch_size=2,4", fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
     root = sweep_dir(tmp_path)
-    by_job = {r["knobs"]["batch_size"]: r for r in results(root).values()}
+    by_job = {r["knobs"]["batch_size"]: r for r in job_results(root).values()}
     assert by_job[2]["status"] == "ok" and by_job[4]["status"] == "failed"
     assert "deliberate failure at batch size 4" in by_job[4]["reason"]
     # submitit's local executor: one job folder (named by the job's process id) per point
@@ -174,7 +155,7 @@ def test_repeat_reports_median_and_spread(tmp_path):
                        "repeat=2", "mode=train")
     assert done.returncode == 0, done.stderr[-3000:]
     root = sweep_dir(tmp_path)
-    for result in results(root).values():
+    for result in job_results(root).values():
         repeats = result["repeats"]
         assert repeats["completed"] == 2 and len(repeats["per_repeat"]) == 2
         values = [r["train_examples_per_second"] for r in repeats["per_repeat"]]

@@ -16,10 +16,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import mlflow
 import pytest
 from conftest import run_harness
-
-mlflow = pytest.importorskip("mlflow")
 
 # Small workload; logger=mlflow is named because conftest's FAST turns tracking off.
 TRACKED = ("logger=mlflow", "profiler.speed.warmup_steps=2")
