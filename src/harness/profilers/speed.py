@@ -70,6 +70,10 @@ class SpeedMonitor(Callback):
         self.rank = 0
         # phase -> rank -> that rank's step records, once gathered at the end of the phase
         self.rank_steps: dict[str, dict[int, list[StepRecord]]] = {}
+        # per phase: the logger step of each record (global_step for training), and how many
+        # records' rates the loggers have had
+        self._rate_steps: dict[str, list[int]] = {phase: [] for phase in PHASES}
+        self._rates_logged = dict.fromkeys(PHASES, 0)
 
     # -- clock -----------------------------------------------------------------
     def _now(self) -> float:
@@ -95,14 +99,26 @@ class SpeedMonitor(Callback):
 
     def _done(self, phase: str, trainer: pl.Trainer) -> None:
         record = self.timers[phase].step_done(self._now())
-        if record is not None and self.log_rates and record.step_s > 0:
-            self._log_rate(trainer, phase, record)
+        if record is not None and self.log_rates:
+            self._rate_steps[phase].append(trainer.global_step if phase == "train" else record.index)
 
-    def _log_rate(self, trainer: pl.Trainer, phase: str, record: StepRecord) -> None:
-        metric = {RATE_METRIC[phase]: 1.0 / record.step_s}
-        step = trainer.global_step if phase == "train" else record.index
-        for logger in trainer.loggers:
-            logger.log_metrics(metric, step=step)
+    def _log_rates(self, trainer: pl.Trainer, *phases: str) -> None:
+        """Send the per-step rates recorded since the last call to the loggers.
+
+        Called only between timed steps (after validation, at epoch and phase ends): a logger
+        that writes to its store (an MLflow flush can take seconds) would otherwise land in
+        the next step's time and in its batch wait.
+        """
+        if not self.log_rates:
+            return
+        for phase in phases:
+            steps = self.timers[phase].steps
+            done = self._rates_logged[phase]
+            for record, step in zip(steps[done:], self._rate_steps[phase][done:], strict=True):
+                if record.step_s > 0:
+                    for logger in trainer.loggers:
+                        logger.log_metrics({RATE_METRIC[phase]: 1.0 / record.step_s}, step=step)
+            self._rates_logged[phase] = len(steps)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.timers["train"].restart(self._now())
@@ -137,9 +153,14 @@ class SpeedMonitor(Callback):
             self._done("validation", trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._log_rates(trainer, "train", "validation")
         # Training resumes after validation: its next iteration starts now, so
         # validation time is never charged to a training step.
         self.timers["train"].restart(self._now())
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._log_rates(trainer, "train")  # the next epoch's first iteration starts after this
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.inference_mode = torch.is_inference_mode_enabled()
@@ -160,9 +181,16 @@ class SpeedMonitor(Callback):
     # Every rank runs these hooks, so the collective inside cannot hang.
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._gather_ranks(("train", "validation"))
+        self._log_rates(trainer, "train", "validation")
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._gather_ranks(("inference",))
+        self._log_rates(trainer, "inference")
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self._log_rates(trainer, *PHASES)  # an interrupted run keeps the rates it measured
 
     def _gather_ranks(self, phases: tuple[str, ...]) -> None:
         import torch.distributed as dist
@@ -216,7 +244,10 @@ class SpeedMonitor(Callback):
                 " rank 0 x world_size if ranks_measured < world_size. Step times: rank 0's"
             ),
             "inference_mode": self.inference_mode,
-            "expected_overhead": "one clock read (and one device synchronise on CUDA) per step",
+            "expected_overhead": (
+                "two clock reads (each after a device synchronise on CUDA) per step; rates reach"
+                " the loggers between phases, outside the timed steps"
+            ),
             "phases": phases,
         }
         # the CSV keeps one row per phase; per-rank figures are in the JSON
