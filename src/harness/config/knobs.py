@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.config.checks import positive_int
 from harness.errors import ConfigError
 
 # Our short names and Lightning's own spellings, mapped to Lightning's setting.
@@ -56,12 +57,6 @@ class Knobs:
         return asdict(self)
 
 
-def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(key, value, "a positive integer", f"{key}=32")
-    return value
-
-
 def parse_precision(value: Any) -> str:
     """Map a precision knob to Lightning's precision string."""
     key = str(value).strip().lower()
@@ -93,7 +88,7 @@ def parse_compile(value: Any) -> str | None:
 
 def read_knobs(cfg: Any) -> Knobs:
     """Validate the top-level knobs of a composed config."""
-    batch_size = _positive_int("batch_size", cfg.get("batch_size"))
+    batch_size = positive_int("batch_size", cfg.get("batch_size"), 32)
     precision = cfg.get("precision")
     lightning_precision = parse_precision(precision)
     mode = cfg.get("mode")

@@ -14,6 +14,7 @@ from typing import Any
 
 from lightning.pytorch.profilers import AdvancedProfiler
 
+from harness.config.checks import positive_int
 from harness.errors import ConfigError
 from harness.reports.files import write_json
 
@@ -45,13 +46,7 @@ class AdvancedReport(AdvancedProfiler):
                 "one of " + ", ".join(SORT_KEYS),
                 "profiler.advanced.sort_by=cumulative",
             )
-        if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions <= 0:
-            raise ConfigError(
-                "profiler.advanced.max_actions",
-                max_actions,
-                "a positive integer",
-                "profiler.advanced.max_actions=30",
-            )
+        positive_int("profiler.advanced.max_actions", max_actions, 30)
         super().__init__(line_count_restriction=lines)
         self.sort_by = sort_by
         self.max_actions = max_actions

@@ -18,6 +18,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from harness.config.checks import positive_number
 from harness.errors import ConfigError, HarnessError
 from harness.instrument import line_profile
 from harness.reports.files import write_report
@@ -68,19 +69,11 @@ class LineProfile(Callback):
     ) -> None:
         if isinstance(functions, str):
             functions = [functions]
-        if (
-            not isinstance(output_unit, (int, float))
-            or isinstance(output_unit, bool)
-            or output_unit <= 0
-        ):
-            raise ConfigError(
-                "profiler.line.output_unit",
-                output_unit,
-                "seconds per printed unit > 0",
-                "profiler.line.output_unit=1e-6 (microseconds)",
-            )
         self.listed = [str(name) for name in functions]
-        self.output_unit = float(output_unit)
+        self.output_unit = positive_number(
+            "profiler.line.output_unit", output_unit, "1e-6 (microseconds)",
+            "seconds per printed unit > 0",
+        )
         self.strip_zeros = bool(strip_zeros)
         self._listed_objects = [resolve_function(name) for name in self.listed]
         self.profiler = _line_profiler_class()()

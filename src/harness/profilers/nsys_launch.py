@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config.checks import non_negative_int, positive_int
 from harness.errors import ConfigError, HarnessError
 
 CHILD_ENV = "HARNESS_NSYS_CHILD"
@@ -54,17 +55,6 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
 def in_child() -> bool:
     """Whether this process is the job that nsys started."""
     return os.environ.get(CHILD_ENV) == "1"
-
-
-def _int(key: str, value: Any, minimum: int, example: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(
-            f"profiler.nsys.{key}",
-            value,
-            f"an integer >= {minimum}",
-            f"profiler.nsys.{key}={example}",
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -113,8 +103,12 @@ class NsysOptions:
         return cls(
             executable=str(node.get("executable", cls.executable)),
             trace=trace,
-            warmup_steps=_int("warmup_steps", node.get("warmup_steps", cls.warmup_steps), 0, "10"),
-            active_steps=_int("active_steps", node.get("active_steps", cls.active_steps), 1, "20"),
+            warmup_steps=non_negative_int(
+                "profiler.nsys.warmup_steps", node.get("warmup_steps", cls.warmup_steps), 10
+            ),
+            active_steps=positive_int(
+                "profiler.nsys.active_steps", node.get("active_steps", cls.active_steps), 20
+            ),
             sample=sample,
             stats=bool(node.get("stats", cls.stats)),
             extra_args=extra,

@@ -25,8 +25,9 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from harness.config.checks import non_negative_int, positive_int
 from harness.errors import ConfigError, HarnessError
-from harness.profilers.window import StepWindow, non_negative_int, positive_int
+from harness.profilers.window import StepWindow
 from harness.reports.files import write_json
 
 # py-spy format -> file name under reports/
@@ -199,13 +200,7 @@ class PySpyRecorder(Callback):
                 "at least one format",
                 "profiler.pyspy.formats=[flamegraph]",
             )
-        if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-            raise ConfigError(
-                "profiler.pyspy.rate",
-                rate,
-                "samples per second, an integer > 0",
-                "profiler.pyspy.rate=100",
-            )
+        positive_int("profiler.pyspy.rate", rate, 100, "samples per second, an integer > 0")
         if start_step is not None:
             non_negative_int("profiler.pyspy.start_step", start_step)
         positive_int("profiler.pyspy.steps", steps)

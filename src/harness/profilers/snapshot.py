@@ -17,7 +17,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from harness.profilers.window import StepWindow, check_window, non_negative_int, positive_int
+from harness.config.checks import non_negative_int, positive_int
+from harness.profilers.window import StepWindow, check_window
 from harness.reports.files import write_json
 
 log = logging.getLogger(__name__)

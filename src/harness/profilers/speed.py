@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from harness.errors import ConfigError
+from harness.config.checks import non_negative_int
 from harness.launch.ranks import rank_path
 from harness.profilers.step_timer import (
     PhaseTimer,
@@ -55,12 +55,7 @@ class SpeedMonitor(Callback):
     """Times every step of every phase and writes reports/speed.{json,csv}."""
 
     def __init__(self, warmup_steps: int = 5, log_rates: bool = True, batch_size: int = 1) -> None:
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ConfigError(
-                "profiler.speed.warmup_steps", warmup_steps, "an integer >= 0",
-                "profiler.speed.warmup_steps=5",
-            )
-        self.warmup_steps = warmup_steps
+        self.warmup_steps = non_negative_int("profiler.speed.warmup_steps", warmup_steps, 5)
         self.log_rates = log_rates
         self.batch_size = batch_size
         self.timers = {phase: PhaseTimer(phase, warmup_steps) for phase in PHASES}

@@ -20,6 +20,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from harness.config.checks import non_negative_int
 from harness.errors import ConfigError
 from harness.reports.files import write_json
 
@@ -66,10 +67,7 @@ class ModelSummary(Callback):
     def __init__(
         self, depth: int = 4, columns: list[str] | tuple[str, ...] = COLUMNS[:4] + ("mult_adds",)
     ) -> None:
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-            raise ConfigError(
-                "profiler.summary.depth", depth, "an integer >= 0", "profiler.summary.depth=4"
-            )
+        non_negative_int("profiler.summary.depth", depth, 4)
         for column in columns:
             if column not in COLUMNS:
                 raise ConfigError(

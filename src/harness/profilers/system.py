@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 from lightning.pytorch.callbacks import Callback
 
-from harness.errors import ConfigError
+from harness.config.checks import positive_number
 from harness.profilers.nvml import Nvml
 from harness.reports.files import write_report
 
@@ -176,18 +176,9 @@ class SystemReport(Callback):
     """Runs a SystemSampler during every stage and writes reports/system.{json,csv}."""
 
     def __init__(self, interval_s: float = 1.0, gpus: bool = True) -> None:
-        if (
-            isinstance(interval_s, bool)
-            or not isinstance(interval_s, (int, float))
-            or interval_s <= 0
-        ):
-            raise ConfigError(
-                "profiler.system.interval_s",
-                interval_s,
-                "a number of seconds > 0",
-                "profiler.system.interval_s=1.0",
-            )
-        self.interval_s = float(interval_s)
+        self.interval_s = positive_number(
+            "profiler.system.interval_s", interval_s, 1.0, "a number of seconds > 0"
+        )
         self.with_gpus = bool(gpus)
         self.sampler: SystemSampler | None = None
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from lightning.pytorch.profilers import SimpleProfiler
 
+from harness.config.checks import non_negative_int
 from harness.errors import ConfigError
 from harness.reports.files import write_report
 
@@ -61,13 +62,7 @@ class TimeReport(SimpleProfiler):
             raise ConfigError(
                 "profiler.simple.verbose", verbose, "true or false", "profiler.simple.verbose=true"
             )
-        if isinstance(console_rows, bool) or not isinstance(console_rows, int) or console_rows < 0:
-            raise ConfigError(
-                "profiler.simple.console_rows",
-                console_rows,
-                "an integer >= 0",
-                "profiler.simple.console_rows=15",
-            )
+        non_negative_int("profiler.simple.console_rows", console_rows, 15)
         super().__init__(extended=True)
         self.verbose = verbose
         self.console_rows = console_rows

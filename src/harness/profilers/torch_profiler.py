@@ -21,6 +21,7 @@ import torch
 from lightning.pytorch.profilers import PyTorchProfiler
 from torch.profiler import ProfilerAction
 
+from harness.config.checks import non_negative_int, positive_int
 from harness.errors import ConfigError
 from harness.instrument import switches
 from harness.profilers.torch_events import (
@@ -30,7 +31,7 @@ from harness.profilers.torch_events import (
     memory_rows,
     top_rows,
 )
-from harness.profilers.window import check_window, non_negative_int, positive_int
+from harness.profilers.window import check_window
 from harness.reports.files import write_csv, write_json
 
 log = logging.getLogger(__name__)

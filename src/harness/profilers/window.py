@@ -10,21 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.errors import ConfigError, HarnessError
-
-
-def non_negative_int(key: str, value: Any) -> int:
-    """`value` as an int >= 0, or a ConfigError naming `key`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(key, value, "an integer >= 0", f"{key}=2")
-    return value
-
-
-def positive_int(key: str, value: Any) -> int:
-    """`value` as an int > 0, or a ConfigError naming `key`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(key, value, "a positive integer", f"{key}=3")
-    return value
+from harness.errors import HarnessError
 
 
 def planned_training_steps(trainer: Any) -> float:

@@ -13,15 +13,12 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.config.checks import positive_int
 from harness.sweep.isolation import start_clean
 
 
 def read_repeat(cfg: Any) -> int:
-    value = cfg.get("repeat", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError("repeat", value, "a positive integer (runs of each point)", "repeat=3")
-    return value
+    return positive_int("repeat", cfg.get("repeat", 1), 3, "a positive integer (runs of each point)")
 
 
 def _numeric(value: Any) -> bool:

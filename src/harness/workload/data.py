@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from harness.config.checks import positive_int
 from harness.errors import ConfigError
 from harness.instrument.annotate import annotate
 
@@ -72,7 +73,7 @@ class SyntheticDataModule(pl.LightningDataModule):
         seq_len: int = 64,
         dim: int = 128,
         train_batches: int = 64,
-        val_batches: int = 8,
+        val_batches: int = 16,
         predict_batches: int = 32,
         generate_on: str = "device",
         num_workers: int = 0,
@@ -88,8 +89,7 @@ class SyntheticDataModule(pl.LightningDataModule):
             ("seq_len", seq_len),
             ("dim", dim),
         ):
-            if value <= 0:
-                raise ConfigError(f"data.{key}", value, "a positive integer")
+            positive_int(f"data.{key}", value)
         self.batch_size = batch_size
         self.seq_len = seq_len
         self.dim = dim
