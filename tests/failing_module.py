@@ -2,7 +2,8 @@
 
 Plug it in with `model._target_=failing_module.FailAtBatchSize +model.fail_at=2`
 (the test fixture puts tests/ on PYTHONPATH). `+model.error=oom` raises
-torch's OutOfMemoryError instead of a plain RuntimeError.
+torch's OutOfMemoryError instead of a plain RuntimeError; `+model.fail_in=predict` fails
+in predict_step instead of training_step.
 """
 
 from __future__ import annotations
@@ -15,15 +16,24 @@ from harness.workload.model import TransformerModule
 
 
 class FailAtBatchSize(TransformerModule):
-    def __init__(self, *args: Any, fail_at: int = 0, error: str = "runtime", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fail_at: int = 0, error: str = "runtime", fail_in: str = "train",
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fail_at = fail_at
         self.error = error
+        self.fail_in = fail_in
 
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
+    def _maybe_fail(self, phase: str, batch: Any) -> None:
         size = batch[0].shape[0]
-        if size == self.fail_at:
+        if phase == self.fail_in and size == self.fail_at:
             if self.error == "oom":
                 raise torch.OutOfMemoryError(f"CUDA out of memory (fake, batch size {size})")
             raise RuntimeError(f"deliberate failure at batch size {size}")
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        self._maybe_fail("train", batch)
         return super().training_step(batch, batch_idx)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        self._maybe_fail("predict", batch)
+        return super().predict_step(batch, batch_idx)

@@ -78,3 +78,18 @@ def test_help_and_cfg_do_not_import_torch(tmp_path):
         )
         assert out.returncode == 0, out.stderr
         assert "HEAVY=\n" in out.stdout, (flags, out.stdout[-500:])
+
+
+def test_missing_target_is_a_config_error(harness):
+    done = harness("~model._target_")
+    _fails_clearly(done, "model._target_", "Fix:")
+    assert done.returncode == 2  # like every other bad config value
+
+
+def test_out_of_memory_in_predict_step_is_recorded_as_oom(harness):
+    done = harness("model._target_=failing_module.FailAtBatchSize", "+model.fail_at=4",
+                   "+model.error=oom", "+model.fail_in=predict")
+    assert done.returncode == 1
+    result = done.result()
+    assert result["status"] == "oom" and "batch size 4" in result["reason"]
+    assert result["metrics"]["train_examples_per_second"] > 0  # training ran and was kept

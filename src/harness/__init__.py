@@ -16,11 +16,10 @@ __all__ = ["annotate", "profile"]
 
 def __getattr__(name: str) -> Any:
     if name == "annotate":
-        from harness.instrument.annotate import annotate
-
-        return annotate
-    if name == "profile":
-        from harness.instrument.line_profile import profile
-
-        return profile
-    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+        from harness.instrument.annotate import annotate as found
+    elif name == "profile":
+        from harness.instrument.line_profile import profile as found
+    else:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    globals()[name] = found  # later lookups are plain attribute reads, not this function
+    return found

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError
 
 REQUIRED_GROUPS = ("model", "data", "trainer")
 
@@ -34,9 +34,9 @@ def check_targets(cfg: DictConfig) -> None:
     for group in REQUIRED_GROUPS:
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or "_target_" not in node:
-            raise HarnessError(
-                f"{group}._target_ is missing: the '{group}' config must name a class to build."
-                f" Fix: choose a preset ({group}=...) or set {group}._target_=package.module.Class"
+            raise ConfigError(
+                f"{group}._target_", None, f"the class the '{group}' config builds",
+                f"choose a preset ({group}=...) or set {group}._target_=package.module.Class",
             )
     for key, target in _nodes_with_targets(cfg):
         try:

@@ -98,6 +98,12 @@ class LineProfile(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._stop_one()
 
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        while self._running:  # Lightning calls no teardown after an error: stop tracing here
+            self._stop_one()
+
     def _stop_one(self) -> None:
         if self._running:
             self.profiler.disable_by_count()

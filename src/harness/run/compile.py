@@ -10,14 +10,20 @@ import torch
 
 from harness.errors import HarnessError
 
-_CXX = ("g++", "c++", "clang++")
+
+def _inductor_compilers() -> tuple[str, ...]:
+    """The compiler names TorchInductor searches, from its own config ($CXX, else g++)."""
+    try:
+        from torch._inductor import config
+    except ImportError:  # private module: fall back to what torch 2.x does on Linux
+        return (os.environ.get("CXX", "g++"),)
+    names = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
+    return tuple(str(name) for name in names if name)
 
 
 def find_cxx() -> str | None:
-    """The C++ compiler TorchInductor would use, or None."""
-    configured = os.environ.get("CXX")
-    candidates = (configured, *_CXX) if configured else _CXX
-    for name in candidates:
+    """The C++ compiler TorchInductor would use, or None (it does not fall back to c++/clang++)."""
+    for name in _inductor_compilers():
         path = shutil.which(name)
         if path:
             return path
@@ -38,8 +44,9 @@ def compile_network(module: pl.LightningModule, attribute: str, mode: str) -> No
         )
     if find_cxx() is None:
         raise HarnessError(
-            "compile is on but no C++ compiler (g++, c++ or clang++) is on PATH; TorchInductor"
-            " needs one. Fix: install one (e.g. apt-get install g++) or set compile=false"
+            f"compile is on but TorchInductor's C++ compiler ({' or '.join(_inductor_compilers())})"
+            " is not on PATH. Fix: install it (e.g. apt-get install g++), point CXX at one,"
+            " or set compile=false"
         )
     setattr(module, attribute, torch.compile(network, mode=mode))
 

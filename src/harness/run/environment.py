@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import resource
 import socket
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,16 @@ def reset_peak_memory(device: torch.device) -> None:
 def peak_memory(device: torch.device) -> dict[str, int | None]:
     """Peak device memory of this run (CUDA) and the process's peak resident set (CPU).
 
-    ru_maxrss is the process's high-water mark; on Linux each job resets it at its
-    start (harness.sweep.isolation, /proc/self/clear_refs), so it is this job's peak
-    even when the jobs of a sweep share one process.
+    The resident peak is the kernel's high-water mark (VmHWM); on Linux each job resets
+    it at its start (harness.sweep.isolation, /proc/self/clear_refs), so it is this
+    job's peak even when the jobs of a sweep share one process.
     """
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    from harness.sweep.isolation import peak_rss_bytes
+
+    rss = peak_rss_bytes()
+    if rss is None:  # no /proc: ru_maxrss is bytes on macOS, KiB elsewhere
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rss = maxrss if sys.platform == "darwin" else maxrss * 1024
     figures: dict[str, int | None] = {"peak_rss_bytes": rss, "peak_device_allocated_bytes": None,
                                       "peak_device_reserved_bytes": None}
     if device.type == "cuda":

@@ -15,7 +15,7 @@ from harness.config.targets import check_targets
 from harness.errors import HarnessError
 from harness.launch import scale_out
 from harness.profilers.nsys_launch import relaunch_under_nsys
-from harness.run.result import RESULT_FILE, RunRecord
+from harness.run.result import RESULT_FILE, RunRecord, classify_failure
 from harness.sweep.repeat import read_repeat, run_repeated
 
 REPORTS_DIR = "reports"
@@ -150,6 +150,10 @@ def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
     except (HarnessError, KeyboardInterrupt, SystemExit):
         raise
     except Exception as err:
+        if is_overridden("predict_step", module, pl.LightningModule) or (
+            classify_failure(err)[0] == "oom"
+        ):
+            raise  # the user's own predict_step failed, or memory ran out: not a missing step
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise HarnessError(
             f"inference failed ({type(err).__name__}: {first[:200]})."

@@ -31,7 +31,7 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if type(err).__name__ == "OutOfMemoryError" or "out of memory" in text.lower():
         return "oom", f"out of memory: {text[:300]}"
-    if "compile" in type(err).__module__ or type(err).__name__ == "BackendCompilerFailed":
+    if type(err).__module__.startswith(("torch._dynamo", "torch._inductor")):
         return "failed", f"compile failed: {type(err).__name__}: {text[:300]}"
     return "failed", f"{type(err).__name__}: {text[:300]}"
 

@@ -61,8 +61,9 @@ def _return_freed_heap() -> None:
         ctypes.CDLL(libc_name).malloc_trim(0)
 
 
-def start_clean(seed: int | None = None) -> dict[str, bool | int | None]:
-    """Forget compiled graphs, free memory and caches, reset peak counters, reseed.
+def start_clean() -> dict[str, bool | int | None]:
+    """Forget compiled graphs, free memory and caches, reset the peak-RSS mark, switch off
+    instrumentation a failed job left on (Lightning skips callback teardown on errors).
 
     Returns which resets took effect and the resident set the job starts from
     (`rss_at_start_bytes`: what earlier jobs left loaded, e.g. TorchInductor's
@@ -80,15 +81,12 @@ def start_clean(seed: int | None = None) -> dict[str, bool | int | None]:
     done: dict[str, bool | int | None] = {"compiler_reset": True, "gc": True}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        for index in range(torch.cuda.device_count()):
-            torch.cuda.reset_peak_memory_stats(index)
+        torch.cuda.empty_cache()  # the job resets the peak counters itself, just before it measures
         done["cuda_cache_emptied"] = True
+    from harness.instrument import line_profile, switches
+
+    switches.reset()
+    line_profile.detach()
     done["peak_rss_reset"] = reset_peak_rss()
     done["rss_at_start_bytes"] = rss_bytes()
-    if seed is not None:
-        import lightning.pytorch as pl
-
-        pl.seed_everything(seed, workers=True, verbose=False)
-        done["reseeded"] = True
     return done
