@@ -377,3 +377,18 @@ def test_store_access_and_sweep_helpers(tmp_path):
     assert time.monotonic() - started < 10
     assert store_access.probe("sqlite:///x.db", timeout_s=2) is None
     assert store_access.absolute_uri("sqlite:///x.db") == f"sqlite:///{Path.cwd() / 'x.db'}"
+
+
+@pytest.mark.slow
+def test_repeats_of_a_job_log_into_its_one_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    done = run_harness(tmp_path, *TRACKED, "repeat=2", "mode=train")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = _client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = _only_run(client)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["repeat"] == "2"
+    # each repeat's 12 training steps, at the same 12 global steps
+    assert len(_history(client, run.info.run_id, "training_rate")) == 24
+    assert run.data.metrics["train_examples_per_second"] == pytest.approx(
+        done.result()["metrics"]["train_examples_per_second"])

@@ -96,11 +96,13 @@ def build_logger(cfg: DictConfig) -> Any:
 def build_trainer(
     cfg: DictConfig, precision: str, presets: Presets, logger: Any
 ) -> pl.Trainer:
+    # A logger that buffers (logger=mlflow) sends its metrics from a callback between steps.
+    flush = [logger.flush_callback()] if hasattr(logger, "flush_callback") else []
     return _build(
         "trainer",
         cfg.trainer,
         precision=precision,
-        callbacks=presets.callbacks,
+        callbacks=[*presets.callbacks, *flush],
         profiler=presets.profiler,
         logger=logger,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -33,14 +34,16 @@ def run_job(cfg: DictConfig) -> RunRecord:
         return relaunched
     record = RunRecord(Path(hydra_cfg.runtime.output_dir), overrides=list(hydra_cfg.overrides.task))
     scale_out.record_cluster(record)
+    logger: Any = None
     with scale_out.job_scope() as signals:
         try:
             knobs = read_knobs(cfg)
             record.knobs = knobs.as_dict()
             read_repeat(cfg)  # checked before check_targets imports the user's code
             check_targets(cfg)
+            logger = _build_logger(cfg)  # one tracking run per job, shared by its repeats
             # Clean state before each measurement (jobs of a sweep share a process); repeat=N.
-            run_repeated(cfg, knobs, record, _train_and_measure)
+            run_repeated(cfg, knobs, record, functools.partial(_train_and_measure, logger=logger))
             record.status = "ok"
         except BaseException as err:
             record.fail(err)
@@ -51,7 +54,7 @@ def run_job(cfg: DictConfig) -> RunRecord:
                 record.write()
                 from harness.tracking.run_logging import log_finished_run
 
-                log_finished_run(cfg, record)  # no-op unless logger=mlflow built a run
+                log_finished_run(cfg, record, logger)  # no-op unless logger=mlflow built a run
     return record
 
 
@@ -86,18 +89,24 @@ def _route_lightning_logs() -> None:
         logger.propagate = True
 
 
-def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord) -> None:
+def _build_logger(cfg: DictConfig) -> Any:
+    from harness.run import build
+
+    _route_lightning_logs()
+    return build.build_logger(cfg)
+
+
+def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
     import lightning.pytorch as pl
 
     from harness.run import build, environment
     from harness.run.compile import compile_network
 
-    _route_lightning_logs()
     pl.seed_everything(knobs.seed, workers=True, verbose=False)
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
-    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, build.build_logger(cfg))
+    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger)
     device = trainer.strategy.root_device
     scale_out.prepare_ranks(trainer, record)
 

@@ -3,9 +3,10 @@
 Three changes to the stock logger, each for a reason:
 - the run is created when the logger is built, under a file lock for a local
   sqlite store, so parallel jobs never race to create the database;
-- per-step metrics are buffered and sent in one batch every `flush_every_s`,
-  so the store write (about 5 ms on sqlite) is not charged to every step the
-  speed report times;
+- per-step metrics are buffered and sent in one batch, at most every
+  `flush_every_s`, and only after a validation, an epoch or predict (the
+  FlushBetweenSteps callback): a store write (about 5 ms on sqlite, seconds
+  on a slow server) inside a step would count as that step's time;
 - a failing store (server down, database locked) turns tracking off for the
   rest of the run instead of ending it; the run ends with one warning.
 """
@@ -19,12 +20,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from harness.errors import ConfigError, HarnessError
-from harness.tracking import run_logging, store_access
+from harness.tracking import store_access
 from harness.tracking.sweep_callback import experiment_for, sweep_info
 
 PARENT_TAG = "mlflow.parentRunId"
@@ -104,7 +106,6 @@ class HarnessMLFlowLogger(MLFlowLogger):
         self.not_logged: list[str] = []  # what the store did not get because of it
         self._pending: list[Any] = []  # mlflow Metric objects not yet sent
         self._last_flush = time.monotonic()
-        run_logging.register_logger(self)
         on_rank_zero = rank_zero_only.rank == 0
         reason = store_access.probe(tracking_uri, self.probe_timeout_s) if on_rank_zero else None
         if reason:
@@ -180,8 +181,16 @@ class HarnessMLFlowLogger(MLFlowLogger):
                 Metric(key=_NOT_A_METRIC_CHAR.sub("", key), value=float(value),
                        timestamp=timestamp_ms, step=step or 0)
             )
+        if self.flush_every_s == 0:  # asked for: a store write per step, inside the step
+            self.flush()
+
+    def flush_if_due(self) -> None:
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
+
+    def flush_callback(self) -> Callback:
+        """The callback that sends the buffered metrics between timed steps."""
+        return FlushBetweenSteps(self)
 
     def flush(self) -> None:
         """Send the buffered metrics now."""
@@ -207,3 +216,17 @@ class HarnessMLFlowLogger(MLFlowLogger):
             super().finalize(status)
         except Exception as err:
             self.fail("the run's end status", err)
+
+
+class FlushBetweenSteps(Callback):
+    """Sends the logger's buffered metrics where no step is being timed: after each
+    validation, training epoch and predict (Lightning logs `self.log` values right after
+    a step's end, which the speed report counts into the next step)."""
+
+    def __init__(self, logger: HarnessMLFlowLogger) -> None:
+        self.logger = logger
+
+    def _flush(self, trainer: Any, pl_module: Any) -> None:
+        self.logger.flush_if_due()
+
+    on_validation_end = on_train_epoch_end = on_predict_end = _flush

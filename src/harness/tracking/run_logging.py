@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +23,6 @@ SYSTEM_REPORT = "system.csv"
 SYSTEM_METRIC_PREFIX = "system/"
 MIB = 1024 * 1024
 END_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # anything else: FAILED
-
-_active: weakref.ref | None = None
-
-
-def register_logger(logger: Any) -> None:
-    """Remember the job's logger, so the post-run step logs into the same run."""
-    global _active
-    _active = weakref.ref(logger)
-
-
-def _take_logger() -> Any:
-    global _active
-    logger = _active() if _active is not None else None
-    _active = None
-    return logger
-
 
 def warn(message: str) -> None:
     print(f"harness: warning: {message}", file=sys.stderr, flush=True)
@@ -59,10 +42,13 @@ def where_to_look(uri: str, experiment_id: str, run_id: str) -> str:
     return f"mlflow: run {run_id} in {uri} (open it: mlflow ui --backend-store-uri {uri})"
 
 
-def log_finished_run(cfg: Any, record: Any) -> None:
-    """Log the finished run into the MLflow run its logger opened (no-op without one)."""
-    logger = _take_logger()
-    if logger is None:
+def log_finished_run(cfg: Any, record: Any, logger: Any) -> None:
+    """Log the finished run into the MLflow run `logger` opened (no-op for other loggers)."""
+    if not logger:
+        return
+    from harness.tracking.mlflow_logger import HarnessMLFlowLogger
+
+    if not isinstance(logger, HarnessMLFlowLogger):
         return
     run_dir = Path(record.output_dir)
     uri = logger._tracking_uri
