@@ -106,8 +106,10 @@ class _Job:
 
     def say_how_it_ended(self) -> None:
         """One line on the submitter's terminal for a job that did not end `ok`."""
+        from harness.run.result import RESULT_FILE
+
         try:
-            result = json.loads((self.output_dir / "result.json").read_text())
+            result = json.loads((self.output_dir / RESULT_FILE).read_text())
         except (OSError, ValueError):
             return
         status = result.get("status")
@@ -148,15 +150,16 @@ class _HarnessMixin(BaseSubmititLauncher):
             key = json.dumps(params, sort_keys=True, default=str)
             groups.setdefault(key, (params, []))[1].append(job)
 
-        submitted = []
+        # One array per group of jobs with the same resources. `%array_parallelism` limits each
+        # array on its own, so the groups run one after another: never more jobs at once than
+        # asked for (timings stay comparable), at the price of the groups not overlapping.
         for params, jobs in groups.values():
             handles = self._submit(params, jobs)
             if handles is None:
                 returns.update({job.idx: job.stand_in() for job in jobs})
-            else:
-                submitted.extend(zip(jobs, handles, strict=True))
-        for job, handle in submitted:
-            returns[job.idx] = self._collect(job, handle)
+                continue
+            for job, handle in zip(jobs, handles, strict=True):
+                returns[job.idx] = self._collect(job, handle)
         return [returns[idx] for idx in sorted(returns)]
 
     def _prepare(self, idx: int, overrides: Sequence[str]) -> _Job:
