@@ -317,7 +317,8 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     (reports / "memory_snapshot.pickle").write_bytes(b"\0" * (2 * 1024 * 1024))
     (reports / "train_trace.json").write_bytes(b" " * (2 * 1024 * 1024))
     (reports / "small_trace.json").write_text("{}")
-    (reports / "system.csv").write_text("t_s,segment,process_cpu_pct\n0.5,1,10\n1.0,1,20\n1.5,1,30\n")
+    (reports / "system.csv").write_text("t_s,timestamp_s,segment,process_cpu_pct\n"
+                                        "0.5,1700000000.5,1,10\n1.0,1700000001,1,20\n1.5,1700000001.5,1,30\n")
     result = {"status": "ok", "metrics": {"train_examples_per_second": 8.5, "x": None},
               "duration_s": 3.0, "host": "h", "versions": {"torch": "t"}}
     (run_dir / "result.json").write_text(json.dumps(result))
@@ -339,6 +340,8 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
                                 "system/process_cpu_pct": 30.0}  # a series shows its last value
     assert "train_trace.json" in run.data.tags["artifacts_left_on_disk"]
     assert _history(client, run_id, "system/process_cpu_pct") == [(0, 10.0), (1, 20.0), (2, 30.0)]
+    stamps = sorted(m.timestamp for m in client.get_metric_history(run_id, "system/process_cpu_pct"))
+    assert stamps == [1700000000500, 1700000001000, 1700000001500]  # each sample's own time
 
     sweep = run_dir.parent
     (sweep / "comparison.md").write_text("| batch_size | examples/s |\n")

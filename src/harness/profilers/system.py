@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,11 @@ class SystemSampler:
     def __init__(
         self,
         interval_s: float,
-        nvml_factory: Callable[[], Nvml] | None = Nvml,
         with_gpus: bool = True,
     ) -> None:
         self.interval_s = interval_s
         self.process = psutil.Process()
-        self.nvml = nvml_factory() if with_gpus and nvml_factory is not None else None
+        self.nvml = Nvml() if with_gpus else None
         self.gpu_note = (
             None if self.nvml is None or self.nvml.unavailable is None else self.nvml.unavailable
         )
@@ -110,6 +108,7 @@ class SystemSampler:
         disk = psutil.disk_io_counters()
         sample: dict[str, Any] = {
             "t_s": now - self._origin,
+            "timestamp_s": time.time(),  # wall clock, for trackers that plot against time
             "segment": self.segments,
             "stage": self.stage,
             "process_cpu_pct": self.process.cpu_percent(None),

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.run.result import RESULT_FILE
 from harness.tracking import run_facts, store_access
 
-RESULT_FILE = "result.json"
 TRACKING_KEY = "tracking"  # result.json key recording where the run was tracked
 UPLOAD_COMMAND = "harness-mlflow-upload"
 TRACE_MARKERS = ("trace",)  # a file whose name holds one of these is a profiler trace
@@ -156,8 +156,8 @@ def _now_ms() -> int:
 def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
     """System metrics over time from reports/system.csv, one MLflow metric per column.
 
-    The system preset writes one row per sample with `t_s`, seconds since the
-    sampler started, and numeric columns for each measured quantity.
+    The system preset writes one row per sample, stamped `timestamp_s` (Unix s), with a
+    numeric column for each measured quantity.
     """
     path = run_dir / "reports" / SYSTEM_REPORT
     if not path.is_file():
@@ -167,10 +167,8 @@ def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
 
     frame = pd.read_csv(path)
     start_ms = _now_ms()
-    if "timestamp_s" in frame:
+    if "timestamp_s" in frame:  # when each sample was taken
         stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
-    elif "t_s" in frame:
-        stamps = (start_ms + frame["t_s"] * 1000).astype("int64").tolist()
     else:
         stamps = [start_ms] * len(frame)
     metrics = []
