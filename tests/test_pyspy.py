@@ -131,6 +131,15 @@ def test_ptrace_refusal_is_one_clear_line(harness, tmp_path):
     assert "ptrace not permitted" in done.report("pyspy")["problem"]
 
 
+@pytest.mark.slow
+def test_window_past_the_end_of_training_is_one_clear_line(harness):
+    done = harness("profiler=[pyspy]", "mode=train", "profiler.pyspy.start_step=20")  # 12 steps
+    assert done.returncode == 1
+    assert "profiler.pyspy: the recording window (start_step + steps = 40 training steps)" in (
+        done.stderr)
+    assert "Traceback" not in done.stderr and done.result()["status"] == "failed"
+
+
 def test_step_window_starts_and_stops_py_spy_at_the_configured_steps(monkeypatch, tmp_path):
     events: list[str] = []
     monkeypatch.setattr(

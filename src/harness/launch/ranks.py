@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 
 def global_rank() -> int:
-    """This process's global rank as Lightning sees it (0 outside distributed runs)."""
-    from lightning.pytorch.utilities import rank_zero_only
+    """This process's global rank (0 outside distributed runs).
 
-    return int(getattr(rank_zero_only, "rank", 0) or 0)
+    Lightning's once it is loaded (its strategy sets it); before that, e.g. for a config
+    error, the rank the launcher put in the environment, without importing Lightning.
+    """
+    if "lightning.pytorch" in sys.modules:
+        from lightning.pytorch.utilities import rank_zero_only
+
+        return int(getattr(rank_zero_only, "rank", 0) or 0)
+    for variable in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if variable in os.environ:
+            return int(os.environ[variable])
+    return 0
 
 
 def rank_path(path: Path, rank: int | None = None) -> Path:

@@ -16,12 +16,13 @@ from lightning.pytorch.profilers import AdvancedProfiler
 
 from harness.config.checks import positive_int
 from harness.errors import ConfigError
+from harness.profilers.reporting import ChecksBeforeLightningInit
 from harness.reports.files import write_json
 
 SORT_KEYS = ("cumulative", "tottime", "ncalls")
 
 
-class AdvancedReport(AdvancedProfiler):
+class AdvancedReport(ChecksBeforeLightningInit, AdvancedProfiler):
     """Lightning's AdvancedProfiler that writes reports/advanced.txt and advanced.json."""
 
     def __init__(
@@ -52,11 +53,6 @@ class AdvancedReport(AdvancedProfiler):
         self.max_actions = max_actions
         # stage -> action -> (seconds inside the action, function calls, pstats text)
         self.stages: dict[str, dict[str, tuple[float, int, str]]] = {}
-
-    def __del__(self) -> None:
-        # Option checks run before Lightning's __init__: a refused preset has nothing to tear down.
-        if hasattr(self, "_output_file"):
-            super().__del__()
 
     def summary(self) -> str:
         # Called at the end of each stage, just before Lightning clears the profiles.

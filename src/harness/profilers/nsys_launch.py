@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.config.checks import non_negative_int, positive_int
 from harness.errors import ConfigError, HarnessError
+from harness.profilers.outside_tool import ON_MISSING, tool_unavailable
 
 CHILD_ENV = "HARNESS_NSYS_CHILD"
 REPORT_STEM = "nsys"  # reports/nsys.nsys-rep (and nsys.sqlite with stats=true)
@@ -48,7 +49,6 @@ TRACES = (
     "none",
 )
 SAMPLES = ("none", "process-tree", "system-wide", "cpu")
-ON_MISSING = ("warn", "error")
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
 
 
@@ -178,14 +178,7 @@ def relaunch_under_nsys(cfg: Any, hydra_cfg: Any) -> Any:
             " profiled with nsys. Fix: install Nsight Systems, or point"
             " profiler.nsys.executable at it"
         )
-        if options.on_missing == "error":
-            raise HarnessError(f"profiler=nsys: {message}")
-        print(
-            f"harness: warning: profiler=nsys: {message}; the run goes on without nsys"
-            " (profiler.nsys.on_missing=error stops it instead)",
-            file=sys.stderr,
-            flush=True,
-        )
+        tool_unavailable("nsys", "nsys", message, options.on_missing)
         return None
 
     run_dir = Path(hydra_cfg.runtime.output_dir)

@@ -26,8 +26,9 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from harness.config.checks import non_negative_int, positive_int
-from harness.errors import ConfigError, HarnessError
-from harness.profilers.window import StepWindow
+from harness.errors import ConfigError
+from harness.profilers.outside_tool import ON_MISSING, tool_unavailable
+from harness.profilers.window import StepWindow, check_window
 from harness.reports.files import write_json
 
 # py-spy format -> file name under reports/
@@ -37,7 +38,6 @@ OUTPUTS = {
     "chrometrace": "pyspy.chrometrace.json",
     "raw": "pyspy.collapsed.txt",
 }
-ON_MISSING = ("warn", "error")
 PTRACE_FIX = (
     "run as root, allow ptrace (sudo sysctl kernel.yama.ptrace_scope=0), or in a container add"
     " --cap-add=SYS_PTRACE"
@@ -238,13 +238,7 @@ class PySpyRecorder(Callback):
 
     def _unavailable(self, message: str) -> None:
         self.problem = message
-        if self.on_missing == "error":
-            raise HarnessError(f"profiler=pyspy: {message}")
-        print(
-            f"harness: warning: profiler=pyspy: {message}; the run goes on without py-spy"
-            " (profiler.pyspy.on_missing=error stops it instead)",
-            file=sys.stderr,
-        )
+        tool_unavailable("pyspy", "py-spy", message, self.on_missing)
 
     # -- starting and stopping py-spy -------------------------------------------
     def _start(self, trainer: pl.Trainer) -> None:
@@ -289,6 +283,13 @@ class PySpyRecorder(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.start_step is None:
             self._start(trainer)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.start_step is not None:  # a window that never opens would record nothing
+            check_window(
+                "pyspy", "start_step + steps", self.start_step + self.steps, trainer,
+                "lower profiler.pyspy.start_step / profiler.pyspy.steps",
+            )
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int

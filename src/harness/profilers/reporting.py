@@ -18,3 +18,13 @@ class Reporter(Protocol):
     def write_reports(self, reports_dir: Path) -> dict[str, Any]: ...
 
     def console_tables(self) -> list[Any]: ...
+
+
+class ChecksBeforeLightningInit:
+    """Base for presets built on a Lightning Profiler that check their options before
+    calling Lightning's __init__: a refused preset has no output file, and Lightning's
+    __del__ (which tears one down) must not run for it. List it first among the bases."""
+
+    def __del__(self) -> None:
+        if hasattr(self, "_output_file"):
+            super().__del__()  # type: ignore[misc]

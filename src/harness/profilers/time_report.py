@@ -18,6 +18,7 @@ from lightning.pytorch.profilers import SimpleProfiler
 
 from harness.config.checks import non_negative_int
 from harness.errors import ConfigError
+from harness.profilers.reporting import ChecksBeforeLightningInit
 from harness.reports.files import write_report
 
 _CALLBACK_HOOK = re.compile(r"^\[Callback\](?P<callback>[^.]+)\..+$")
@@ -54,7 +55,7 @@ def time_rows(
     return rows
 
 
-class TimeReport(SimpleProfiler):
+class TimeReport(ChecksBeforeLightningInit, SimpleProfiler):
     """Lightning's SimpleProfiler that writes reports/time.{json,csv} instead of printing."""
 
     def __init__(self, verbose: bool = False, console_rows: int = 15) -> None:
@@ -69,11 +70,6 @@ class TimeReport(SimpleProfiler):
         self._first_setup: float | None = None
         self._last_describe: float | None = None
         self.stages: list[str] = []
-
-    def __del__(self) -> None:
-        # Option checks run before Lightning's __init__: a refused preset has nothing to tear down.
-        if hasattr(self, "_output_file"):
-            super().__del__()
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage, local_rank, log_dir)

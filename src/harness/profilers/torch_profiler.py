@@ -24,6 +24,8 @@ from torch.profiler import ProfilerAction
 from harness.config.checks import non_negative_int, positive_int
 from harness.errors import ConfigError
 from harness.instrument import switches
+from harness.launch.ranks import global_rank
+from harness.profilers.reporting import ChecksBeforeLightningInit
 from harness.profilers.torch_events import (
     SORT_COLUMNS,
     event_row,
@@ -72,7 +74,7 @@ class _PhaseSchedule:
         return self.inner(step)
 
 
-class TorchProfilerPreset(PyTorchProfiler):
+class TorchProfilerPreset(ChecksBeforeLightningInit, PyTorchProfiler):
     """PyTorchProfiler writing reports/pytorch.* (operator table) and/or reports/memory.*."""
 
     def __init__(
@@ -157,11 +159,6 @@ class TorchProfilerPreset(PyTorchProfiler):
         )
         self.group_by_shapes = bool(record_shapes)
 
-    def __del__(self) -> None:
-        # Option checks run before Lightning's __init__: a refused preset has nothing to tear down.
-        if hasattr(self, "_output_file"):
-            super().__del__()
-
     # -- composition ---------------------------------------------------------------
     def absorb_memory(self, memory: TorchProfilerPreset) -> None:
         """Take over the memory preset: profile_memory on, its report written from our window."""
@@ -230,13 +227,6 @@ class TorchProfilerPreset(PyTorchProfiler):
     def _window_fix(self) -> str:
         return f"lower profiler.{self.preset}.wait / warmup / active"
 
-    @staticmethod
-    def _rank() -> int:
-        # Lightning's global rank (set by the strategy), not SLURM's or torchrun's variables.
-        from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
-        return int(getattr(rank_zero_only, "rank", 0))
-
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         phase = self.current_phase or "unknown"
         averages = prof.key_averages(group_by_input_shape=self.group_by_shapes)
@@ -245,7 +235,7 @@ class TorchProfilerPreset(PyTorchProfiler):
         if "ops" in self.reports:
             window["table"] = averages.table(sort_by=self.sort_by, row_limit=self.row_limit)
         self.windows.append(window)
-        rank = self._rank()
+        rank = global_rank()
         if self.trace_dir is None or (self.trace_rank0_only and rank != 0):
             return
         self.trace_dir.mkdir(parents=True, exist_ok=True)

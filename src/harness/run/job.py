@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from harness.config.knobs import Knobs, read_knobs
 from harness.config.targets import check_targets
 from harness.errors import HarnessError
 from harness.launch import scale_out
+from harness.launch.ranks import global_rank
 from harness.profilers.nsys_launch import relaunch_under_nsys
 from harness.run.result import RESULT_FILE, RunRecord, classify_failure
 from harness.sweep.repeat import read_repeat, run_repeated
@@ -50,24 +49,12 @@ def run_job(cfg: DictConfig) -> RunRecord:
             if not scale_out.handle_interruption(record, signals.reason):
                 raise
         finally:
-            if _is_global_zero():
+            if global_rank() == 0:
                 record.write()
                 from harness.tracking.run_logging import log_finished_run
 
                 log_finished_run(cfg, record, logger)  # no-op unless logger=mlflow built a run
     return record
-
-
-def _is_global_zero() -> bool:
-    if "lightning.pytorch" in sys.modules:
-        from lightning.pytorch.utilities import rank_zero_only
-
-        return getattr(rank_zero_only, "rank", 0) == 0
-    # Nothing heavy ran yet (a config error): read the rank the launcher gave us.
-    for variable in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if variable in os.environ:
-            return int(os.environ[variable]) == 0
-    return True
 
 
 def _compile_seconds() -> float:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.run.result import RESULT_FILE
 
-RESULT_FILE = "result.json"
 MULTIRUN_FILE = "multirun.yaml"
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 # Overrides that say how a job ran rather than what it measured.
@@ -54,7 +54,6 @@ class Collection:
     root: Path
     jobs: list[JobResult]
     problems: list[str] = field(default_factory=list)
-    is_single_run: bool = False
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, str]:
@@ -147,7 +146,7 @@ def collect(root: Path) -> Collection:
         raise HarnessError(f"{root} is not a directory. Fix: pass a sweep directory, not a file")
     if (root / RESULT_FILE).is_file():
         job, problem = read_job(root)
-        return Collection(root, [job], [problem] if problem else [], is_single_run=True)
+        return Collection(root, [job], [problem] if problem else [])
     job_dirs = _job_dirs(root)
     if not job_dirs:
         if (root / MULTIRUN_FILE).is_file():

@@ -16,8 +16,6 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.sweep.table import DEFAULT, METRICS, Comparison
 
-COMPARED = tuple(m for m in METRICS)
-
 
 @dataclass
 class Change:
@@ -93,7 +91,7 @@ def diff(a: Comparison, b: Comparison) -> Diff:
             f" B: {'; '.join(points_b)}). Fix: compare sweeps over the same values"
         )
     for label, pa, pb in pairs:
-        for metric in COMPARED:
+        for metric in METRICS:
             va, vb = pa.get(metric.name), pb.get(metric.name)
             ok_a, ok_b = pa["status"] == "ok", pb["status"] == "ok"
             va = va if ok_a and _number(va) else None

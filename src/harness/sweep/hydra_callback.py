@@ -30,7 +30,7 @@ outcome = Outcome()
 
 
 def verdict(statuses: list[str]) -> tuple[int, str | None]:
-    """(exit code, message): non-zero only when the sweep has jobs and none is ok."""
+    """(exit code, message): non-zero when no job of the sweep ended ok (or none ran)."""
     if not statuses:
         return 1, "the sweep ran no job"
     if "ok" in statuses:

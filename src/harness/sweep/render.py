@@ -376,9 +376,7 @@ def _compact_sections(comparison: Comparison) -> list[tuple[str, list[str], list
             for label in comparison.variants:
                 point = lookup.get((row, label))
                 lines = [value_cell(point, "peak_memory_bytes")]
-                if point is None or point["status"] != "ok":
-                    lines = [value_cell(point, "peak_memory_bytes")]
-                elif label != comparison.baseline:
+                if point is not None and point["status"] == "ok" and label != comparison.baseline:
                     lines.append(ratio_cell(point, "memory_ratio"))
                 cells.append("\n".join(lines))
             rows.append(cells)

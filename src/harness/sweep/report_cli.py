@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
                    help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
     p.add_argument("--rows", default=None,
                    help="swept key whose values make the rows (default: batch_size if swept,"
-                   " else the first swept key)")
+                   " else the first of two or more swept keys; a single swept key makes columns)")
     p.add_argument("--baseline", default=None,
                    help="variant the speed-ups are against, e.g. 'precision=fp32,compile=false'"
                    " (default: the first variant)")
