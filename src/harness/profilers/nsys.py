@@ -129,6 +129,10 @@ class NsysCapture(Callback):
             "trace": list(self.options.trace),
             "nvtx_ranges": self.nvtx,
             "manual_command": manual_command(self.options, _task_overrides()),
+            "expected_overhead": (
+                "nsys traces CUDA/NVTX calls only inside the capture range; the steps there run"
+                " slower, and the rest of the run pays nsys's start-up and its final report"
+            ),
         }
         write_json(reports_dir / "nsys.json", payload)
         return {}
