@@ -6,6 +6,7 @@ though Python counts it as an int (`steps: true` is a mistake, not 1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.errors import ConfigError
@@ -31,3 +32,21 @@ def positive_number(key: str, value: Any, example: object = 1.0, what: str = "a 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ConfigError(key, value, what, f"{key}={example}")
     return float(value)
+
+
+def one_of(key: str, value: Any, allowed: Sequence[str], example: object = None) -> Any:
+    if value not in allowed:
+        raise ConfigError(key, value, "one of " + ", ".join(allowed),
+                          f"{key}={allowed[0] if example is None else example}")
+    return value
+
+
+def list_of(
+    key: str, values: Any, allowed: Sequence[str], example: str, allow_empty: bool = False
+) -> list[Any]:
+    """`values` (a list, or one value) as a list whose items are all in `allowed`."""
+    values = [values] if isinstance(values, str) else list(values)
+    if (not values and not allow_empty) or any(value not in allowed for value in values):
+        raise ConfigError(key, values, "a list of " + ", ".join(allowed)
+                          + ("" if allow_empty else " (at least one)"), f"{key}={example}")
+    return values

@@ -14,7 +14,7 @@ from typing import Any
 
 from lightning.pytorch.profilers import AdvancedProfiler
 
-from harness.config.checks import positive_int
+from harness.config.checks import one_of, positive_int
 from harness.errors import ConfigError
 from harness.profilers.reporting import ChecksBeforeLightningInit
 from harness.reports.files import write_json
@@ -40,13 +40,7 @@ class AdvancedReport(ChecksBeforeLightningInit, AdvancedProfiler):
                 "a positive integer (lines) or a fraction in (0, 1]",
                 "profiler.advanced.lines=20",
             )
-        if sort_by not in SORT_KEYS:
-            raise ConfigError(
-                "profiler.advanced.sort_by",
-                sort_by,
-                "one of " + ", ".join(SORT_KEYS),
-                "profiler.advanced.sort_by=cumulative",
-            )
+        one_of("profiler.advanced.sort_by", sort_by, SORT_KEYS, "cumulative")
         positive_int("profiler.advanced.max_actions", max_actions, 30)
         super().__init__(line_count_restriction=lines)
         self.sort_by = sort_by

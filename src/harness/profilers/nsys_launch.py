@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.checks import non_negative_int, positive_int
-from harness.errors import ConfigError, HarnessError
+from harness.config.checks import list_of, non_negative_int, one_of, positive_int
+from harness.errors import HarnessError
 from harness.profilers.outside_tool import ON_MISSING, tool_unavailable
 
 CHILD_ENV = "HARNESS_NSYS_CHILD"
@@ -73,31 +73,11 @@ class NsysOptions:
     @classmethod
     def read(cls, node: Mapping[str, Any]) -> NsysOptions:
         trace = node.get("trace", cls.trace)
-        trace = (trace,) if isinstance(trace, str) else tuple(str(t) for t in trace)
-        unknown = [t for t in trace if t not in TRACES]
-        if unknown or not trace:
-            raise ConfigError(
-                "profiler.nsys.trace",
-                list(trace),
-                "a list of nsys traces: " + ", ".join(TRACES),
-                "profiler.nsys.trace=[cuda,nvtx,osrt,cudnn,cublas]",
-            )
-        sample = str(node.get("sample", cls.sample))
-        if sample not in SAMPLES:
-            raise ConfigError(
-                "profiler.nsys.sample",
-                sample,
-                "one of " + ", ".join(SAMPLES),
-                "profiler.nsys.sample=none",
-            )
-        on_missing = node.get("on_missing", cls.on_missing)
-        if on_missing not in ON_MISSING:
-            raise ConfigError(
-                "profiler.nsys.on_missing",
-                on_missing,
-                "warn or error",
-                "profiler.nsys.on_missing=warn",
-            )
+        trace = tuple(str(t) for t in list_of("profiler.nsys.trace", trace, TRACES,
+                                                "[cuda,nvtx,osrt,cudnn,cublas]"))
+        sample = one_of("profiler.nsys.sample", str(node.get("sample", cls.sample)), SAMPLES, "none")
+        on_missing = one_of("profiler.nsys.on_missing", node.get("on_missing", cls.on_missing),
+                            ON_MISSING)
         extra = node.get("extra_args", ()) or ()
         extra = (extra,) if isinstance(extra, str) else tuple(str(a) for a in extra)
         return cls(

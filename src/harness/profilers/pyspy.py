@@ -25,8 +25,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from harness.config.checks import non_negative_int, positive_int
-from harness.errors import ConfigError
+from harness.config.checks import list_of, non_negative_int, one_of, positive_int
 from harness.profilers.outside_tool import ON_MISSING, tool_unavailable
 from harness.profilers.window import StepWindow, check_window
 from harness.reports.files import write_json
@@ -183,34 +182,13 @@ class PySpyRecorder(Callback):
         attach_timeout_s: float = 20.0,
         on_missing: str = "warn",
     ) -> None:
-        if isinstance(formats, str):
-            formats = [formats]
-        for fmt in formats:
-            if fmt not in OUTPUTS:
-                raise ConfigError(
-                    "profiler.pyspy.formats",
-                    list(formats),
-                    "a list of " + ", ".join(OUTPUTS),
-                    "profiler.pyspy.formats=[flamegraph,speedscope]",
-                )
-        if not formats:
-            raise ConfigError(
-                "profiler.pyspy.formats",
-                [],
-                "at least one format",
-                "profiler.pyspy.formats=[flamegraph]",
-            )
+        formats = list_of("profiler.pyspy.formats", formats, tuple(OUTPUTS),
+                          "[flamegraph,speedscope]")
         positive_int("profiler.pyspy.rate", rate, 100, "samples per second, an integer > 0")
         if start_step is not None:
             non_negative_int("profiler.pyspy.start_step", start_step)
         positive_int("profiler.pyspy.steps", steps)
-        if on_missing not in ON_MISSING:
-            raise ConfigError(
-                "profiler.pyspy.on_missing",
-                on_missing,
-                "warn or error",
-                "profiler.pyspy.on_missing=warn",
-            )
+        one_of("profiler.pyspy.on_missing", on_missing, ON_MISSING)
         self.rate = rate
         self.formats = list(formats)
         self.start_step = start_step

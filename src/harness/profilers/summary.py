@@ -20,8 +20,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from harness.config.checks import non_negative_int
-from harness.errors import ConfigError
+from harness.config.checks import list_of, non_negative_int
 from harness.reports.files import write_json
 
 COLUMNS = (
@@ -68,14 +67,8 @@ class ModelSummary(Callback):
         self, depth: int = 4, columns: list[str] | tuple[str, ...] = COLUMNS[:4] + ("mult_adds",)
     ) -> None:
         non_negative_int("profiler.summary.depth", depth, 4)
-        for column in columns:
-            if column not in COLUMNS:
-                raise ConfigError(
-                    "profiler.summary.columns",
-                    list(columns),
-                    "a list of " + ", ".join(COLUMNS),
-                    "profiler.summary.columns=[input_size,output_size,num_params]",
-                )
+        columns = list_of("profiler.summary.columns", columns, COLUMNS,
+                          "[input_size,output_size,num_params]", allow_empty=True)
         self.depth = depth
         self.columns = tuple(columns)
         self.done = False

@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.profilers import PyTorchProfiler
 from torch.profiler import ProfilerAction
 
-from harness.config.checks import non_negative_int, positive_int
+from harness.config.checks import list_of, non_negative_int, one_of, positive_int
 from harness.errors import ConfigError
 from harness.instrument import switches
 from harness.launch.ranks import global_rank
@@ -103,22 +103,8 @@ class TorchProfilerPreset(ChecksBeforeLightningInit, PyTorchProfiler):
         self.wait = non_negative_int(f"{key}.wait", wait)
         self.warmup_steps = non_negative_int(f"{key}.warmup", warmup)
         self.active = positive_int(f"{key}.active", active)
-        self.phases = tuple(phases)
-        for phase in self.phases:
-            if phase not in PHASES:
-                raise ConfigError(
-                    f"{key}.phases",
-                    list(self.phases),
-                    "a list of " + ", ".join(PHASES),
-                    f"{key}.phases=[train]",
-                )
-        if sort_by not in SORT_COLUMNS:
-            raise ConfigError(
-                f"{key}.sort_by",
-                sort_by,
-                "one of " + ", ".join(SORT_COLUMNS),
-                f"{key}.sort_by=self_cpu_time_total",
-            )
+        self.phases = tuple(list_of(f"{key}.phases", phases, PHASES, "[train]", allow_empty=True))
+        one_of(f"{key}.sort_by", sort_by, tuple(SORT_COLUMNS), "self_cpu_time_total")
         if (
             isinstance(row_limit, bool)
             or not isinstance(row_limit, int)
