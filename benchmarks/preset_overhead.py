@@ -61,7 +61,7 @@ def _instrument(obj: object, clock: dict[str, float]) -> None:
     fit alike, so its share of the fit is a within-run figure the neighbours barely move."""
     from lightning.pytorch.callbacks import Callback
 
-    from harness.profilers.system import SystemReport, SystemSampler
+    from harness.profilers.system import SystemPreset, SystemSampler
 
     names = (
         [n for n in ("start", "stop") if hasattr(obj, n)]
@@ -84,7 +84,7 @@ def _instrument(obj: object, clock: dict[str, float]) -> None:
                 clock["in_preset"] += time.perf_counter() - begin
 
         setattr(obj, name, timed)
-    if isinstance(obj, SystemReport):
+    if isinstance(obj, SystemPreset):
         original_take = SystemSampler._take
 
         def timed_take(self, _original=original_take):

@@ -30,21 +30,21 @@ import lightning.pytorch as pl
 import torch
 from torch.nn import functional as F
 
-from harness.profilers.speed import SpeedMonitor
+from harness.profilers.speed import SpeedPreset
 from harness.workload.data import DeviceBatches, SyntheticDataModule
 from harness.workload.model import TransformerModule
 
 BATCH, SEQ, DIM, WARMUP = 32, 64, 128, 5
 
 
-class HookTimedSpeedMonitor(SpeedMonitor):
-    """SpeedMonitor whose every Lightning hook adds its own wall time to `hook_s`."""
+class HookTimedSpeedPreset(SpeedPreset):
+    """SpeedPreset whose every Lightning hook adds its own wall time to `hook_s`."""
 
     hook_s = 0.0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        for name in dir(SpeedMonitor):
+        for name in dir(SpeedPreset):
             if name.startswith("on_") or name == "setup":
                 setattr(self, name, self._timed(getattr(self, name)))
 
@@ -67,12 +67,12 @@ def _trainer(steps: int, callbacks: list) -> pl.Trainer:
     )
 
 
-def timed_fit(steps: int, with_speed: bool) -> tuple[float, SpeedMonitor | None]:
+def timed_fit(steps: int, with_speed: bool) -> tuple[float, SpeedPreset | None]:
     """Wall time of Trainer.fit over `steps` training batches, and the monitor if used."""
     pl.seed_everything(0, verbose=False)
     model = TransformerModule(dim=DIM)
     data = SyntheticDataModule(batch_size=BATCH, seq_len=SEQ, dim=DIM, train_batches=steps)
-    monitor = HookTimedSpeedMonitor(warmup_steps=WARMUP, log_rates=False) if with_speed else None
+    monitor = HookTimedSpeedPreset(warmup_steps=WARMUP, log_rates=False) if with_speed else None
     trainer = _trainer(steps, [monitor] if monitor else [])
     start = time.perf_counter()
     trainer.fit(model, datamodule=data)

@@ -71,6 +71,40 @@ def run_harness(
     return Completed(proc.returncode, proc.stdout, proc.stderr, cwd)
 
 
+@pytest.fixture(autouse=True)
+def harness_console():
+    """harness's log lines on stderr, as in a run (tests read them with capsys)."""
+    from harness.terminal import use_console
+
+    use_console()
+
+
+# Skips CI accepts: hardware or outside tools that `pip install -e '.[test]'` cannot bring.
+ACCEPTED_SKIPS = ("CUDA", "Nsight Systems", "SLURM", "local SLURM", "nvtx package is installed")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI (CI=true), a test skipped for anything but ACCEPTED_SKIPS fails: a tool that the
+    test extra installs must be found, not skipped over (py-spy once was, silently)."""
+    report = (yield).get_result()
+    if not (os.environ.get("CI") and report.skipped and call.when in ("setup", "call")):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if not any(accepted in reason for accepted in ACCEPTED_SKIPS):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI ({reason}): what the test extra installs must be found"
+
+
+def venv_tool(name: str) -> str:
+    """The path of a tool the test extra installs (next to this Python), or fail: no skip."""
+    from harness.launch.outside_tool import find_executable
+
+    found = find_executable(name)
+    assert found, f"{name} is not installed beside {sys.executable}: pip install -e '.[test]'"
+    return found
+
+
 @pytest.fixture
 def harness(tmp_path: Path):
     """`harness(*overrides)` runs the CLI in a fresh temporary directory."""

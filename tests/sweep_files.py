@@ -26,9 +26,10 @@ def write_job(job_dir: Path, overrides: list[str], status: str = "ok",
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / ".hydra").mkdir(exist_ok=True)
     (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    record: dict[str, Any] = {"status": status, "reason": reason, "overrides": overrides,
-                              "metrics": values or {}}
+    record: dict[str, Any] = {"schema_version": 2, "status": status, "reason": reason,
+                              "overrides": overrides, "metrics": values or {}}
     if per_repeat:
-        record["repeats"] = {"per_repeat": per_repeat}
+        record["repeats"] = {"requested": len(per_repeat), "completed": len(per_repeat),
+                             "what": "hand-made", "per_repeat": per_repeat}
     (job_dir / "result.json").write_text(json.dumps(record))
     return job_dir

@@ -10,7 +10,7 @@ import pytest
 
 from harness.launch.ranks import rank_path
 from harness.launch.signals import RunInterrupted, preemption_signal, stop_on_signals
-from harness.launch.slurm_env import slurm_metadata
+from harness.launch.slurm import slurm_metadata
 from harness.profilers.step_timer import StepRecord, rank_figures, total_examples_per_second
 from hydra_plugins.harness_launcher.submitit_launcher import fix_for, one_line
 

@@ -46,7 +46,7 @@ def test_line_preset_reports_marked_and_listed_functions(harness):
         "profiler.line.functions=[harness.workload.model.Attention.forward]",
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    text = (done.run_dir() / "reports" / "line_profile.txt").read_text()
+    text = (done.run_dir() / "reports" / "line.txt").read_text()
     assert "Timer unit: 1e-06 s" in text
 
     # Marked with @harness.profile, called through a name imported before profiling began.
@@ -60,29 +60,29 @@ def test_line_preset_reports_marked_and_listed_functions(harness):
     attention = _line_rows(text, "Attention.forward")
     assert attention["return self.proj(out)"][0] == 2 * (TRAIN_BATCHES + 4)
 
-    report = done.report("line_profile")
+    report = done.report("line")
     assert report["listed"] == ["harness.workload.model.Attention.forward"]
     assert any(f.startswith("sum_of_squares ") for f in report["functions_called"])
-    assert done.result()["metrics"]["line_profile_functions_called"] == 2
+    assert done.result()["metrics"]["line_functions_called"] == 2
 
 
 def test_unknown_function_name_names_the_key():
     from harness.errors import ConfigError
-    from harness.profilers.line import LineProfile
+    from harness.profilers.line import LinePreset
 
     with pytest.raises(ConfigError) as caught:
-        LineProfile(functions=["harness.workload.model.Nope"])
+        LinePreset(functions=["harness.workload.model.Nope"])
     assert caught.value.key == "profiler.line.functions"
     assert "harness.workload.model.Nope" in str(caught.value)
     with pytest.raises(ConfigError, match="profiler.line.output_unit"):
-        LineProfile(output_unit=0)
+        LinePreset(output_unit=0)
 
 
 def test_functions_marked_while_the_profiler_runs_are_added():
     from harness.instrument import line_profile
-    from harness.profilers.line import LineProfile
+    from harness.profilers.line import LinePreset
 
-    preset = LineProfile()
+    preset = LinePreset()
     line_profile.attach(preset.profiler)
     try:
 

@@ -18,15 +18,15 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError, HarnessError
 from harness.instrument import switches
-from harness.profilers import nsys_launch
-from harness.profilers.nsys import NsysCapture
-from harness.profilers.nsys_launch import (
+from harness.launch import nsys as nsys_launch
+from harness.launch.nsys import (
     CHILD_ENV,
     NsysOptions,
     child_command,
     manual_command,
     relaunch_under_nsys,
 )
+from harness.profilers.nsys import NsysPreset
 
 GUIDE_TRACES = "--trace=cuda,nvtx,osrt,cudnn,cublas"
 
@@ -94,7 +94,7 @@ class _Recorder:
         self.calls: list[str] = []
 
 
-def _drive(capture: NsysCapture, batches: int) -> None:
+def _drive(capture: NsysPreset, batches: int) -> None:
     trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0)))
     capture.setup(trainer, None, "fit")
     for index in range(batches):
@@ -116,7 +116,7 @@ def fake_cuda(monkeypatch):
 
 def test_capture_range_opens_after_warmup_and_closes_after_active_steps(monkeypatch, fake_cuda):
     monkeypatch.setenv(CHILD_ENV, "1")
-    capture = NsysCapture(warmup_steps=2, active_steps=3)
+    capture = NsysPreset(warmup_steps=2, active_steps=3)
     capture.calls = fake_cuda  # type: ignore[attr-defined]
     _drive(capture, batches=7)
     assert fake_cuda == [
@@ -137,7 +137,7 @@ def test_capture_range_opens_after_warmup_and_closes_after_active_steps(monkeypa
 
 def test_capture_range_closes_when_training_ends_inside_it(monkeypatch, fake_cuda):
     monkeypatch.setenv(CHILD_ENV, "1")
-    capture = NsysCapture(warmup_steps=1, active_steps=10)
+    capture = NsysPreset(warmup_steps=1, active_steps=10)
     capture.calls = fake_cuda  # type: ignore[attr-defined]
     _drive(capture, batches=3)
     assert fake_cuda == ["step 0", "sync", "start", "step 1", "step 2", "sync", "stop"]
@@ -145,7 +145,7 @@ def test_capture_range_closes_when_training_ends_inside_it(monkeypatch, fake_cud
 
 def test_outside_nsys_the_preset_does_nothing(monkeypatch, fake_cuda):
     monkeypatch.delenv(CHILD_ENV, raising=False)
-    capture = NsysCapture(warmup_steps=0, active_steps=1)
+    capture = NsysPreset(warmup_steps=0, active_steps=1)
     capture.calls = fake_cuda  # type: ignore[attr-defined]
     _drive(capture, batches=2)
     assert fake_cuda == ["step 0", "step 1"]
@@ -159,7 +159,7 @@ def test_child_switches_annotate_ranges_to_nvtx(monkeypatch, fake_cuda):
     fake.pop_range = lambda **kw: None
     monkeypatch.setitem(sys.modules, "nvtx", fake)
     monkeypatch.setenv(CHILD_ENV, "1")
-    capture = NsysCapture()
+    capture = NsysPreset()
     trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0)))
     capture.setup(trainer, None, "fit")
     assert switches.is_enabled("nvtx")
@@ -171,28 +171,29 @@ def test_child_switches_annotate_ranges_to_nvtx(monkeypatch, fake_cuda):
     assert pushed == ["workload.forward"] and not switches.is_enabled("nvtx")
 
 
-def _hydra(tmp_path: Path) -> SimpleNamespace:
-    return SimpleNamespace(
-        runtime=SimpleNamespace(output_dir=str(tmp_path)),
-        overrides=SimpleNamespace(task=["profiler=[speed,nsys]"]),
-    )
+def _job(tmp_path: Path) -> tuple[Path, list[str]]:
+    """(run directory, overrides) of a job, as harness.run.job hands them to the relaunch."""
+    return tmp_path, ["profiler=[speed,nsys]"]
 
 
 def test_relaunch_decisions(monkeypatch, tmp_path, capsys):
+    from harness.terminal import use_console
+
+    use_console()  # harness's warnings on stderr, as in a run
     monkeypatch.delenv(CHILD_ENV, raising=False)
     without = OmegaConf.create({"profiler": {"speed": {}}})
-    assert relaunch_under_nsys(without, _hydra(tmp_path)) is None
+    assert relaunch_under_nsys(without, *_job(tmp_path)) is None
     missing = OmegaConf.create({"profiler": {"nsys": {"executable": "/nonexistent/nsys"}}})
-    assert relaunch_under_nsys(missing, _hydra(tmp_path)) is None
+    assert relaunch_under_nsys(missing, *_job(tmp_path)) is None
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not on PATH" in err and "goes on without nsys" in err
     missing.profiler.nsys.on_missing = "error"
     with pytest.raises(HarnessError, match="profiler=nsys: Nsight Systems"):
-        relaunch_under_nsys(missing, _hydra(tmp_path))
+        relaunch_under_nsys(missing, *_job(tmp_path))
     # Inside the child the job runs here, whatever the config says: no second re-launch.
     monkeypatch.setenv(CHILD_ENV, "1")
-    monkeypatch.setattr(nsys_launch.shutil, "which", lambda name: "/usr/bin/true")
-    assert relaunch_under_nsys(missing, _hydra(tmp_path)) is None
+    monkeypatch.setattr(nsys_launch, "find_executable", lambda name: "/usr/bin/true")
+    assert relaunch_under_nsys(missing, *_job(tmp_path)) is None
 
 
 FAKE_NSYS = """#!{python}

@@ -14,23 +14,23 @@ from harness.profilers.window import check_window
 
 
 def test_concise_time_rows_fold_each_callback_into_one_row():
-    from harness.profilers.time_report import time_rows
+    from harness.profilers.simple import time_rows
 
     durations = {
         "run_training_epoch": [2.0],
-        "[Callback]SpeedMonitor.on_train_batch_start": [0.1, 0.1],
-        "[Callback]SpeedMonitor.on_train_batch_end": [0.2],
-        "[Callback]ModelSummary.setup": [0.05],
+        "[Callback]SpeedPreset.on_train_batch_start": [0.1, 0.1],
+        "[Callback]SpeedPreset.on_train_batch_end": [0.2],
+        "[Callback]SummaryPreset.setup": [0.05],
         "[LightningModule]Net.optimizer_step": [0.5, 0.5],
     }
     concise = {r["action"]: r for r in time_rows(durations, run_s=4.0, verbose=False)}
     assert set(concise) == {
         "run_training_epoch",
-        "[Callback]SpeedMonitor (all hooks)",
-        "[Callback]ModelSummary (all hooks)",
+        "[Callback]SpeedPreset (all hooks)",
+        "[Callback]SummaryPreset (all hooks)",
         "[LightningModule]Net.optimizer_step",
     }
-    speed = concise["[Callback]SpeedMonitor (all hooks)"]
+    speed = concise["[Callback]SpeedPreset (all hooks)"]
     assert speed["calls"] == 3 and speed["total_s"] == pytest.approx(0.4)
     assert speed["mean_s"] == pytest.approx(0.4 / 3)
     assert speed["share_of_run_pct"] == pytest.approx(10.0)
@@ -108,9 +108,9 @@ def test_real_profiler_events_give_memory_rows():
 
 
 def test_pytorch_and_memory_merge_into_one_profiler():
-    from harness.profilers.torch_profiler import MemoryPreset, TorchProfilerPreset
+    from harness.profilers.torch_profiler import MemoryPreset, PytorchPreset
 
-    ops, memory = TorchProfilerPreset(), MemoryPreset(top=7, extra_plots=True)
+    ops, memory = PytorchPreset(), MemoryPreset(top=7, extra_plots=True)
     name, merged = combine_profilers("memory", memory, "pytorch", ops)
     assert name == "pytorch" and merged is ops
     assert merged.reports == {"ops", "memory"} and merged.memory_top == 7
@@ -119,11 +119,11 @@ def test_pytorch_and_memory_merge_into_one_profiler():
 
 
 def test_two_lightning_profilers_are_refused_naming_both():
-    from harness.profilers.advanced import AdvancedReport
-    from harness.profilers.time_report import TimeReport
+    from harness.profilers.advanced import AdvancedPreset
+    from harness.profilers.simple import SimplePreset
 
     with pytest.raises(HarnessError, match="'simple' and 'advanced' cannot run together.*Fix:"):
-        combine_profilers("simple", TimeReport(), "advanced", AdvancedReport())
+        combine_profilers("simple", SimplePreset(), "advanced", AdvancedPreset())
 
 
 def test_window_check_names_the_keys():
@@ -141,7 +141,7 @@ def test_window_check_names_the_keys():
     ("factory", "key"),
     [
         (
-            lambda: __import__("harness.profilers.system", fromlist=["x"]).SystemReport(
+            lambda: __import__("harness.profilers.system", fromlist=["x"]).SystemPreset(
                 interval_s=-1
             ),
             "profiler.system.interval_s",
@@ -155,7 +155,7 @@ def test_window_check_names_the_keys():
         (
             lambda: __import__(
                 "harness.profilers.torch_profiler", fromlist=["x"]
-            ).TorchProfilerPreset(sort_by="bogus"),
+            ).PytorchPreset(sort_by="bogus"),
             "profiler.pytorch.sort_by",
         ),
     ],
@@ -168,7 +168,7 @@ def test_bad_options_name_their_key(factory, key):
 def test_summary_of_a_compiled_network_uses_the_original_module():
     import torchinfo
 
-    from harness.profilers.summary import uncompiled
+    from harness.private_api import uncompiled
 
     holder = torch.nn.Module()
     holder.net = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()))

@@ -48,12 +48,12 @@ def test_full_preset_runs_every_callback_and_the_merged_torch_profiler(harness):
         assert result["metrics"]["system_gpu_energy_wh"] is None
 
     # summary: torchinfo table and totals in result.json (2 blocks of dim 32, mlp 4x)
-    summary = json.loads((reports / "model_summary.json").read_text())
+    summary = json.loads((reports / "summary.json").read_text())
     per_block = 2 * 2 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32)
     assert summary["totals"]["total_params"] == 2 * per_block
     assert result["metrics"]["summary_total_params"] == 2 * per_block
     assert summary["precision"] == "32-true" and summary["input_shape"] == [4, 16, 32]
-    assert "Total params: 25,408" in (reports / "model_summary.txt").read_text()
+    assert "Total params: 25,408" in (reports / "summary.txt").read_text()
 
     # pytorch + memory merged into one profiler: both reports, steps 2..4 recorded
     ops, memory = done.report("pytorch"), done.report("memory")
@@ -110,12 +110,12 @@ def test_simple_concise_folds_callbacks_and_verbose_keeps_every_hook(tmp_path):
         tmp_path / "b", "profiler=[speed,simple]", "profiler.simple.verbose=true", *TRAIN_ONLY
     )
     assert verbose.returncode == 0, verbose.stderr[-3000:]
-    short = {r["action"]: r for r in concise.report("time")["actions"]}
-    long = {r["action"]: r for r in verbose.report("time")["actions"]}
+    short = {r["action"]: r for r in concise.report("simple")["actions"]}
+    long = {r["action"]: r for r in verbose.report("simple")["actions"]}
 
-    speed_hooks = [a for a in long if a.startswith("[Callback]SpeedMonitor.")]
-    assert len(speed_hooks) > 3 and not any(a.startswith("[Callback]SpeedMonitor.") for a in short)
-    folded = short["[Callback]SpeedMonitor (all hooks)"]
+    speed_hooks = [a for a in long if a.startswith("[Callback]SpeedPreset.")]
+    assert len(speed_hooks) > 3 and not any(a.startswith("[Callback]SpeedPreset.") for a in short)
+    folded = short["[Callback]SpeedPreset (all hooks)"]
     assert folded["calls"] == sum(long[a]["calls"] for a in speed_hooks)
     assert len(short) < len(long)
     for kept in (
@@ -129,9 +129,9 @@ def test_simple_concise_folds_callbacks_and_verbose_keeps_every_hook(tmp_path):
     row = short["run_training_epoch"]
     assert row["total_s"] == pytest.approx(row["mean_s"] * row["calls"])
     assert 0 < row["share_of_run_pct"] <= 100
-    header = concise.report("time")
+    header = concise.report("simple")
     assert header["expected_overhead"] and header["steps"].startswith("the whole run")
-    table = _csv(concise.run_dir() / "reports" / "time.csv")
+    table = _csv(concise.run_dir() / "reports" / "simple.csv")
     assert list(table[0]) == ["action", "calls", "total_s", "mean_s", "share_of_run_pct"]
 
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.errors import ConfigError, HarnessError
-from harness.profilers.pyspy import PySpyRecorder, permission_problem, pyspy_command
+from harness.profilers.pyspy import PyspyPreset, permission_problem, pyspy_command
 
 # What py-spy 0.4.3 prints when ptrace is refused (captured by running it as an
 # unprivileged user against a root process with setpriv).
@@ -59,12 +59,12 @@ def test_permission_problem_is_recognised():
 
 
 def test_missing_pyspy_warns_or_stops(capsys):
-    preset = PySpyRecorder(executable="/nonexistent/py-spy")
+    preset = PyspyPreset(executable="/nonexistent/py-spy")
     assert preset.problem and "not installed" in preset.problem
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the run goes on without py-spy" in err
     with pytest.raises(HarnessError, match=r"pip install 'lightning-harness\[pyspy\]'"):
-        PySpyRecorder(executable="/nonexistent/py-spy", on_missing="error")
+        PyspyPreset(executable="/nonexistent/py-spy", on_missing="error")
 
 
 @pytest.mark.parametrize(
@@ -73,18 +73,25 @@ def test_missing_pyspy_warns_or_stops(capsys):
 )
 def test_bad_options_name_their_key(key, value):
     with pytest.raises(ConfigError) as caught:
-        PySpyRecorder(**{key: value})
+        PyspyPreset(**{key: value})
     assert caught.value.key == f"profiler.pyspy.{key}"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed")
 def test_pyspy_records_the_workload(harness):
+    """`<venv>/bin/harness profiler=pyspy` with the venv's bin/ NOT on PATH (a venv used
+    without activating it, as the README's commands do) still finds the venv's py-spy."""
+    from conftest import venv_tool
+
+    venv_bin = str(Path(venv_tool("py-spy")).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and p != venv_bin)
+    assert shutil.which("py-spy", path=path) is None or venv_bin not in path
     # The built-in workload at its full size: ~1.5 s of steps, so well over 100 samples and
     # a few stacks read while they change cannot dominate the error share below.
     done = harness(
         "profiler=[pyspy]", "mode=train", "data.train_batches=24", "logger=none",
-        "trainer.enable_progress_bar=false", fast=False,
+        "trainer.enable_progress_bar=false", fast=False, env={"PATH": path},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = done.run_dir() / "reports"
@@ -113,7 +120,7 @@ def _fake_refusing_pyspy(folder: Path) -> Path:
 
 
 def test_ptrace_refusal_with_on_missing_error_stops_the_run(tmp_path):
-    preset = PySpyRecorder(executable=str(_fake_refusing_pyspy(tmp_path)), on_missing="error")
+    preset = PyspyPreset(executable=str(_fake_refusing_pyspy(tmp_path)), on_missing="error")
     trainer = SimpleNamespace(is_global_zero=True, default_root_dir=str(tmp_path))
     with pytest.raises(HarnessError, match="ptrace not permitted.*SYS_PTRACE"):
         preset.setup(trainer, None, "fit")
@@ -150,7 +157,7 @@ def test_step_window_starts_and_stops_py_spy_at_the_configured_steps(monkeypatch
         "harness.profilers.pyspy.Recorder.stop",
         lambda self, timeout_s=60: events.append(f"stop {self.fmt}"),
     )
-    preset = PySpyRecorder(
+    preset = PyspyPreset(
         executable=shutil.which("sh"), start_step=2, steps=3, formats=["flamegraph"]
     )
     trainer = SimpleNamespace(is_global_zero=True, default_root_dir=str(tmp_path))

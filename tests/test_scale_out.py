@@ -60,6 +60,19 @@ def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
         assert len([row for row in rows if row["phase"] == "train"]) == 12
 
 
+def test_ddp_ranks_compose_the_users_own_config_dir(harness):
+    """Rank 1 is started with the job's -cd: the user's model=tiny is an option there too."""
+    from conftest import TESTS_DIR
+
+    done = harness("--config-dir", str(TESTS_DIR / "user_conf"), "model=tiny", "data=tiny",
+                   "batch_size=8", *DDP, "mode=train", "trainer.enable_progress_bar=false",
+                   "logger=none", fast=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = done.result()
+    assert result["status"] == "ok" and result["distributed"]["world_size"] == 2
+    assert done.report("speed")["phases"]["train"]["ranks_measured"] == 2
+
+
 def test_ddp_writes_one_mlflow_run(harness):
     import mlflow
 

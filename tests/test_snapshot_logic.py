@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.errors import HarnessError
-from harness.profilers.snapshot import MemorySnapshot
+from harness.profilers.snapshot import SnapshotPreset
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def _train(callback, trainer, steps, fail_at=None):
 
 
 def test_window_snapshot_per_rank_and_history_kept_for_oom(cuda_log, tmp_path):
-    callback = MemorySnapshot(warmup=2, steps=3, max_entries=50, output_dir=str(tmp_path))
+    callback = SnapshotPreset(warmup=2, steps=3, max_entries=50, output_dir=str(tmp_path))
     _train(callback, _trainer(), steps=8)
     assert cuda_log == [
         ("start", 50),  # from the start of training, for an early OOM
@@ -63,20 +63,20 @@ def test_window_snapshot_per_rank_and_history_kept_for_oom(cuda_log, tmp_path):
 
 
 def test_oom_at_the_first_step_is_dumped(cuda_log, tmp_path):
-    callback = MemorySnapshot(warmup=2, steps=3, output_dir=str(tmp_path))
+    callback = SnapshotPreset(warmup=2, steps=3, output_dir=str(tmp_path))
     _train(callback, _trainer(rank=0), steps=8, fail_at=0)
     assert ("dump", "snapshot-oom-rank0.pickle") in cuda_log
     assert cuda_log[-1] == ("stop",) and not callback.recording
 
 
 def test_without_dump_on_oom_only_the_window_is_recorded(cuda_log, tmp_path):
-    callback = MemorySnapshot(warmup=0, steps=2, dump_on_oom=False, output_dir=str(tmp_path))
+    callback = SnapshotPreset(warmup=0, steps=2, dump_on_oom=False, output_dir=str(tmp_path))
     _train(callback, _trainer(), steps=5)
     assert cuda_log == [("start", 100_000), ("dump", "snapshot-rank1.pickle"), ("stop",)]
 
 
 def test_window_longer_than_the_run_is_refused(cuda_log, tmp_path):
-    callback = MemorySnapshot(warmup=10, steps=5, output_dir=str(tmp_path))
+    callback = SnapshotPreset(warmup=10, steps=5, output_dir=str(tmp_path))
     with pytest.raises(HarnessError, match="profiler.snapshot.*15 training steps.*12 training"):
         _train(callback, _trainer(), steps=1)
     assert cuda_log == []

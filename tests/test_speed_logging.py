@@ -8,7 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.loggers.logger import Logger
 
 from harness.profilers import speed
-from harness.profilers.speed import SpeedMonitor
+from harness.profilers.speed import SpeedPreset
 from harness.workload.data import SyntheticDataModule
 from harness.workload.model import TransformerModule
 
@@ -53,7 +53,7 @@ class SlowLogger(Logger):
 def test_a_slow_logger_is_not_charged_to_any_step(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(speed.time, "perf_counter", clock)
-    logger, monitor = SlowLogger(clock), SpeedMonitor(warmup_steps=0)
+    logger, monitor = SlowLogger(clock), SpeedPreset(warmup_steps=0)
     trainer = pl.Trainer(
         accelerator="cpu", max_epochs=2, logger=logger, callbacks=[monitor], log_every_n_steps=1000,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

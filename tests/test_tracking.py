@@ -305,15 +305,16 @@ def test_four_parallel_jobs_into_one_sqlite_store(tmp_path, monkeypatch):
 
 def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     """In-process, on a hand-made run directory: what the size cap and the sweep step do."""
+    from harness.result.store import load_result
+    from harness.tracking.parent_run import log_sweep_files
     from harness.tracking.run_logging import log_run_dir
-    from harness.tracking.sweep_callback import log_sweep_files
 
     run_dir = tmp_path / "sweep" / "0"
     reports = run_dir / "reports"
     reports.mkdir(parents=True)
     (reports / "speed.json").write_text('{"report": "speed"}')
     (reports / "speed.csv").write_text("phase,seconds_per_iteration\ntrain,0.5\n")
-    (reports / "model_summary.txt").write_text("net: 1 M params\n")
+    (reports / "summary.txt").write_text("net: 1 M params\n")
     (reports / "memory_snapshot.pickle").write_bytes(b"\0" * (2 * 1024 * 1024))
     (reports / "train_trace.json").write_bytes(b" " * (2 * 1024 * 1024))
     (reports / "small_trace.json").write_text("{}")
@@ -322,6 +323,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     result = {"status": "ok", "metrics": {"train_examples_per_second": 8.5, "x": None},
               "duration_s": 3.0, "host": "h", "versions": {"torch": "t"}}
     (run_dir / "result.json").write_text(json.dumps(result))
+    result = load_result(run_dir)
 
     client = _client(f"sqlite:///{tmp_path / 'store.db'}")
     exp_id = client.create_experiment("unit", artifact_location=str(tmp_path / "artifacts"))
@@ -333,7 +335,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     artifacts = _artifacts(client, run_id)
     assert "reports/train_trace.json" not in artifacts
     assert {"reports/small_trace.json", "reports/memory_snapshot.pickle",
-            "reports/model_summary.txt", "tables/speed.json", "result.json"} <= artifacts
+            "reports/summary.txt", "tables/speed.json", "result.json"} <= artifacts
     run = client.get_run(run_id)
     assert run.data.params == {"batch_size": "8", "model.dim": "32"}
     assert run.data.metrics == {"train_examples_per_second": 8.5, "duration_s": 3.0,
@@ -360,9 +362,9 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
 
 
 def test_store_access_and_sweep_helpers(tmp_path):
+    from harness.config.sweep_keys import swept_keys
     from harness.errors import ConfigError
     from harness.tracking import store_access
-    from harness.tracking.sweep_callback import swept_keys
 
     assert swept_keys(["batch_size=4,16", "mode=train", "seed=range(3)",
                        "hydra/launcher=submitit_local"]) == ["batch_size", "seed"]

@@ -2,11 +2,18 @@
 
 Nothing heavy is imported here: torch, Lightning and MLflow load inside the
 job, so `harness --help` and `harness --cfg job` answer at once.
+
+Exit status: 0 done; 1 the run failed (or every job of a sweep did); 2 something to fix
+on the command line or in the config, Hydra's own errors included. Every error is one
+line on stderr; a traceback, when there is one, goes to the run's error.log.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -14,9 +21,7 @@ from omegaconf import DictConfig
 from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
 
-
-def _say(message: str) -> None:
-    print(f"harness: error: {message}", file=sys.stderr)
+log = logging.getLogger("harness.cli")
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -25,20 +30,20 @@ def _app(cfg: DictConfig) -> None:
     from hydra.types import RunMode
 
     from harness.run.job import run_job
+    from harness.run.record import ERROR_LOG, classify_failure
 
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    job = HydraConfig.get()
+    multirun = job.mode == RunMode.MULTIRUN
+    output_dir = Path(job.runtime.output_dir)
     try:
-        run_job(cfg)
+        run_job(cfg, output_dir, list(job.overrides.task))
     except HarnessError as err:
-        _say(str(err))
+        log.error("%s", err)
         if not multirun:
             sys.exit(2 if isinstance(err, ConfigError) else 1)
     except Exception as err:
-        from harness.run.result import classify_failure
-
         status, reason = classify_failure(err)
-        output_dir = HydraConfig.get().runtime.output_dir
-        _say(f"{status}: {reason} (traceback in {output_dir}/error.log)")
+        log.error("%s: %s (traceback in %s)", status, reason, output_dir / ERROR_LOG)
         if not multirun:
             sys.exit(1)
     # In a sweep a failed job is recorded in its result.json and the sweep goes on.
@@ -46,14 +51,27 @@ def _app(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Entry point of the `harness` console script."""
+    from harness.cli_errors import describe
     from harness.sweep.named import register_sweeps
+    from harness.terminal import use_console
 
-    register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
-    _app()
-    from harness.sweep.hydra_callback import outcome
-
-    if outcome.exit_code:  # set at the end of a multirun: every job failed
-        _say(outcome.message or "the sweep failed")
+    # Hydra would print its errors with a partial traceback; raised, they are said in one line.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    use_console()
+    try:
+        register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
+        _app()
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status
+        code, message = describe(err)
+        log.error("%s", message)
+        sys.exit(code)
+    # Loaded only when a multirun ran (Hydra built its callbacks); it holds the sweep's verdict.
+    callback = sys.modules.get("harness.sweep.comparison_callback")
+    outcome = callback.outcome if callback is not None else None
+    if outcome is not None and outcome.exit_code:  # every job of the sweep failed
+        log.error("%s", outcome.message or "the sweep failed")
         sys.exit(outcome.exit_code)
 
 

@@ -44,6 +44,7 @@ class Knobs:
     compile_module: str
     mode: str
     seed: int
+    repeat: int  # measurements of this point (see harness.run.repeat)
 
     @property
     def trains(self) -> bool:
@@ -95,8 +96,9 @@ def read_knobs(cfg: Any) -> Knobs:
     if mode not in MODES:
         raise ConfigError("mode", mode, "one of " + ", ".join(MODES), "mode=both")
     seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError("seed", seed, "an integer", "seed=0")
+    # numpy's generators take seeds in [0, 2**32): Lightning seeds numpy with it.
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError("seed", seed, "an integer from 0 to 4294967295", "seed=0")
     compile_module = cfg.get("compile_module")
     if not isinstance(compile_module, str) or not compile_module:
         raise ConfigError(
@@ -110,4 +112,25 @@ def read_knobs(cfg: Any) -> Knobs:
         compile_module=compile_module,
         mode=mode,
         seed=seed,
+        repeat=positive_int("repeat", cfg.get("repeat", 1), 3, "a positive integer (runs of each point)"),
     )
+
+
+# Trainer arguments harness fills in from its own keys: set there, they would be overwritten.
+OWNED_TRAINER_KEYS = {
+    "precision": "the top-level knob: precision=bf16",
+    "logger": "the logger group: logger=mlflow or logger=none",
+    "profiler": "the profiler group: profiler=[speed,simple]",
+}
+
+
+def check_trainer_keys(cfg: Any) -> None:
+    """Refuse trainer.precision / logger / profiler: harness sets them from its own keys."""
+    trainer = cfg.get("trainer")
+    if not hasattr(trainer, "keys"):
+        return
+    for key, instead in OWNED_TRAINER_KEYS.items():
+        if key in trainer:
+            raise ConfigError(f"trainer.{key}", trainer.get(key),
+                              f"nothing: harness sets it from {instead.split(':')[0]}",
+                              f"remove trainer.{key} and use {instead}")

@@ -21,6 +21,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.launch.slurm import launcher_mismatch
+from harness.result.schema import RunResult
 
 
 def child_command(local_rank: int) -> tuple[Sequence[str], str]:
@@ -28,9 +33,12 @@ def child_command(local_rank: int) -> tuple[Sequence[str], str]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_original_cwd
 
+    from harness.launch.hydra_args import same_config_arguments
+
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
-    command = [sys.executable, "-m", "harness.cli", *hydra_cfg.overrides.task]
+    command = [sys.executable, "-m", "harness.cli", *same_config_arguments(),
+               *hydra_cfg.overrides.task]
     command += [
         f'hydra.run.dir="{output_dir}"',
         "hydra.output_subdir=null",  # rank 0 already saved the config
@@ -39,12 +47,23 @@ def child_command(local_rank: int) -> tuple[Sequence[str], str]:
     return command, get_original_cwd()
 
 
-def use_job_command_for_ranks() -> None:
-    """Make Lightning start rank > 0 processes with `child_command` (idempotent).
+def prepare_ranks(trainer: Any, result: RunResult) -> None:
+    """Before fit: SLURM's tasks must match the trainer; DDP ranks start in this job's dir."""
+    from harness import private_api
 
-    Lightning looks the helper up by name in its launcher module when it
-    starts the processes, so replacing that name is enough.
-    """
-    from lightning.pytorch.strategies.launchers import subprocess_script
-
-    subprocess_script._hydra_subprocess_cmd = child_command
+    if result.slurm:
+        mismatch = launcher_mismatch(result.slurm.get("ntasks_per_node"),
+                                     result.slurm.get("num_nodes"), trainer.num_devices,
+                                     trainer.num_nodes)
+        if mismatch:
+            raise HarnessError(mismatch)
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    result.distributed = {
+        "strategy": type(trainer.strategy).__name__,
+        "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
+        "devices_per_node": trainer.num_devices,
+        "cluster_environment": type(environment).__name__ if environment is not None else None,
+    }
+    if trainer.world_size > 1:
+        private_api.replace_ddp_child_command(child_command)

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.profilers import AdvancedProfiler
+from typing_extensions import override
 
+from harness import private_api
 from harness.config.checks import one_of, positive_int
 from harness.errors import ConfigError
 from harness.profilers.reporting import ChecksBeforeLightningInit
@@ -22,7 +24,7 @@ from harness.reports.files import write_json
 SORT_KEYS = ("cumulative", "tottime", "ncalls")
 
 
-class AdvancedReport(ChecksBeforeLightningInit, AdvancedProfiler):
+class AdvancedPreset(ChecksBeforeLightningInit, AdvancedProfiler):
     """Lightning's AdvancedProfiler that writes reports/advanced.txt and advanced.json."""
 
     def __init__(
@@ -48,6 +50,7 @@ class AdvancedReport(ChecksBeforeLightningInit, AdvancedProfiler):
         # stage -> action -> (seconds inside the action, function calls, pstats text)
         self.stages: dict[str, dict[str, tuple[float, int, str]]] = {}
 
+    @override
     def summary(self) -> str:
         # Called at the end of each stage, just before Lightning clears the profiles.
         captured = {}
@@ -59,8 +62,7 @@ class AdvancedReport(ChecksBeforeLightningInit, AdvancedProfiler):
             stats.stream = text
             stats.strip_dirs().sort_stats(self.sort_by).print_stats(self.line_count_restriction)
             captured[action] = (float(stats.total_tt), int(stats.total_calls), text.getvalue())
-        stage = getattr(self._stage, "value", self._stage)  # a TrainerFn enum: "fit", "predict"
-        self.stages[str(stage or "run")] = captured
+        self.stages[private_api.profiler_stage(self) or "run"] = captured
         return ""
 
     def action_rows(self) -> list[dict[str, Any]]:

@@ -17,14 +17,14 @@ def combine_profilers(
     first_name: str, first: Any, second_name: str, second: Any
 ) -> tuple[str, Any]:
     """The (name, profiler) that does the work of both presets, or a HarnessError."""
-    from harness.profilers.torch_profiler import MemoryPreset, TorchProfilerPreset
+    from harness.profilers.torch_profiler import MemoryPreset, PytorchPreset
 
     pair = {first_name: first, second_name: second}
     memory = [(n, p) for n, p in pair.items() if isinstance(p, MemoryPreset)]
     ops = [
         (n, p)
         for n, p in pair.items()
-        if isinstance(p, TorchProfilerPreset) and not isinstance(p, MemoryPreset)
+        if isinstance(p, PytorchPreset) and not isinstance(p, MemoryPreset)
     ]
     if len(memory) == 1 and len(ops) == 1:
         (ops_name, ops_profiler), (_, memory_profiler) = ops[0], memory[0]

@@ -17,13 +17,14 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from harness.config.checks import positive_number
 from harness.errors import ConfigError, HarnessError
 from harness.instrument import line_profile
-from harness.reports.files import write_report
+from harness.reports.files import write_report, write_text
 
-TEXT_REPORT = "line_profile.txt"
+TEXT_REPORT = "line.txt"
 
 
 def _line_profiler_class() -> Any:
@@ -61,8 +62,8 @@ def resolve_function(dotted: str) -> Any:
     return found
 
 
-class LineProfile(Callback):
-    """Runs line_profiler over the marked and listed functions; writes reports/line_profile.txt."""
+class LinePreset(Callback):
+    """Runs line_profiler over the marked and listed functions; writes reports/line.{txt,json,csv}."""
 
     def __init__(
         self, functions: Sequence[str] = (), output_unit: float = 1e-6, strip_zeros: bool = True
@@ -86,6 +87,7 @@ class LineProfile(Callback):
             self.profiler.add_callable(func)
 
     # -- Lightning hooks ---------------------------------------------------------
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Marks are read now, not at construction, so modules imported while the
         # objects were built have registered theirs.
@@ -95,9 +97,11 @@ class LineProfile(Callback):
         self.profiler.enable_by_count()
         self._running += 1
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._stop_one()
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
@@ -147,11 +151,11 @@ class LineProfile(Callback):
         self.profiler.print_stats(
             stream=text, output_unit=self.output_unit, stripzeros=self.strip_zeros, config=False
         )
-        (reports_dir / TEXT_REPORT).write_text(text.getvalue())
+        write_text(reports_dir / TEXT_REPORT, text.getvalue())
         rows = self.rows()
         called = sorted({(r["file"], r["function_line"], r["function"]) for r in rows if r["hits"]})
         payload = {
-            "report": "line_profile",
+            "report": "line",
             "what": "time spent on each line of the marked functions (line_profiler)",
             "clock": "line_profiler's timer (wall clock of the host; GPU work is not waited for)",
             "text_report": TEXT_REPORT,
@@ -160,10 +164,10 @@ class LineProfile(Callback):
             "functions_called": [f"{name} ({file}:{line})" for file, line, name in called],
             "expected_overhead": "a trace hook on every Python line of the process: slower run",
         }
-        write_report(reports_dir, "line_profile", payload, rows)
+        write_report(reports_dir, "line", payload, rows)
         return {
-            "line_profile_functions": len(self._added),
-            "line_profile_functions_called": len(called),
+            "line_functions": len(self._added),
+            "line_functions_called": len(called),
         }
 
     def console_tables(self) -> list[Any]:

@@ -1,6 +1,6 @@
 """The `nsys` preset inside the job that Nsight Systems runs: the capture range and NVTX.
 
-The re-launch itself lives in `nsys_launch`. Here, in the child, the preset
+The re-launch itself lives in `harness.launch.nsys`. Here, in the child, the preset
 switches `harness.annotate` ranges to NVTX, calls `torch.cuda.profiler.start()`
 (cudaProfilerStart) when `warmup_steps` training steps have run and
 `torch.cuda.profiler.stop()` after `active_steps` more, so nsys records steady
@@ -9,18 +9,21 @@ state only. Outside nsys (the run went on without it) the preset does nothing.
 
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from harness.instrument import switches
-from harness.profilers.nsys_launch import REPORT_STEM, NsysOptions, in_child, manual_command
+from harness.launch.nsys import REPORT_STEM, NsysOptions, in_child, manual_command
 from harness.profilers.window import StepWindow
 from harness.reports.files import write_json
+
+log = logging.getLogger(__name__)
 
 
 def _task_overrides() -> list[str]:
@@ -32,7 +35,7 @@ def _task_overrides() -> list[str]:
         return ["profiler=[speed,nsys]"]
 
 
-class NsysCapture(Callback):
+class NsysPreset(Callback):
     """Opens the cudaProfilerApi capture range over the configured training steps."""
 
     def __init__(self, **options: Any) -> None:
@@ -47,7 +50,7 @@ class NsysCapture(Callback):
         self._nvtx_enabled = 0
 
     def _say(self, message: str) -> None:
-        print(f"harness: profiler=nsys: {message}", file=sys.stderr, flush=True)
+        log.warning("profiler=nsys: %s", message)
 
     # -- the capture range -------------------------------------------------------
     def _start(self) -> None:
@@ -72,6 +75,7 @@ class NsysCapture(Callback):
         self.stopped_after = self.window.done - 1
 
     # -- Lightning hooks -----------------------------------------------------------
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not self.active:
             return
@@ -85,17 +89,20 @@ class NsysCapture(Callback):
                 " ranges will not show in the report"
             )
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._nvtx_enabled:
             switches.disable("nvtx")
             self._nvtx_enabled -= 1
 
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self.active and self.state == "waiting" and self.window.opens_now():
             self._start()
 
+    @override
     def on_train_batch_end(
         self,
         trainer: pl.Trainer,
@@ -107,6 +114,7 @@ class NsysCapture(Callback):
         if self.window.step_done():
             self._stop()
 
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._stop()  # training ended inside the window
         if self.active and self.state == "waiting":

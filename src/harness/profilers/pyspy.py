@@ -9,27 +9,30 @@ format, because py-spy writes one format per recording.
 
 from __future__ import annotations
 
+import logging
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from harness.config.checks import list_of, non_negative_int, one_of, positive_int
-from harness.profilers.outside_tool import ON_MISSING, tool_unavailable
+from harness.launch.outside_tool import ON_MISSING, find_executable, tool_unavailable
+from harness.profilers.pyspy_process import (
+    PTRACE_FIX,
+    Recorder,
+    permission_problem,
+    pyspy_command,
+)
 from harness.profilers.window import StepWindow, check_window
 from harness.reports.files import write_json
 
+log = logging.getLogger(__name__)
 # py-spy format -> file name under reports/
 OUTPUTS = {
     "flamegraph": "pyspy.svg",
@@ -37,121 +40,6 @@ OUTPUTS = {
     "chrometrace": "pyspy.chrometrace.json",
     "raw": "pyspy.collapsed.txt",
 }
-PTRACE_FIX = (
-    "run as root, allow ptrace (sudo sysctl kernel.yama.ptrace_scope=0), or in a container add"
-    " --cap-add=SYS_PTRACE"
-)
-_SAMPLES = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
-
-
-def permission_problem(stderr: str) -> bool:
-    """Whether py-spy's error output says it may not attach (ptrace refused)."""
-    text = stderr.lower()
-    return any(word in text for word in ("permission denied", "operation not permitted", "ptrace"))
-
-
-def pyspy_command(
-    executable: str,
-    pid: int,
-    output: Path,
-    fmt: str,
-    rate: int,
-    subprocesses: bool,
-    native: bool,
-    idle: bool,
-    gil: bool,
-    nonblocking: bool,
-) -> list[str]:
-    """The `py-spy record` command line for one output format."""
-    command = [
-        executable,
-        "record",
-        "--pid",
-        str(pid),
-        "--rate",
-        str(rate),
-        "--format",
-        fmt,
-        "--output",
-        str(output),
-    ]
-    for flag, wanted in (
-        ("--subprocesses", subprocesses),
-        ("--native", native),
-        ("--idle", idle),
-        ("--gil", gil),
-        ("--nonblocking", nonblocking),
-    ):
-        if wanted:
-            command.append(flag)
-    return command
-
-
-@dataclass
-class Recorder:
-    """One running `py-spy record`, and what it said."""
-
-    fmt: str
-    output: Path
-    command: list[str]
-    process: subprocess.Popen | None = None
-    stderr: str = ""  # what py-spy printed (stdout and stderr together)
-    samples: int | None = None
-    errors: int | None = None
-    sampling: bool = False
-    _log: Path | None = None
-
-    def start(self, timeout_s: float) -> str | None:
-        """Start py-spy and wait until it samples; returns why it could not, or None."""
-        self.output.parent.mkdir(parents=True, exist_ok=True)
-        # py-spy's messages go to a file, not a pipe: a thread reading a pipe
-        # would itself show up in the samples.
-        handle, name = tempfile.mkstemp(prefix="harness-pyspy-", suffix=".log")
-        self._log = Path(name)
-        with os.fdopen(handle, "w") as log:
-            self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        # Training waits until py-spy reports that it samples, so the window is covered.
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            text = self._read_log()
-            if "Sampling process" in text:
-                self.sampling = True
-                return None
-            if self.process.poll() is not None:
-                self.stderr = self._read_log()
-                self._remove_log()
-                lines = self.stderr.strip().splitlines()
-                return lines[-1] if lines else f"exit status {self.process.returncode}"
-            time.sleep(0.02)
-        return None  # slow to say so, but running: keep it
-
-    def _read_log(self) -> str:
-        return self._log.read_text(errors="replace") if self._log and self._log.is_file() else ""
-
-    def _remove_log(self) -> None:
-        if self._log is not None:
-            self._log.unlink(missing_ok=True)
-            self._log = None
-
-    def stop(self, timeout_s: float = 60) -> None:
-        """Ask py-spy to finish (Ctrl+C), which makes it write its output file."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self._log is not None:
-            self.stderr = self._read_log()
-            self._remove_log()
-        found = _SAMPLES.search(self.stderr)
-        if found:
-            self.samples, self.errors = int(found[1]), int(found[2])
 
 
 def _run_dir(trainer: pl.Trainer) -> Path:
@@ -164,7 +52,7 @@ def _run_dir(trainer: pl.Trainer) -> Path:
         return Path(trainer.default_root_dir)
 
 
-class PySpyRecorder(Callback):
+class PyspyPreset(Callback):
     """Runs `py-spy record` against this process for the whole run or a window of training steps."""
 
     def __init__(
@@ -202,12 +90,12 @@ class PySpyRecorder(Callback):
         }
         self.attach_timeout_s = attach_timeout_s
         self.on_missing = on_missing
-        self.executable = shutil.which(executable)
+        self.executable = find_executable(executable)
         self.problem: str | None = None
         if self.executable is None:
             self._unavailable(
-                f"py-spy ({executable}) is not installed or not on PATH."
-                " Fix: pip install 'lightning-harness[pyspy]' (or pip install py-spy)"
+                f"py-spy ({executable}) is not installed: not beside {sys.executable} nor on"
+                " PATH. Fix: pip install 'lightning-harness[pyspy]' (or pip install py-spy)"
             )
         self.recorders: list[Recorder] = []
         self.reports_dir: Path | None = None
@@ -258,10 +146,12 @@ class PySpyRecorder(Callback):
             recorder.stop()
 
     # -- Lightning hooks -----------------------------------------------------------
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.start_step is None:
             self._start(trainer)
 
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.start_step is not None:  # a window that never opens would record nothing
             check_window(
@@ -269,12 +159,14 @@ class PySpyRecorder(Callback):
                 "lower profiler.pyspy.start_step / profiler.pyspy.steps",
             )
 
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self.window is not None and self.window.opens_now():
             self._start(trainer)
 
+    @override
     def on_train_batch_end(
         self,
         trainer: pl.Trainer,
@@ -286,6 +178,7 @@ class PySpyRecorder(Callback):
         if self.window is not None and self.window.step_done():
             self._stop()
 
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.start_step is not None:
             self._stop()  # fewer steps than the window: close it with training
@@ -326,11 +219,8 @@ class PySpyRecorder(Callback):
         if self.recorders or self.problem:
             write_json(reports_dir / "pyspy.json", payload)
         if missing and self.recorders and not self.problem:
-            print(
-                f"harness: warning: profiler=pyspy: py-spy wrote no {', '.join(missing)}"
-                f" ({self.recorders[0].stderr.strip()[-300:] or 'no message'})",
-                file=sys.stderr,
-            )
+            log.warning("profiler=pyspy: py-spy wrote no %s (%s)", ", ".join(missing),
+                        self.recorders[0].stderr.strip()[-300:] or "no message")
         return {"pyspy_samples": samples} if samples is not None else {}
 
     def console_tables(self) -> list[Any]:

@@ -26,5 +26,7 @@ class ChecksBeforeLightningInit:
     __del__ (which tears one down) must not run for it. List it first among the bases."""
 
     def __del__(self) -> None:
-        if hasattr(self, "_output_file"):
+        from harness import private_api
+
+        if private_api.profiler_was_initialised(self):
             super().__del__()  # type: ignore[misc]

@@ -1,7 +1,7 @@
 """The `snapshot` preset: CUDA memory history over a window of steps, for pytorch.org/memory_viz.
 
-torch.cuda.memory._record_memory_history records every allocation with its
-stack; _dump_snapshot writes it as a pickle that memory_viz draws. With
+torch's memory history (harness.private_api.record_memory_history) records every
+allocation with its stack; the dump is a pickle that memory_viz draws. With
 `dump_on_oom` the history runs from the start of training, so a run that dies
 of a CUDA out-of-memory error leaves a snapshot of how it got there (the
 regular snapshot still covers only the window: history restarts at its start).
@@ -16,7 +16,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
+from harness import private_api
 from harness.config.checks import non_negative_int, positive_int
 from harness.profilers.window import StepWindow, check_window
 from harness.reports.files import write_json
@@ -28,7 +30,7 @@ def is_cuda_oom(err: BaseException) -> bool:
     return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
 
 
-class MemorySnapshot(Callback):
+class SnapshotPreset(Callback):
     """Records CUDA memory history for `steps` training steps from step `warmup` and dumps it."""
 
     def __init__(
@@ -52,29 +54,31 @@ class MemorySnapshot(Callback):
 
     # -- recording -------------------------------------------------------------------
     def _start(self) -> None:
-        torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+        private_api.record_memory_history(self.max_entries)
         self.recording = True
 
     def _stop(self) -> None:
-        torch.cuda.memory._record_memory_history(enabled=None)
+        private_api.record_memory_history(None)
         self.recording = False
 
     def _dump(self, name: str) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         path = self.output_dir / f"{name}-rank{self.rank}.pickle"
-        torch.cuda.memory._dump_snapshot(str(path))
+        private_api.dump_memory_snapshot(str(path))
         self.files.append(path.name)
         log.info("snapshot: wrote %s (open it at https://pytorch.org/memory_viz)", path)
 
     # -- Lightning hooks ---------------------------------------------------------------
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.rank = trainer.global_rank
         device = trainer.strategy.root_device
         if device.type != "cuda" and self.skipped is None:
             self.skipped = f"the run is on {device.type}: CUDA memory history needs a CUDA device"
             if trainer.is_global_zero:
-                print(f"harness: snapshot: skipped, {self.skipped}; the run goes on", flush=True)
+                log.info("snapshot: skipped, %s; the run goes on", self.skipped)
 
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.skipped:
             return
@@ -88,6 +92,7 @@ class MemorySnapshot(Callback):
         if self.dump_on_oom:
             self._start()
 
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
@@ -97,6 +102,7 @@ class MemorySnapshot(Callback):
             self._stop()
         self._start()
 
+    @override
     def on_train_batch_end(
         self,
         trainer: pl.Trainer,
@@ -114,10 +120,12 @@ class MemorySnapshot(Callback):
             if self.dump_on_oom:
                 self._start()
 
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.recording:
             self._stop()
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:

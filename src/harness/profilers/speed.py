@@ -20,6 +20,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from harness.config.checks import non_negative_int
 from harness.launch.ranks import rank_path
@@ -51,7 +52,7 @@ def count_examples(batch: Any) -> int | None:
     return None
 
 
-class SpeedMonitor(Callback):
+class SpeedPreset(Callback):
     """Times every step of every phase and writes reports/speed.{json,csv}."""
 
     def __init__(self, warmup_steps: int = 5, log_rates: bool = True, batch_size: int = 1) -> None:
@@ -83,6 +84,7 @@ class SpeedMonitor(Callback):
         return "time.perf_counter"
 
     # -- Lightning hooks ---------------------------------------------------------
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.world_size = trainer.world_size
         self.rank = trainer.global_rank
@@ -115,24 +117,29 @@ class SpeedMonitor(Callback):
                         logger.log_metrics({RATE_METRIC[phase]: 1.0 / record.step_s}, step=step)
             self._rates_logged[phase] = len(steps)
 
+    @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.timers["train"].restart(self._now())
 
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._received("train", batch)
 
+    @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:
         self._done("train", trainer)
 
+    @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self.timers["validation"].restart(self._now())
 
+    @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
@@ -140,6 +147,7 @@ class SpeedMonitor(Callback):
         if not trainer.sanity_checking:
             self._received("validation", batch)
 
+    @override
     def on_validation_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
         batch_idx: int, dataloader_idx: int = 0,
@@ -147,6 +155,7 @@ class SpeedMonitor(Callback):
         if not trainer.sanity_checking:
             self._done("validation", trainer)
 
+    @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._log_rates(trainer, "train", "validation")
@@ -154,19 +163,23 @@ class SpeedMonitor(Callback):
         # validation time is never charged to a training step.
         self.timers["train"].restart(self._now())
 
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._log_rates(trainer, "train")  # the next epoch's first iteration starts after this
 
+    @override
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.inference_mode = torch.is_inference_mode_enabled()
         self.timers["inference"].restart(self._now())
 
+    @override
     def on_predict_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
         self._received("inference", batch)
 
+    @override
     def on_predict_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
         batch_idx: int, dataloader_idx: int = 0,
@@ -174,14 +187,17 @@ class SpeedMonitor(Callback):
         self._done("inference", trainer)
 
     # Every rank runs these hooks, so the collective inside cannot hang.
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._gather_ranks(("train", "validation"))
         self._log_rates(trainer, "train", "validation")
 
+    @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._gather_ranks(("inference",))
         self._log_rates(trainer, "inference")
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:

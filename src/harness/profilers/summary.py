@@ -4,24 +4,24 @@ It is taken at the first batch the run sees, with that batch, on the run's
 device, inside Lightning's precision context (autocast at the run's dtype), so
 shapes, dtypes and sizes are those of the real run. torchinfo cannot hook into
 compiled modules, so any torch.compile'd child is swapped back to its original
-module (`_orig_mod`) for the summary and restored afterwards. The forward pass
+module for the summary and restored afterwards (harness.private_api.uncompiled). The forward pass
 it needs runs under no_grad and is left out of the speed report's figures
 (it falls in the first, warm-up, step).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
+from harness import private_api
 from harness.config.checks import list_of, non_negative_int
-from harness.reports.files import write_json
+from harness.reports.files import write_json, write_text
 
 COLUMNS = (
     "input_size",
@@ -34,23 +34,6 @@ COLUMNS = (
 )
 
 
-@contextmanager
-def uncompiled(module: torch.nn.Module) -> Iterator[None]:
-    """Swap every compiled child module back to its original for the duration of the block."""
-    swapped = []
-    for parent in module.modules():
-        for name, child in list(parent.named_children()):
-            original = getattr(child, "_orig_mod", None)
-            if isinstance(original, torch.nn.Module):
-                swapped.append((parent, name, child))
-                setattr(parent, name, original)
-    try:
-        yield
-    finally:
-        for parent, name, child in swapped:
-            setattr(parent, name, child)
-
-
 def example_input(pl_module: pl.LightningModule, batch: Any) -> Any:
     """The module's forward input: example_input_array if set, else the batch's first tensor."""
     if pl_module.example_input_array is not None:
@@ -60,8 +43,8 @@ def example_input(pl_module: pl.LightningModule, batch: Any) -> Any:
     return batch
 
 
-class ModelSummary(Callback):
-    """Writes reports/model_summary.txt and model_summary.json; totals go to result.json."""
+class SummaryPreset(Callback):
+    """Writes reports/summary.txt and summary.json; totals go to result.json."""
 
     def __init__(
         self, depth: int = 4, columns: list[str] | tuple[str, ...] = COLUMNS[:4] + ("mult_adds",)
@@ -87,7 +70,7 @@ class ModelSummary(Callback):
         data = example_input(pl_module, batch)
         data = data.to(device) if isinstance(data, torch.Tensor) else data
         try:
-            with uncompiled(pl_module), trainer.precision_plugin.forward_context():
+            with private_api.uncompiled(pl_module), trainer.precision_plugin.forward_context():
                 autocast = torch.is_autocast_enabled(device.type)
                 dtype = torch.get_autocast_dtype(device.type) if autocast else None
                 stats = torchinfo.summary(
@@ -124,11 +107,13 @@ class ModelSummary(Callback):
             "input_bytes": int(stats.total_input),
         }
 
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._summarise(trainer, pl_module, batch)
 
+    @override
     def on_predict_batch_start(
         self,
         trainer: pl.Trainer,
@@ -148,13 +133,12 @@ class ModelSummary(Callback):
             "Expected overhead: one extra forward pass (no_grad) at the first step, inside the"
             " speed report's warm-up.",
         ]
-        reports_dir.mkdir(parents=True, exist_ok=True)
         body = self.text or f"no summary: {self.error or 'the run processed no batch'}"
-        (reports_dir / "model_summary.txt").write_text("\n".join(header) + "\n\n" + body + "\n")
+        write_text(reports_dir / "summary.txt", "\n".join(header) + "\n\n" + body + "\n")
         write_json(
-            reports_dir / "model_summary.json",
+            reports_dir / "summary.json",
             {
-                "report": "model_summary",
+                "report": "summary",
                 "what": header[0],
                 "expected_overhead": header[2],
                 **self.context,
@@ -173,5 +157,5 @@ class ModelSummary(Callback):
         return [
             f"model summary: {t['total_params']:,} parameters ({t['trainable_params']:,}"
             f" trainable), {t['total_mult_adds']:,} mult-adds per forward;"
-            f" precision {self.context['precision']} -> reports/model_summary.txt"
+            f" precision {self.context['precision']} -> reports/summary.txt"
         ]

@@ -10,6 +10,7 @@ a stage's setup to its teardown, so it never outlives the run.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -19,11 +20,13 @@ import lightning.pytorch as pl
 import numpy as np
 import psutil
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from harness.config.checks import positive_number
 from harness.profilers.nvml import Nvml
 from harness.reports.files import write_report
 
+log = logging.getLogger(__name__)
 GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "power_w")
 CPU_FIELDS = (
     "process_cpu_pct",
@@ -171,7 +174,7 @@ def _children_rss(process: psutil.Process) -> int:
     return total
 
 
-class SystemReport(Callback):
+class SystemPreset(Callback):
     """Runs a SystemSampler during every stage and writes reports/system.{json,csv}."""
 
     def __init__(self, interval_s: float = 1.0, gpus: bool = True) -> None:
@@ -185,16 +188,19 @@ class SystemReport(Callback):
         if self.sampler is None:
             self.sampler = SystemSampler(self.interval_s, with_gpus=self.with_gpus)
             if self.sampler.gpu_note and trainer.is_global_zero:
-                print(f"harness: system: no GPU figures, {self.sampler.gpu_note}", flush=True)
+                log.info("system: no GPU figures, %s", self.sampler.gpu_note)
         return self.sampler
 
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._sampler(trainer).start(stage)
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.sampler is not None:
             self.sampler.stop()
 
+    @override
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:

@@ -18,23 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.profilers import PyTorchProfiler
 from torch.profiler import ProfilerAction
+from typing_extensions import override
 
 from harness.config.checks import list_of, non_negative_int, one_of, positive_int
 from harness.errors import ConfigError
 from harness.instrument import switches
 from harness.launch.ranks import global_rank
+from harness.private_api import PyTorchProfilerAccess
+from harness.profilers import torch_reports
 from harness.profilers.reporting import ChecksBeforeLightningInit
-from harness.profilers.torch_events import (
-    SORT_COLUMNS,
-    event_row,
-    is_operator,
-    memory_rows,
-    top_rows,
-)
+from harness.profilers.torch_events import SORT_COLUMNS, event_row, is_operator
 from harness.profilers.window import check_window
-from harness.reports.files import write_csv, write_json
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +59,7 @@ def phase_of(action: str) -> str | None:
 class _PhaseSchedule:
     """torch's schedule, but only for the phases the preset records (NONE for the others)."""
 
-    def __init__(self, owner: TorchProfilerPreset, wait: int, warmup: int, active: int) -> None:
+    def __init__(self, owner: PytorchPreset, wait: int, warmup: int, active: int) -> None:
         self.owner = owner
         self.inner = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
 
@@ -74,7 +69,7 @@ class _PhaseSchedule:
         return self.inner(step)
 
 
-class TorchProfilerPreset(ChecksBeforeLightningInit, PyTorchProfiler):
+class PytorchPreset(ChecksBeforeLightningInit, PyTorchProfilerAccess):
     """PyTorchProfiler writing reports/pytorch.* (operator table) and/or reports/memory.*."""
 
     def __init__(
@@ -146,15 +141,15 @@ class TorchProfilerPreset(ChecksBeforeLightningInit, PyTorchProfiler):
         self.group_by_shapes = bool(record_shapes)
 
     # -- composition ---------------------------------------------------------------
-    def absorb_memory(self, memory: TorchProfilerPreset) -> None:
+    def absorb_memory(self, memory: PytorchPreset) -> None:
         """Take over the memory preset: profile_memory on, its report written from our window."""
         self.reports.add("memory")
-        self._profiler_kwargs["profile_memory"] = True
+        self.torch_profiler_kwargs["profile_memory"] = True
         self.memory_top = memory.memory_top
         if memory.memory_timeline:
             self.memory_timeline = True
-            self._profiler_kwargs["record_shapes"] = True
-            self._profiler_kwargs["with_stack"] = True
+            self.torch_profiler_kwargs["record_shapes"] = True
+            self.torch_profiler_kwargs["with_stack"] = True
         self.merged_from = memory.preset
 
     @property
@@ -164,6 +159,7 @@ class TorchProfilerPreset(ChecksBeforeLightningInit, PyTorchProfiler):
         return first, first + self.active - 1
 
     # -- Lightning hooks -----------------------------------------------------------
+    @override
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage=stage, local_rank=local_rank, log_dir=log_dir)
         # harness.annotate ranges in the user's code become record_function ranges, so
@@ -172,42 +168,41 @@ class TorchProfilerPreset(ChecksBeforeLightningInit, PyTorchProfiler):
             switches.enable("record_function")
             self._ranges_on = True
 
+    @override
     def teardown(self, stage: str | None) -> None:
         super().teardown(stage)
         if getattr(self, "_ranges_on", False):
             switches.disable("record_function")
             self._ranges_on = False
 
+    @override
     def start(self, action_name: str) -> None:
         phase = phase_of(action_name)
         if phase is not None:
             self.current_phase = phase
             if phase == "train" and "train" in self.phases and not self._window_checked:
                 self._window_checked = True
-                if self._lightning_module is not None:
+                if self.trainer is not None:
                     check_window(
                         self.preset,
                         self.window_key,
                         self.recorded_steps[1] + 1,
-                        self._lightning_module.trainer,
+                        self.trainer,
                         self._window_fix(),
                     )
         super().start(action_name)
 
+    @override
     def stop(self, action_name: str) -> None:
         phase = phase_of(action_name)
         if phase is not None:
             self.current_phase = phase
         super().stop(action_name)
 
-    def _cache_functions_events(self) -> None:
-        # The reports come from each window's events (_trace_ready); a stage that recorded
-        # nothing has no events, and Lightning's own caching would fail on it.
-        return None
-
+    @override
     def summary(self) -> str:
         # End of a stage: stop the profiler (a window cut short still ends in _trace_ready).
-        self._delete_profilers()
+        self.stop_profiling()
         return ""
 
     def _window_fix(self) -> str:
@@ -239,134 +234,20 @@ class TorchProfilerPreset(ChecksBeforeLightningInit, PyTorchProfiler):
             except Exception as err:  # the plot is an extra: never lose the report for it
                 log.warning("memory timeline not written: %s: %s", type(err).__name__, err)
 
-    # -- reports -------------------------------------------------------------------
-    def _header(self, what: str, overhead: str) -> dict[str, Any]:
-        first, last = self.recorded_steps
-        return {
-            "what": what,
-            "steps": f"steps {first}..{last} (0-based) of each phase in {list(self.phases)}:"
-            f" {self.wait} waited, {self.warmup_steps} profiler warm-up, {self.active}"
-            " recorded",
-            "phases_recorded": [w["phase"] for w in self.windows],
-            "expected_overhead": overhead,
-            "device_columns": "device_* columns are 0 when the run has no CUDA device",
-            "times": "milliseconds summed over the recorded steps; memory in bytes, net"
-            " (allocated minus freed), so a self figure can be negative",
-            "merged": self.merged_from,
-        }
-
+    # -- reports (harness.profilers.torch_reports) ----------------------------------
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:
         metrics: dict[str, Any] = {}
         if "ops" in self.reports:
-            metrics.update(self._write_ops(reports_dir))
+            metrics.update(torch_reports.write_ops(self, reports_dir))
         if "memory" in self.reports:
-            metrics.update(self._write_memory(reports_dir))
+            metrics.update(torch_reports.write_memory(self, reports_dir))
         return metrics
 
-    def _write_ops(self, reports_dir: Path) -> dict[str, Any]:
-        column = SORT_COLUMNS[self.sort_by]
-        csv_rows, windows = [], []
-        for window in self.windows:
-            rows = top_rows(window["rows"], column, self.row_limit)
-            windows.append({"phase": window["phase"], "operators": rows})
-            csv_rows += [{"phase": window["phase"], **row} for row in rows]
-        payload = {
-            "report": "pytorch",
-            **self._header(
-                "time (and memory when on) of every operator the PyTorch profiler saw, averaged"
-                " by name over the recorded steps",
-                "none outside the window; inside it each step is several times slower (every op"
-                " recorded), so only the window's figures are affected",
-            ),
-            "sort_by": self.sort_by,
-            "row_limit": self.row_limit,
-            "traces_in_traces_dir": [f for f in self.files if f.endswith(".pt.trace.json")],
-            "windows": windows,
-        }
-        write_json(reports_dir / "pytorch.json", payload)
-        write_csv(reports_dir / "pytorch.csv", csv_rows)
-        tables = [f"[{w['phase']}] sorted by {self.sort_by}\n{w['table']}" for w in self.windows]
-        (reports_dir / "pytorch_table.txt").write_text(
-            f"{payload['what']}\nSteps: {payload['steps']}\n\n" + "\n".join(tables)
-        )
-        train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
-        top = train["operators"][0] if train and train["operators"] else None
-        return {
-            "pytorch_windows": len(windows),
-            "pytorch_recorded_steps": self.active,
-            "pytorch_top_op": top["name"] if top else None,
-            f"pytorch_top_op_{column}": top[column] if top else None,
-        }
-
-    def _write_memory(self, reports_dir: Path) -> dict[str, Any]:
-        csv_rows, windows = [], []
-        for window in self.windows:
-            rows = memory_rows(window["rows"], self.memory_top)
-            windows.append({"phase": window["phase"], "operators": rows})
-            csv_rows += [{"phase": window["phase"], **row} for row in rows]
-        payload = {
-            "report": "memory",
-            **self._header(
-                f"the {self.memory_top} operators with the most memory (CPU + device, children"
-                " included) over the recorded steps, with their time and calls",
-                "none outside the window; inside it profile_memory adds to the profiler's own"
-                " cost (each step several times slower)",
-            ),
-            "top": self.memory_top,
-            "files_in_traces_dir": self.files,
-            "windows": windows,
-        }
-        write_json(reports_dir / "memory.json", payload)
-        write_csv(reports_dir / "memory.csv", csv_rows)
-        train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
-        top = train["operators"][0] if train and train["operators"] else None
-        return {
-            "memory_recorded_steps": self.active,
-            "memory_top_op": top["name"] if top else None,
-            "memory_top_op_cpu_bytes": top["cpu_memory_bytes"] if top else None,
-            "memory_top_op_device_bytes": top["device_memory_bytes"] if top else None,
-        }
-
     def console_tables(self) -> list[Any]:
-        from rich.table import Table
-
-        tables = []
-        for window in self.windows:
-            if "ops" in self.reports:
-                column = SORT_COLUMNS[self.sort_by]
-                table = Table(
-                    title=f"PyTorch profiler, {window['phase']}: top 10 by {self.sort_by}"
-                )
-                for name in ("operator", "calls", "self CPU ms", "CPU ms", "self dev ms", "dev ms"):
-                    table.add_column(name, justify="left" if name == "operator" else "right")
-                for row in top_rows(window["rows"], column, 10):
-                    table.add_row(
-                        row["name"][:60],
-                        str(row["calls"]),
-                        f"{row['self_cpu_time_ms']:.3f}",
-                        f"{row['cpu_time_ms']:.3f}",
-                        f"{row['self_device_time_ms']:.3f}",
-                        f"{row['device_time_ms']:.3f}",
-                    )
-                tables.append(table)
-            if "memory" in self.reports:
-                table = Table(title=f"Memory, {window['phase']}: top 10 operators (bytes)")
-                for name in ("operator", "calls", "self CPU", "CPU", "self device", "device"):
-                    table.add_column(name, justify="left" if name == "operator" else "right")
-                for row in memory_rows(window["rows"], 10):
-                    table.add_row(
-                        row["name"][:60],
-                        str(row["calls"]),
-                        f"{row['self_cpu_memory_bytes']:,}",
-                        f"{row['cpu_memory_bytes']:,}",
-                        f"{row['self_device_memory_bytes']:,}",
-                        f"{row['device_memory_bytes']:,}",
-                    )
-                tables.append(table)
-        return tables
+        return torch_reports.console_tables(self)
 
 
-class MemoryPreset(TorchProfilerPreset):
+class MemoryPreset(PytorchPreset):
     """The `memory` preset: profile_memory over `warmup` skipped steps then `steps` recorded."""
 
     def __init__(

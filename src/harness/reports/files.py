@@ -1,9 +1,18 @@
-"""Every report lands as `<name>.json` (the full record) and `<name>.csv` (its table)."""
+"""Every file harness writes goes through `write_text`: whole or not at all.
+
+A report lands as `<name>.json` (the full record) and `<name>.csv` (its table).
+Each file is written to a temporary name beside it and renamed into place, so a
+reader never sees half a file, and a failed write (disk full) leaves neither a
+partial file nor the temporary one behind.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,22 +31,33 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: Path, payload: Mapping[str, Any]) -> Path:
-    """Write `payload` as indented JSON, creating the parent directory."""
+def write_text(path: Path, text: str) -> Path:
+    """Write `text` to `path` atomically, creating the parent directory."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(payload), indent=2, sort_keys=False) + "\n")
-    tmp.replace(path)  # readers never see half a file
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Write a list of flat dicts as CSV, one column per key."""
+def write_json(path: Path, payload: Mapping[str, Any]) -> Path:
+    """Write `payload` as indented JSON."""
+    return write_text(path, json.dumps(_jsonable(payload), indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]] | Any) -> Path:
+    """Write a list of flat dicts (or a pandas DataFrame) as CSV, one column per key."""
     import pandas as pd
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(list(rows)).to_csv(path, index=False)
-    return path
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    return write_text(path, frame.to_csv(index=False))
 
 
 def write_report(

@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import Profiler
 from omegaconf import DictConfig
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, first_line
 
 
 @dataclass
@@ -33,7 +33,7 @@ def _build(key: str, node: DictConfig, **kwargs: Any) -> Any:
         cause = err.__cause__ or err
         if isinstance(cause, HarnessError):
             raise cause from None
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        first = first_line(cause, with_type=False) or type(cause).__name__
         raise HarnessError(f"{key}: could not build {node.get('_target_')}: {first}") from None
 
 
@@ -84,6 +84,16 @@ def build_presets(cfg: DictConfig) -> Presets:
                 " Lightning Callback nor a Lightning Profiler"
             )
     return presets
+
+
+def route_lightning_logs() -> None:
+    """Send Lightning's messages through the job's logging only, so each prints once."""
+    import logging
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
 
 
 def build_logger(cfg: DictConfig) -> Any:

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import lightning.pytorch as pl
 import torch
 
+from harness import private_api
 from harness.errors import HarnessError
-
-
-def _inductor_compilers() -> tuple[str, ...]:
-    """The compiler names TorchInductor searches, from its own config ($CXX, else g++)."""
-    try:
-        from torch._inductor import config
-    except ImportError:  # private module: fall back to what torch 2.x does on Linux
-        return (os.environ.get("CXX", "g++"),)
-    names = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
-    return tuple(str(name) for name in names if name)
 
 
 def find_cxx() -> str | None:
     """The C++ compiler TorchInductor would use, or None (it does not fall back to c++/clang++)."""
-    for name in _inductor_compilers():
+    for name in private_api.inductor_cxx():
         path = shutil.which(name)
         if path:
             return path
@@ -34,7 +24,8 @@ def compile_network(module: pl.LightningModule, attribute: str, mode: str) -> No
     """Replace `module.<attribute>` with its compiled version.
 
     The LightningModule itself is left alone: compiling it breaks as soon as a
-    step calls `self.log`.
+    step calls `self.log`. (Why not the in-place `nn.Module.compile()`: see
+    harness.private_api.uncompiled.)
     """
     network = getattr(module, attribute, None)
     if not isinstance(network, torch.nn.Module):
@@ -44,9 +35,21 @@ def compile_network(module: pl.LightningModule, attribute: str, mode: str) -> No
         )
     if find_cxx() is None:
         raise HarnessError(
-            f"compile is on but TorchInductor's C++ compiler ({' or '.join(_inductor_compilers())})"
-            " is not on PATH. Fix: install it (e.g. apt-get install g++), point CXX at one,"
-            " or set compile=false"
+            f"compile is on but TorchInductor's C++ compiler"
+            f" ({' or '.join(private_api.inductor_cxx())}) is not on PATH. Fix: install it"
+            " (e.g. apt-get install g++), point CXX at one, or set compile=false"
         )
     setattr(module, attribute, torch.compile(network, mode=mode))
 
+
+def compile_facts(seconds_before: float) -> dict[str, float | int]:
+    """What compilation did in this job: graphs, graph breaks and seconds spent compiling.
+
+    Read after the run; each measurement starts with the counters at zero
+    (harness.run.isolation), the seconds are a difference.
+    """
+    return {
+        "compiled_graphs": private_api.compiled_graphs(),
+        "graph_breaks": private_api.graph_breaks(),
+        "compile_time_s": private_api.compile_seconds() - seconds_before,
+    }

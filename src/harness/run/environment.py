@@ -51,6 +51,13 @@ def versions() -> dict[str, str | None]:
     }
 
 
+def compile_seconds() -> float:
+    """Seconds spent compiling in this process so far (harness.private_api)."""
+    from harness import private_api
+
+    return private_api.compile_seconds()
+
+
 def host() -> str:
     return socket.gethostname()
 
@@ -64,10 +71,10 @@ def peak_memory(device: torch.device) -> dict[str, int | None]:
     """Peak device memory of this run (CUDA) and the process's peak resident set (CPU).
 
     The resident peak is the kernel's high-water mark (VmHWM); on Linux each job resets
-    it at its start (harness.sweep.isolation, /proc/self/clear_refs), so it is this
+    it at its start (harness.run.isolation, /proc/self/clear_refs), so it is this
     job's peak even when the jobs of a sweep share one process.
     """
-    from harness.sweep.isolation import peak_rss_bytes
+    from harness.run.isolation import peak_rss_bytes
 
     rss = peak_rss_bytes()
     if rss is None:  # no /proc: ru_maxrss is bytes on macOS, KiB elsewhere

@@ -1,180 +1,86 @@
-"""One job: validate the config, build the objects, train and/or infer, write the results."""
+"""One job: validate the config, measure it `repeat` times, write result.json, log it."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness.config.knobs import Knobs, read_knobs
+from harness.config.knobs import Knobs, check_trainer_keys, read_knobs
 from harness.config.targets import check_targets
-from harness.errors import HarnessError
-from harness.launch import scale_out
+from harness.launch.job_scope import handle_interruption, job_scope
+from harness.launch.nsys import relaunch_under_nsys
 from harness.launch.ranks import global_rank
-from harness.profilers.nsys_launch import relaunch_under_nsys
-from harness.run.result import RESULT_FILE, RunRecord, classify_failure
-from harness.sweep.repeat import read_repeat, run_repeated
-
-REPORTS_DIR = "reports"
+from harness.launch.slurm import slurm_metadata
+from harness.result.schema import RunResult
+from harness.run.record import RunRecord
 
 
-def run_job(cfg: DictConfig) -> RunRecord:
-    """Run the job described by `cfg` in Hydra's output directory.
+def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResult:
+    """Run the job described by `cfg`, writing into `output_dir`.
 
     result.json is written however the job ends; the exception, if any, is
     re-raised for the CLI to report.
     """
-    hydra_cfg = HydraConfig.get()
-    relaunched = relaunch_under_nsys(cfg, hydra_cfg)  # profiler=nsys: the job runs inside nsys
+    relaunched = relaunch_under_nsys(cfg, output_dir, overrides)  # profiler=nsys
     if relaunched is not None:
         return relaunched
-    record = RunRecord(Path(hydra_cfg.runtime.output_dir), overrides=list(hydra_cfg.overrides.task))
-    scale_out.record_cluster(record)
+    record = RunRecord(output_dir, overrides=overrides)
+    record.result.slurm = slurm_metadata()
     logger: Any = None
-    with scale_out.job_scope() as signals:
+    with job_scope() as signals:
         try:
             knobs = read_knobs(cfg)
-            record.knobs = knobs.as_dict()
-            read_repeat(cfg)  # checked before check_targets imports the user's code
+            record.result.knobs = knobs.as_dict()
+            check_trainer_keys(cfg)
             check_targets(cfg)
             logger = _build_logger(cfg)  # one tracking run per job, shared by its repeats
-            # Clean state before each measurement (jobs of a sweep share a process); repeat=N.
-            run_repeated(cfg, knobs, record, functools.partial(_train_and_measure, logger=logger))
-            record.status = "ok"
+            _measure_repeats(cfg, knobs, record, logger)
+            if record.result.status == "running":
+                record.result.status = "ok"
         except BaseException as err:
             record.fail(err)
-            if not scale_out.handle_interruption(record, signals.reason):
+            if not handle_interruption(record.result, str(output_dir), signals.reason):
                 raise
         finally:
             if global_rank() == 0:
                 record.write()
-                from harness.tracking.run_logging import log_finished_run
-
-                log_finished_run(cfg, record, logger)  # no-op unless logger=mlflow built a run
-    return record
-
-
-def _compile_seconds() -> float:
-    """Seconds TorchDynamo and TorchInductor have spent compiling in this process so far."""
-    try:
-        from torch._dynamo.utils import compilation_time_metrics
-    except ImportError:  # private API: absent in some torch releases
-        return 0.0
-    return float(sum(compilation_time_metrics.get("_compile.compile_inner", [])))
-
-
-def _route_lightning_logs() -> None:
-    """Send Lightning's messages through Hydra's logging only, so each prints once."""
-    import logging
-
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logger = logging.getLogger(name)
-        logger.handlers.clear()
-        logger.propagate = True
+                _track(cfg, record, logger)
+    return record.result
 
 
 def _build_logger(cfg: DictConfig) -> Any:
     from harness.run import build
 
-    _route_lightning_logs()
+    build.route_lightning_logs()
     return build.build_logger(cfg)
 
 
-def _train_and_measure(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
-    import lightning.pytorch as pl
+def _measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
+    """`repeat` measurements, each from a clean state (jobs of a sweep share a process)."""
+    from harness.run.isolation import start_clean
+    from harness.run.measure import measure_once
+    from harness.run.repeat import repeats_record
 
-    from harness.run import build, environment
-    from harness.run.compile import compile_network
-
-    pl.seed_everything(knobs.seed, workers=True, verbose=False)
-    datamodule = build.build_datamodule(cfg)
-    module = build.build_module(cfg)
-    presets = build.build_presets(cfg)
-    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger)
-    device = trainer.strategy.root_device
-    scale_out.prepare_ranks(trainer, record)
-
-    record.details["precision_used"] = trainer.precision
-    if trainer.precision != knobs.lightning_precision:
-        record.details["precision_note"] = (
-            f"asked for {knobs.lightning_precision}, Lightning used {trainer.precision}"
-            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
-            " bf16-mixed there)"
-        )
-    record.details["device"] = {**environment.device_info(device), "world_size": trainer.world_size}
-    record.details["versions"] = environment.versions()
-    record.details["host"] = environment.host()
-    record.details["model"] = cfg.model._target_
-    record.details["data"] = cfg.data._target_
-
-    compile_before = _compile_seconds()
-    if knobs.compile:
-        compile_network(module, knobs.compile_module, knobs.compile)
-    environment.reset_peak_memory(device)
+    runs: list[dict[str, Any]] = []
     try:
-        if knobs.trains:
-            trainer.fit(module, datamodule=datamodule)
-        if knobs.infers:
-            _predict(trainer, module, datamodule, fitted=knobs.trains)
+        for _ in range(knobs.repeat):
+            record.result.metrics = {}
+            record.result.isolation = start_clean()
+            try:
+                measure_once(cfg, knobs, record, logger)
+            finally:
+                runs.append(dict(record.result.metrics))
     finally:
-        record.metrics.update(environment.peak_memory(device))
-        if knobs.compile:
-            record.metrics["compile_time_s"] = _compile_seconds() - compile_before
-        if trainer.is_global_zero:
-            _write_reports(presets.by_name, record)
-        # Compiled graphs, caches and peak counters are reset before each measurement
-        # (harness.sweep.isolation.start_clean), not here.
+        if knobs.repeat > 1:
+            record.result.metrics, record.result.repeats = repeats_record(knobs.repeat, runs)
 
 
-def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
-    """The inference measurement: Lightning's predict loop (eval mode, torch.inference_mode)."""
-    import lightning.pytorch as pl
-    from lightning.pytorch.utilities.model_helpers import is_overridden
+def _track(cfg: DictConfig, record: RunRecord, logger: Any) -> None:
+    """Into MLflow when logger=mlflow built a run (no-op for other loggers)."""
+    if not logger:
+        return
+    from harness.tracking.run_logging import log_finished_run
 
-    try:
-        if is_overridden("predict_dataloader", datamodule, pl.LightningDataModule):
-            trainer.predict(module, datamodule=datamodule, return_predictions=False)
-            return
-        # No predict split: measure inference on the validation data instead.
-        if not fitted:
-            datamodule.prepare_data()
-            datamodule.setup("validate")
-        trainer.predict(module, dataloaders=datamodule.val_dataloader(), return_predictions=False)
-    except (HarnessError, KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as err:
-        if is_overridden("predict_step", module, pl.LightningModule) or (
-            classify_failure(err)[0] == "oom"
-        ):
-            raise  # the user's own predict_step failed, or memory ran out: not a missing step
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise HarnessError(
-            f"inference failed ({type(err).__name__}: {first[:200]})."
-            " Fix: give the LightningModule a predict_step(batch, batch_idx), or set mode=train"
-        ) from err
-
-
-def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
-    from rich.console import Console
-
-    from harness.profilers.reporting import Reporter
-
-    reports_dir = record.output_dir / REPORTS_DIR
-    console = Console()
-    for name, preset in presets.items():
-        if not isinstance(preset, Reporter):
-            continue
-        try:
-            record.metrics.update(preset.write_reports(reports_dir))
-            for table in preset.console_tables():
-                console.print(table)
-        except Exception as err:  # one broken report must not lose the others
-            record.details.setdefault("report_errors", {})[name] = f"{type(err).__name__}: {err}"
-    scale_out.write_cluster_report(reports_dir, record)
-    if reports_dir.is_dir():
-        record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
-    console.print(f"[bold]result:[/bold] {record.output_dir / RESULT_FILE}")
-
+    log_finished_run(cfg, record.result, record.output_dir, logger)

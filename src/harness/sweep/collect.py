@@ -7,14 +7,14 @@ time, whichever launcher ran the jobs and even while some are still running.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.run.result import RESULT_FILE
+from harness.result.schema import RunResult
+from harness.result.store import RESULT_FILE, load_result
 
 MULTIRUN_FILE = "multirun.yaml"
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
@@ -36,7 +36,7 @@ class JobResult:
     settings: dict[str, str]  # key -> value as overridden on the command line / by the sweep
     metrics: dict[str, Any] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)  # one metrics dict per repeat
-    record: dict[str, Any] = field(default_factory=dict)  # the whole result.json
+    result: RunResult | None = None  # the whole result.json, when it could be read
 
     @property
     def name(self) -> str:
@@ -95,14 +95,10 @@ def _overrides_from_hydra(job_dir: Path) -> dict[str, str]:
     return parse_overrides([str(x) for x in loaded]) if isinstance(loaded, list) else {}
 
 
-def _samples(record: dict[str, Any]) -> list[dict[str, Any]]:
-    repeats = record.get("repeats")
-    if isinstance(repeats, dict) and isinstance(repeats.get("per_repeat"), list):
-        runs = [r for r in repeats["per_repeat"] if isinstance(r, dict)]
-        if runs:
-            return runs
-    metrics = record.get("metrics")
-    return [metrics] if isinstance(metrics, dict) else []
+def _samples(result: RunResult) -> list[dict[str, Any]]:
+    if result.repeats is not None and result.repeats.per_repeat:
+        return list(result.repeats.per_repeat)
+    return [result.metrics]
 
 
 def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
@@ -112,25 +108,22 @@ def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
         reason = "no result.json (job still running, killed, or crashed before writing it)"
         return JobResult(job_dir, MISSING, reason, _overrides_from_hydra(job_dir)), None
     try:
-        record = json.loads(result_path.read_text())
-        if not isinstance(record, dict) or "status" not in record:
-            raise ValueError("not a harness result (no 'status' field)")
-    except (OSError, ValueError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        reason = f"result.json unreadable: {first}"
-        problem = f"{result_path}: unreadable ({first}); the job is shown as 'unreadable'"
+        result = load_result(result_path)
+    except HarnessError as err:
+        # err names the file and what is wrong: "<path>: truncated: the JSON ends early"
+        what = str(err).removeprefix(f"{result_path}: ")
+        reason = f"result.json unreadable: {what}"
+        problem = f"{result_path}: unreadable ({what}); the job is shown as 'unreadable'"
         return JobResult(job_dir, UNREADABLE, reason, _overrides_from_hydra(job_dir)), problem
-    overrides = record.get("overrides")
-    settings = parse_overrides(overrides) if isinstance(overrides, list) else _overrides_from_hydra(job_dir)
-    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    settings = parse_overrides(result.overrides) if result.overrides else _overrides_from_hydra(job_dir)
     job = JobResult(
         path=job_dir,
-        status=str(record.get("status")),
-        reason=record.get("reason"),
+        status=result.status,
+        reason=result.reason,
         settings=settings,
-        metrics=metrics,
-        samples=_samples(record),
-        record=record,
+        metrics=result.metrics,
+        samples=_samples(result),
+        result=result,
     )
     return job, None
 

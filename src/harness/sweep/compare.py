@@ -8,12 +8,12 @@ spread of A or B (from repeat=N) is wider than the difference itself.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.measured import is_finite_number
 from harness.sweep.table import DEFAULT, METRICS, Comparison
 
 
@@ -59,10 +59,6 @@ def _label(settings: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) or "run"
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def diff(a: Comparison, b: Comparison) -> Diff:
     """Match the points of A and B and compare every metric."""
     keys: list[str] = []
@@ -94,8 +90,8 @@ def diff(a: Comparison, b: Comparison) -> Diff:
         for metric in METRICS:
             va, vb = pa.get(metric.name), pb.get(metric.name)
             ok_a, ok_b = pa["status"] == "ok", pb["status"] == "ok"
-            va = va if ok_a and _number(va) else None
-            vb = vb if ok_b and _number(vb) else None
+            va = va if ok_a and is_finite_number(va) else None
+            vb = vb if ok_b and is_finite_number(vb) else None
             if va is None and vb is None and ok_a and ok_b:
                 continue  # not measured on either side (e.g. mode=train: no inference)
             ratio = vb / va if va is not None and vb is not None and va > 0 else None
@@ -165,7 +161,7 @@ def rows(result: Diff) -> list[dict[str, Any]]:
 def _cell(change: Change, side: str) -> str:
     status = change.status_a if side == "a" else change.status_b
     if status != "ok":
-        from harness.sweep.render import CELL_FOR_STATUS
+        from harness.sweep.cells import CELL_FOR_STATUS
 
         return CELL_FOR_STATUS.get(status, status)
     return _fmt(change.a if side == "a" else change.b, change.unit)
@@ -188,11 +184,13 @@ def to_markdown(result: Diff) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_rich(result: Diff, console: Any) -> None:
+def show_diff(result: Diff) -> None:
     from rich.table import Table
 
+    from harness.terminal import show
+
     for key, (va, vb) in result.setup_changes.items():
-        console.print(f"setup differs: {key}: A={va}, B={vb}", highlight=False)
+        show(f"setup differs: {key}: A={va}, B={vb}")
     table = Table(title=f"B: {result.b.root}\nagainst A: {result.a.root}")
     for column in ("point", "metric", "A", "B", "B/A"):
         table.add_column(column, justify="left" if column in ("point", "metric") else "right")
@@ -201,25 +199,19 @@ def print_rich(result: Diff, console: Any) -> None:
         if c.ratio is not None and not c.within_spread and abs(c.ratio - 1) > 0.05:
             ratio = f"[{'red' if c.worse else 'green'}]{ratio}[/]"
         table.add_row(c.point, c.metric, _cell(c, "a"), _cell(c, "b"), ratio)
-    console.print(table)
-    console.print("B/A above 1.00x: B is higher. *: within the spread of the repeated runs.",
-                  style="dim")
+    show(table)
+    show("[dim]B/A above 1.00x: B is higher. *: within the spread of the repeated runs.[/dim]")
     for label in result.only_in_a:
-        console.print(f"only in A: {label}", highlight=False)
+        show(f"only in A: {label}")
     for label in result.only_in_b:
-        console.print(f"only in B: {label}", highlight=False)
+        show(f"only in B: {label}")
 
 
 def write(result: Diff, directory: Path) -> list[Path]:
-    import pandas as pd
+    from harness.reports.files import write_csv, write_json, write_text
 
-    from harness.reports.files import write_json
-
-    directory.mkdir(parents=True, exist_ok=True)
-    md = directory / "diff.md"
-    md.write_text(to_markdown(result))
-    csv = directory / "diff.csv"
-    pd.DataFrame(rows(result)).to_csv(csv, index=False)
+    md = write_text(directory / "diff.md", to_markdown(result))
+    csv = write_csv(directory / "diff.csv", rows(result))
     js = write_json(directory / "diff.json", {
         "a": str(result.a.root),
         "b": str(result.b.root),

@@ -12,12 +12,13 @@ file with the same name replaces an earlier one.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from pathlib import Path
 
 from harness.config.locations import sweeps_dir
 
+log = logging.getLogger(__name__)
 GROUP = "sweep"
 PATH_VARIABLE = "HARNESS_SWEEPS_PATH"
 
@@ -53,6 +54,6 @@ def register_sweeps() -> None:
         try:
             node = OmegaConf.load(path)
         except Exception as err:  # a broken user file must not break every other command
-            print(f"harness: warning: skipping sweep {name!r} ({path}): {err}", file=sys.stderr)
+            log.warning("skipping sweep %r (%s): %s", name, path, err)
             continue
         store.store(group=GROUP, name=name, node=node, package="_global_", provider="harness")

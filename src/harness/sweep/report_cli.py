@@ -10,12 +10,14 @@ never torch.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
 
 PROG = "harness-report"
+log = logging.getLogger(__name__)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,15 +48,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from harness.sweep.collect import collect
     from harness.sweep.report import report_sweep
+    from harness.terminal import show
 
-    console = Console()
     if len(args.dirs) == 1:
         report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
-                     plot=not args.no_plot, write=not args.no_write, console=console)
+                     plot=not args.no_plot, write=not args.no_write)
         return 0
     if len(args.dirs) != 2:
         raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
@@ -65,18 +65,18 @@ def _run(args: argparse.Namespace) -> int:
     a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline) for d in args.dirs)
     for side, comp in (("A", a), ("B", b)):
         for problem in comp.problems:
-            console.print(f"[yellow]warning[/yellow] ({side}) {problem}", highlight=False)
+            show(f"[yellow]warning[/yellow] ({side}) {problem}")
     result = compare.diff(a, b)
-    compare.print_rich(result, console)
+    compare.show_diff(result)
     if args.out:
         written = compare.write(result, args.out)
-        console.print("[bold]diff:[/bold] " + ", ".join(map(str, written)), highlight=False)
+        show("[bold]diff:[/bold] " + ", ".join(map(str, written)))
     if args.fail_if_worse is not None:
         worse = compare.regressions(result, args.fail_if_worse)
         for change in worse:
-            console.print(f"[red]regression[/red] {change.point}: {change.metric}"
-                          f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
-                          f" (status A={change.status_a}, B={change.status_b})", highlight=False)
+            show(f"[red]regression[/red] {change.point}: {change.metric}"
+                 f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
+                 f" (status A={change.status_a}, B={change.status_b})")
         if worse:
             return 1
     return 0
@@ -84,15 +84,18 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `harness-report` console script."""
+    from harness.terminal import use_console
+
+    use_console(prefix=PROG)
     args = parser().parse_args(argv)
     if args.fail_if_worse is not None and args.fail_if_worse < 0:
-        print(f"{PROG}: error: --fail-if-worse={args.fail_if_worse} is not valid: expected a"
-              " fraction >= 0. Fix: --fail-if-worse 0.1", file=sys.stderr)
+        log.error("--fail-if-worse=%s is not valid: expected a fraction >= 0."
+                  " Fix: --fail-if-worse 0.1", args.fail_if_worse)
         sys.exit(2)
     try:
         code = _run(args)
     except HarnessError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+        log.error("%s", err)
         sys.exit(2)
     sys.exit(code)
 

@@ -8,7 +8,6 @@ variant in the same row.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
+from harness.measured import is_finite_number
 from harness.sweep.collect import OK, Collection, JobResult
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def sample_values(sample: dict[str, Any]) -> dict[str, float | None]:
             values[name] = peak_memory(sample)[0]
             continue
         value = sample.get(name)
-        values[name] = float(value) if _number(value) else None
+        values[name] = float(value) if is_finite_number(value) else None
     return values
 
 
@@ -132,6 +132,14 @@ def parse_variant_spec(spec: str) -> dict[str, str]:
             )
         pairs[key.strip()] = value.strip()
     return pairs
+
+
+def choose_row_key(axes: list[str], rows: str | None) -> str | None:
+    """The key whose values make the rows: `rows`, else batch_size if swept, else the first
+    of two or more swept keys. One swept key that is not a preferred row key makes columns
+    (variants) with a single row, so that its values get speed-ups against each other."""
+    fallback = axes[0] if len(axes) > 1 else None
+    return rows or next((k for k in ROW_PREFERENCE if k in axes), fallback)
 
 
 def _choose_baseline(spec: str | None, variants: list[str], variant_keys: list[str],
@@ -209,10 +217,7 @@ def build(collection: Collection, rows: str | None = None,
             f"rows={rows!r} is not a swept key of {collection.root}"
             f" (swept: {', '.join(axes) or 'nothing'}). Fix: choose one of the swept keys"
         )
-    # One swept key that is not a preferred row key makes columns (variants) with a single
-    # row, so that its values get speed-ups against each other.
-    fallback = axes[0] if len(axes) > 1 else None
-    row_key = rows or next((k for k in ROW_PREFERENCE if k in axes), fallback)
+    row_key = choose_row_key(axes, rows)
     variant_keys = [k for k in axes if k != row_key]
 
     groups: dict[tuple[str, str], list[JobResult]] = {}
@@ -277,7 +282,7 @@ def _add_ratios(frame: pd.DataFrame, baseline: str) -> None:
             if point["row"] in base.index:
                 ref = base.loc[point["row"]]
                 v, b = point.get(metric), ref.get(metric)
-                if _number(v) and _number(b) and b > 0:
+                if is_finite_number(v) and is_finite_number(b) and b > 0:
                     value = v / b
                     repeated = point["samples"] > 1 or ref["samples"] > 1
                     if repeated and point["variant"] != baseline:
@@ -290,22 +295,17 @@ def _add_ratios(frame: pd.DataFrame, baseline: str) -> None:
         frame[f"{ratio}_within_spread"] = pd.Series(flags, index=frame.index, dtype=object)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _context(jobs: list[JobResult]) -> dict[str, Any]:
     """Device and versions of the first job that recorded them: printed above the table."""
     for job in jobs:
-        device = job.record.get("device")
-        if isinstance(device, dict):
-            versions = job.record.get("versions") or {}
+        result = job.result
+        if result is not None and result.device is not None:
             return {
-                "accelerator": device.get("accelerator"),
-                "device_name": device.get("device_name"),
-                "world_size": device.get("world_size"),
-                "torch": versions.get("torch"),
-                "lightning": versions.get("lightning"),
-                "host": job.record.get("host"),
+                "accelerator": result.device.accelerator,
+                "device_name": result.device.device_name,
+                "world_size": result.device.world_size,
+                "torch": result.versions.get("torch"),
+                "lightning": result.versions.get("lightning"),
+                "host": result.host,
             }
     return {}

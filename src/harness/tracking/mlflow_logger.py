@@ -1,14 +1,14 @@
-"""Lightning's MLFlowLogger, made safe for benchmarks.
+"""A Lightning logger that records a run into MLflow without ever slowing or ending it.
 
-Three changes to the stock logger, each for a reason:
-- the run is created when the logger is built, under a file lock for a local
-  sqlite store, so parallel jobs never race to create the database;
-- per-step metrics are buffered and sent in one batch, at most every
-  `flush_every_s`, and only after a validation, an epoch or predict (the
-  FlushBetweenSteps callback): a store write (about 5 ms on sqlite, seconds
-  on a slow server) inside a step would count as that step's time;
-- a failing store (server down, database locked) turns tracking off for the
-  rest of the run instead of ending it; the run ends with one warning.
+Built on Lightning's public `Logger` API and MLflow's `MlflowClient`, for three reasons:
+- the run is created when the logger is built, under a file lock for a local sqlite
+  store, so parallel jobs never race to create the database;
+- per-step metrics are buffered and sent in one batch, at most every `flush_every_s`,
+  and only after a validation, an epoch or predict (the FlushBetweenSteps callback): a
+  store write (about 5 ms on sqlite, seconds on a slow server) inside a step would
+  count as that step's time;
+- a failing store (server down, database locked) turns tracking off for the rest of
+  the run instead of ending it; the run ends with one warning.
 """
 
 from __future__ import annotations
@@ -16,21 +16,24 @@ from __future__ import annotations
 import importlib.util
 import re
 import time
+from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
+from typing_extensions import override
 
 from harness.errors import ConfigError, HarnessError
 from harness.tracking import store_access
-from harness.tracking.sweep_callback import experiment_for, sweep_info
+from harness.tracking.experiments import PARENT_TAG, experiment_for, sweep_info
+from harness.tracking.run_facts import MAX_PARAM_CHARS, flatten
 
-PARENT_TAG = "mlflow.parentRunId"
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
+MAX_PARAMS_PER_BATCH = 100
 _NOT_A_METRIC_CHAR = re.compile(r"[^a-zA-Z0-9_/. -]+")
 
 
@@ -55,8 +58,8 @@ def _from_hydra_job() -> tuple[str, str | None]:
     return ",".join(overrides)[:250] or "harness", sweep.get("parent_run_id")
 
 
-class HarnessMLFlowLogger(MLFlowLogger):
-    """An MLFlowLogger whose failures never end the run; see the module docstring."""
+class HarnessMLFlowLogger(Logger):
+    """An MLflow logger whose failures never end the run; see the module docstring."""
 
     def __init__(
         self,
@@ -73,6 +76,7 @@ class HarnessMLFlowLogger(MLFlowLogger):
         http_max_retries: int | str = 2,
         tags: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__()
         if importlib.util.find_spec("mlflow") is None:
             raise HarnessError("logger=mlflow needs the mlflow package."
                                " Fix: pip install 'mlflow>=3', or run with logger=none")
@@ -96,41 +100,77 @@ class HarnessMLFlowLogger(MLFlowLogger):
                                          integer=True, allow_zero=True),
         )
         default_name, sweep_parent = _from_hydra_job()
-        run_name = run_name or default_name
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self.run_name = run_name or default_name
         self.parent_run_id = parent_run_id or sweep_parent
         self.log_artifacts = bool(log_artifacts)
-        run_tags = dict(tags or {})
-        if self.parent_run_id:
-            run_tags[PARENT_TAG] = self.parent_run_id
+        self.client: Any = None
+        self._experiment_id: str | None = None
+        self._run_id: str | None = None
         self.failure: str | None = None  # why tracking stopped, once it has
         self.not_logged: list[str] = []  # what the store did not get because of it
         self._pending: list[Any] = []  # mlflow Metric objects not yet sent
         self._last_flush = time.monotonic()
-        on_rank_zero = rank_zero_only.rank == 0
-        reason = store_access.probe(tracking_uri, self.probe_timeout_s) if on_rank_zero else None
+        if rank_zero_only.rank != 0:
+            return
+        reason = store_access.probe(tracking_uri, self.probe_timeout_s)
         if reason:
             self.fail("the whole run", reason)
+            return
         try:
-            # Imported before the lock, so the lock is held for store work only.
-            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-
-            # MlflowClient opens (and, the first time, creates) a sqlite store right
-            # away: under the lock, so parallel jobs never create it twice.
-            with store_access.creation_lock(tracking_uri):
-                super().__init__(
-                    experiment_name=experiment_name,
-                    run_name=run_name,
-                    tracking_uri=tracking_uri,
-                    tags=run_tags,
-                    artifact_location=artifact_location,
-                )
-                if on_rank_zero and self.failure is None:
-                    self._start_run()
+            self._start_run(artifact_location, {**(tags or {})})
         except Exception as err:  # the store cannot even be opened (locked, bad URI)
-            self._mlflow_client = None
+            self.client = None
             self.fail("the whole run", err)
 
-    # -- failures --------------------------------------------------------------------
+    def _start_run(self, artifact_location: str | None, tags: dict[str, Any]) -> None:
+        # Imported before the lock, so the lock is held for store work only.
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+        from mlflow import MlflowClient
+
+        if self.parent_run_id:
+            tags[PARENT_TAG] = self.parent_run_id
+        # MlflowClient opens (and, the first time, creates) a sqlite store right away:
+        # under the lock, so parallel jobs never create it twice.
+        with store_access.creation_lock(self.tracking_uri):
+            self.client = MlflowClient(self.tracking_uri)
+            if self.parent_run_id:
+                # A child run lives in its parent's experiment, or the UI cannot nest it.
+                experiment_id = self.client.get_run(self.parent_run_id).info.experiment_id
+            else:
+                experiment_id = experiment_for(self.client, self.experiment_name, artifact_location)
+            run = self.client.create_run(experiment_id, run_name=self.run_name,
+                                         tags={k: str(v) for k, v in tags.items()})
+        self._experiment_id, self._run_id = experiment_id, run.info.run_id
+
+    # -- what the run is --------------------------------------------------------------------
+    @property
+    @override
+    def name(self) -> str:
+        return self.experiment_name
+
+    @property
+    @override
+    def version(self) -> str | None:
+        return self._run_id
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
+
+    @property
+    def experiment_id(self) -> str | None:
+        return self._experiment_id
+
+    @property
+    def experiment(self) -> Any:
+        """MLflowClient of the run (a do-nothing stand-in once tracking failed)."""
+        if self.client is None or self._run_id is None:
+            return DummyExperiment()
+        return self.client
+
+    # -- failures ---------------------------------------------------------------------------
     def fail(self, what: str, err: BaseException | str) -> None:
         """Stop talking to the store; `what` is the part of the run it did not get."""
         if self.failure is None:
@@ -139,41 +179,34 @@ class HarnessMLFlowLogger(MLFlowLogger):
             self.not_logged.append(what)
         self._pending.clear()
 
-    def _start_run(self) -> None:
-        if self.parent_run_id:
-            # A child run lives in its parent's experiment, or the UI cannot nest it.
-            parent = self._mlflow_client.get_run(self.parent_run_id)
-            self._experiment_id = parent.info.experiment_id
-        else:
-            self._experiment_id = experiment_for(
-                self._mlflow_client, self._experiment_name, self._artifact_location)
-        _ = super().experiment
-
     @property
-    def experiment(self) -> Any:
-        if self.failure is not None and not getattr(self, "_initialized", False):
-            return DummyExperiment()
-        return super().experiment
+    def active(self) -> bool:
+        return self.failure is None and self._run_id is not None and rank_zero_only.rank == 0
 
-    # -- Lightning's logger API, guarded ---------------------------------------------------
+    # -- Lightning's logger API, guarded -----------------------------------------------------
+    @override
     @rank_zero_only
-    def log_hyperparams(self, params: Any) -> None:
-        if self.failure is not None:
+    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        if not self.active:
             return
+        from mlflow.entities import Param
+
+        values = flatten(vars(params) if isinstance(params, Namespace) else dict(params))
+        batch = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in values.items()]
         try:
-            super().log_hyperparams(params)
+            for start in range(0, len(batch), MAX_PARAMS_PER_BATCH):
+                self.client.log_batch(self._run_id, params=batch[start:start + MAX_PARAMS_PER_BATCH])
         except Exception as err:
             self.fail("the module's hyperparameters and everything after them", err)
 
+    @override
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        if self.failure is not None:
+        if not self.active:
             return
         from mlflow.entities import Metric
 
         timestamp_ms = int(time.time() * 1000)
-        if self._prefix:
-            metrics = {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
         for key, value in metrics.items():
             if isinstance(value, str):
                 continue
@@ -194,28 +227,28 @@ class HarnessMLFlowLogger(MLFlowLogger):
 
     def flush(self) -> None:
         """Send the buffered metrics now."""
-        if self.failure is not None or not self._pending or rank_zero_only.rank != 0:
+        if not self.active or not self._pending:
             return
         pending, self._pending = self._pending, []
         try:
             for start in range(0, len(pending), MAX_METRICS_PER_BATCH):
-                self.experiment.log_batch(
-                    run_id=self.run_id, metrics=pending[start:start + MAX_METRICS_PER_BATCH]
-                )
+                self.client.log_batch(self._run_id,
+                                      metrics=pending[start:start + MAX_METRICS_PER_BATCH])
         except Exception as err:
             first_step = min(m.step for m in pending)
             self.fail(f"per-step metrics from step {first_step} on", err)
         self._last_flush = time.monotonic()
 
+    @override
+    def save(self) -> None:
+        # Lightning calls this after every log_metrics: buffered, the flush comes between steps.
+        return None
+
+    @override
     @rank_zero_only
-    def finalize(self, status: str = "success") -> None:
+    def finalize(self, status: str) -> None:
+        # The run's end status is set once the whole job ends (harness.tracking.run_logging).
         self.flush()
-        if self.failure is not None:
-            return
-        try:
-            super().finalize(status)
-        except Exception as err:
-            self.fail("the run's end status", err)
 
 
 class FlushBetweenSteps(Callback):

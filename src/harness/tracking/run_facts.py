@@ -6,12 +6,14 @@ Pure functions over the resolved config and result.json, so the live run and
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from harness.measured import is_finite_number
+from harness.result.schema import RunResult
 
 MAX_PARAM_CHARS = 6000  # MLflow 3's limit on a param value
 MAX_TAG_CHARS = 8000  # MLflow 3's limit on a tag value
@@ -30,28 +32,23 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def params(config: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, str]:
+def params(config: Mapping[str, Any], result: RunResult) -> dict[str, str]:
     """The resolved config flattened, plus what the run decided from it (precision used)."""
     values = flatten({k: v for k, v in config.items() if k != "hydra"})
-    knobs = result.get("knobs") or {}
     for key in ("lightning_precision", "compile"):
-        if key in knobs:
-            values[f"knobs.{key}"] = knobs[key]
-    if result.get("precision_used") is not None:
-        values["precision_used"] = result["precision_used"]
+        if key in result.knobs:
+            values[f"knobs.{key}"] = result.knobs[key]
+    if result.precision_used is not None:
+        values["precision_used"] = result.precision_used
     return {key: str(value)[:MAX_PARAM_CHARS] for key, value in values.items()}
 
 
-def final_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+def final_metrics(result: RunResult) -> dict[str, float]:
     """The numeric headline figures of result.json (None means not measured: left out)."""
-    figures = {}
-    for key, value in (result.get("metrics") or {}).items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if math.isfinite(value):
-            figures[key] = float(value)
-    if isinstance(result.get("duration_s"), (int, float)):
-        figures["duration_s"] = float(result["duration_s"])
+    figures = {key: float(value) for key, value in result.metrics.items()
+               if is_finite_number(value)}
+    if is_finite_number(result.duration_s):
+        figures["duration_s"] = float(result.duration_s)
     return figures
 
 
@@ -73,20 +70,19 @@ def git_commit(directory: Path) -> tuple[str | None, bool | None]:
     return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
 
 
-def tags(result: Mapping[str, Any], working_dir: Path) -> dict[str, str]:
+def tags(result: RunResult, working_dir: Path) -> dict[str, str]:
     """Where and on what the run ran: git commit, host, device, versions, SLURM job."""
-    device = result.get("device") or {}
-    versions = result.get("versions") or {}
+    device = result.device
     values: dict[str, Any] = {
-        "status": result.get("status"),
-        "reason": result.get("reason"),
-        "host": result.get("host"),
-        "device_name": device.get("device_name"),
-        "accelerator": device.get("accelerator"),
-        "world_size": device.get("world_size"),
-        "model": result.get("model"),
-        "data": result.get("data"),
-        **{f"{name}_version": version for name, version in versions.items()},
+        "status": result.status,
+        "reason": result.reason,
+        "host": result.host,
+        "device_name": device.device_name if device else None,
+        "accelerator": device.accelerator if device else None,
+        "world_size": device.world_size if device else None,
+        "model": result.model,
+        "data": result.data,
+        **{f"{name}_version": version for name, version in result.versions.items()},
         "working_dir": str(working_dir),
     }
     commit, dirty = git_commit(working_dir)

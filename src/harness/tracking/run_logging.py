@@ -2,20 +2,22 @@
 
 `log_finished_run` is the one call the job makes (rank zero, after result.json
 is written). It never raises: a store that fails leaves the run on disk and
-prints one warning line naming what is missing and the command that uploads it.
+logs one warning line naming what is missing and the command that uploads it.
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
-from harness.run.result import RESULT_FILE
+from harness.result.schema import RunResult, Tracking
+from harness.result.store import RESULT_FILE, write_result
+from harness.terminal import show
 from harness.tracking import run_facts, store_access
 
-TRACKING_KEY = "tracking"  # result.json key recording where the run was tracked
+log = logging.getLogger(__name__)
+
 UPLOAD_COMMAND = "harness-mlflow-upload"
 TRACE_MARKERS = ("trace",)  # a file whose name holds one of these is a profiler trace
 TABLES_DIR = "tables"  # artifact folder of the reports as MLflow tables (UI comparison)
@@ -24,63 +26,76 @@ SYSTEM_METRIC_PREFIX = "system/"
 MIB = 1024 * 1024
 END_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # anything else: FAILED
 
-def warn(message: str) -> None:
-    print(f"harness: warning: {message}", file=sys.stderr, flush=True)
-
 
 def upload_hint(run_dir: Path, tracking_uri: str) -> str:
-    return f"{UPLOAD_COMMAND} {run_dir} --tracking-uri {store_access.absolute_uri(tracking_uri)}"
+    return f"{upload_command()} {run_dir} --tracking-uri {store_access.absolute_uri(tracking_uri)}"
 
 
-def where_to_look(uri: str, experiment_id: str, run_id: str) -> str:
+def upload_command() -> str:
+    """harness-mlflow-upload as the user can type it: bare when it is on PATH, else its path."""
+    return command_as_typed(UPLOAD_COMMAND)
+
+
+def command_as_typed(name: str) -> str:
+    import shutil
+    import sys
+
+    if shutil.which(name):
+        return name
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
+def where_to_look(uri: str, experiment_id: str | None, run_id: str | None) -> str:
     """One line telling the user where the run is and how to open it."""
     if store_access.is_http(uri):
-        return f"mlflow: run {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        return (f"mlflow: run {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+                "?workflowType=machine_learning")
+    mlflow = command_as_typed("mlflow")
     path = store_access.sqlite_path(uri)
     if path is not None and not path.is_absolute() and path.parent == Path("."):
-        return f"mlflow: run {run_id} in {uri} (open it: `mlflow ui` in {Path.cwd()})"
-    return f"mlflow: run {run_id} in {uri} (open it: mlflow ui --backend-store-uri {uri})"
+        return f"mlflow: run {run_id} in {uri} (open it: `{mlflow} ui` in {Path.cwd()})"
+    return f"mlflow: run {run_id} in {uri} (open it: {mlflow} ui --backend-store-uri {uri})"
 
 
-def log_finished_run(cfg: Any, record: Any, logger: Any) -> None:
-    """Log the finished run into the MLflow run `logger` opened (no-op for other loggers)."""
-    if not logger:
-        return
+def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) -> None:
+    """Log the finished run into the MLflow run `logger` opened (no-op for other loggers).
+
+    Sets `result.tracking` and rewrites result.json with it before logging it as an
+    artifact, so the file in MLflow says where it is tracked too.
+    """
     from harness.tracking.mlflow_logger import HarnessMLFlowLogger
 
-    if not isinstance(logger, HarnessMLFlowLogger):
+    if not isinstance(logger, HarnessMLFlowLogger) or logger.run_id is None and not logger.failure:
         return
-    run_dir = Path(record.output_dir)
-    uri = logger._tracking_uri
-    tracking: dict[str, Any] = {
-        "backend": "mlflow",
-        "tracking_uri": store_access.absolute_uri(uri),
-        "experiment_id": logger._experiment_id,
-        "run_id": logger._run_id,
-        "parent_run_id": logger.parent_run_id,
-    }
+    uri = logger.tracking_uri
+    tracking = Tracking(
+        tracking_uri=store_access.absolute_uri(uri),
+        experiment_id=logger.experiment_id,
+        run_id=logger.run_id,
+        parent_run_id=logger.parent_run_id,
+    )
     done: list[str] = []
     try:
-        result = json.loads((run_dir / RESULT_FILE).read_text())
         # Kept in result.json, so an upload later tags the run the same way.
-        tracking["tags"] = run_facts.tags(result, Path.cwd())
+        tracking.tags = run_facts.tags(result, Path.cwd())
         logger.flush()
         if logger.failure is None:
             from omegaconf import OmegaConf
 
             config = OmegaConf.to_container(cfg, resolve=True)
-            result[TRACKING_KEY] = {**tracking, "logged": True}
-            _write_result(run_dir, result)
-            log_run_dir(logger.experiment, logger.run_id, run_dir, config, result,
+            tracking.logged = True
+            result.tracking = tracking
+            write_result(run_dir, result)
+            log_run_dir(logger.client, logger.run_id, run_dir, config, result,
                         trace_cap_mb=logger.trace_size_cap_mb, with_artifacts=logger.log_artifacts,
                         done=done)
-            logger.experiment.set_terminated(
-                logger.run_id, END_STATUS.get(result.get("status"), "FAILED"))
-            print(where_to_look(uri, logger.experiment_id, logger.run_id), flush=True)
+            logger.client.set_terminated(logger.run_id, END_STATUS.get(result.status, "FAILED"))
+            show(where_to_look(uri, logger.experiment_id, logger.run_id))
             return
     except Exception as err:
         logger.fail(_missing(done), err)
-    _report_failure(logger, run_dir, tracking)
+    _report_failure(logger, result, run_dir, tracking)
 
 
 def _missing(done: list[str]) -> str:
@@ -88,31 +103,21 @@ def _missing(done: list[str]) -> str:
     return ", ".join(s for s in steps if s not in done)
 
 
-def _report_failure(logger: Any, run_dir: Path, tracking: dict[str, Any]) -> None:
-    hint = upload_hint(run_dir, logger._tracking_uri)
-    run = f" (run {logger._run_id} is incomplete)" if logger._run_id else ""
-    warn(
-        f"MLflow tracking at {logger._tracking_uri} failed ({logger.failure}); not logged: "
-        f"{'; '.join(logger.not_logged)}{run}. Reports are on disk in {run_dir}."
-        f" Upload them later with: {hint}"
-    )
-    path = run_dir / RESULT_FILE
-    if path.is_file():
-        result = json.loads(path.read_text())
-        result[TRACKING_KEY] = {**tracking, "logged": False, "failure": logger.failure,
-                                "not_logged": logger.not_logged, "upload_command": hint}
-        _write_result(run_dir, result)
-
-
-def _write_result(run_dir: Path, result: dict[str, Any]) -> None:
-    """Rewrite result.json with the tracking block, every other field as the job wrote it."""
-    from harness.reports.files import write_json
-
-    write_json(run_dir / RESULT_FILE, result)
+def _report_failure(logger: Any, result: RunResult, run_dir: Path, tracking: Tracking) -> None:
+    hint = upload_hint(run_dir, logger.tracking_uri)
+    run = f" (run {logger.run_id} is incomplete)" if logger.run_id else ""
+    log.warning(
+        "MLflow tracking at %s failed (%s); not logged: %s%s. Reports are on disk in %s."
+        " Upload them later with: %s", logger.tracking_uri, logger.failure,
+        "; ".join(logger.not_logged), run, run_dir, hint)
+    tracking.logged, tracking.failure = False, logger.failure
+    tracking.not_logged, tracking.upload_command = list(logger.not_logged), hint
+    result.tracking = tracking
+    write_result(run_dir, result)
 
 
 def log_run_dir(
-    client: Any, run_id: str, run_dir: Path, config: dict[str, Any], result: dict[str, Any],
+    client: Any, run_id: str, run_dir: Path, config: dict[str, Any], result: RunResult,
     trace_cap_mb: float, with_artifacts: bool = True, done: list[str] | None = None,
 ) -> list[str]:
     """Log a run directory's params, tags, final metrics and files into `run_id`.
@@ -130,7 +135,7 @@ def log_run_dir(
     for start in range(0, len(new_params), 100):
         client.log_batch(run_id, params=new_params[start:start + 100])
     done.append("params")
-    tags = (result.get(TRACKING_KEY) or {}).get("tags") or run_facts.tags(result, Path.cwd())
+    tags = (result.tracking.tags if result.tracking else None) or run_facts.tags(result, Path.cwd())
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     done.append("tags")
     now_ms = _now_ms()
@@ -165,7 +170,9 @@ def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
     import pandas as pd
     from mlflow.entities import Metric
 
-    frame = pd.read_csv(path)
+    frame = read_table(path)
+    if frame is None:
+        return
     start_ms = _now_ms()
     if "timestamp_s" in frame:  # when each sample was taken
         stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
@@ -186,10 +193,19 @@ def is_trace(path: Path) -> bool:
     return any(marker in path.name.lower() for marker in TRACE_MARKERS)
 
 
-def _log_files(client: Any, run_id: str, run_dir: Path, trace_cap_mb: float) -> list[str]:
-    """Reports (json, csv, summaries, snapshots; traces under the cap), tables, config."""
+def read_table(path: Path) -> Any:
+    """A report CSV as a DataFrame, or None when it has no rows (a run that stopped early)."""
     import pandas as pd
 
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:  # a report with no columns: written before any step
+        return None
+    return None if frame.empty else frame
+
+
+def _log_files(client: Any, run_id: str, run_dir: Path, trace_cap_mb: float) -> list[str]:
+    """Reports (json, csv, summaries, snapshots; traces under the cap), tables, config."""
     skipped = []
     reports = run_dir / "reports"
     for path in sorted(p for p in reports.rglob("*") if p.is_file()) if reports.is_dir() else []:
@@ -200,8 +216,8 @@ def _log_files(client: Any, run_id: str, run_dir: Path, trace_cap_mb: float) -> 
         client.log_artifact(run_id, str(path), str(relative.parent))
         if path.suffix == ".csv":
             # The table view lets the UI compare the same report across runs.
-            frame = pd.read_csv(path)
-            if not frame.empty:
+            frame = read_table(path)
+            if frame is not None:
                 client.log_table(run_id, frame, f"{TABLES_DIR}/{path.stem}.json")
     for extra in (".hydra", "error.log"):
         source = run_dir / extra

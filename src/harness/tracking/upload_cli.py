@@ -9,12 +9,18 @@ each job as a child, as a live multirun does.
 from __future__ import annotations
 
 import argparse
-import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
+from harness.result.schema import RunResult
+from harness.result.store import RESULT_FILE, load_result
+from harness.terminal import show, use_console
 from harness.tracking import run_logging, store_access
+
+log = logging.getLogger(__name__)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 RATE_COLUMNS = ("training_rate", "validation_rate", "inference_rate")
@@ -38,39 +44,54 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> int:
-    print(f"{run_logging.UPLOAD_COMMAND}: error: {message}", file=sys.stderr)
+    log.error("%s", message)
     return 2
 
 
+def _readable(run_dirs: list[Path]) -> tuple[dict[Path, RunResult], list[str]]:
+    """The runs whose result.json loads, and one line for each that does not."""
+    results, problems = {}, []
+    for run_dir in run_dirs:
+        try:
+            results[run_dir] = load_result(run_dir)
+        except HarnessError as err:
+            problems.append(f"{err}; not uploaded")
+    return results, problems
+
+
 def main(argv: list[str] | None = None) -> int:
+    use_console(prefix=run_logging.UPLOAD_COMMAND)
     args = _parser().parse_args(argv)
     path: Path = args.path.resolve()
-    if (path / run_logging.RESULT_FILE).is_file():
+    if (path / RESULT_FILE).is_file():
         run_dirs, sweep_dir = [path], None
     else:
-        run_dirs = sorted(p.parent for p in path.glob(f"*/{run_logging.RESULT_FILE}"))
+        run_dirs = sorted(p.parent for p in path.glob(f"*/{RESULT_FILE}"))
         sweep_dir = path
     if not run_dirs:
-        return _fail(f"no {run_logging.RESULT_FILE} in {path} or its subfolders."
+        return _fail(f"no {RESULT_FILE} in {path} or its subfolders."
                      " Fix: pass a run directory (outputs/DATE/TIME) or a sweep directory")
-    uri = args.tracking_uri or _recorded_uri(run_dirs[0]) or _env_uri() or DEFAULT_URI
+    results, problems = _readable(run_dirs)
+    for problem in problems:
+        log.warning("%s", problem)
+    if not results:
+        return _fail(f"nothing to upload from {path}: no readable {RESULT_FILE}")
+    first = next(iter(results.values()))
+    recorded = first.tracking.tracking_uri if first.tracking else None
+    uri = args.tracking_uri or recorded or _env_uri() or DEFAULT_URI
     try:
-        summary = upload(uri, run_dirs, sweep_dir, args.experiment or "harness",
+        summary = upload(uri, results, sweep_dir, args.experiment or "harness",
                          args.parent_run_id, args.trace_size_cap_mb)
     except ConnectionError as err:  # the probe's own one-line reason
         return _fail(f"{err}. Fix: start the server, or pass --tracking-uri")
     except Exception as err:
         return _fail(f"could not log to {uri}: {store_access.short_reason(err)}")
     for line in summary:
-        print(line)
-    print(f"view them with: mlflow ui --backend-store-uri {store_access.absolute_uri(uri)}"
-          if not store_access.is_http(uri) else f"view them at {uri}")
-    return 0
-
-
-def _recorded_uri(run_dir: Path) -> str | None:
-    tracking = _read_json(run_dir / run_logging.RESULT_FILE).get(run_logging.TRACKING_KEY) or {}
-    return tracking.get("tracking_uri")
+        show(line)
+    mlflow = run_logging.command_as_typed("mlflow")
+    show(f"view them with: {mlflow} ui --backend-store-uri {store_access.absolute_uri(uri)}"
+         if not store_access.is_http(uri) else f"view them at {uri}")
+    return 1 if problems else 0
 
 
 def _env_uri() -> str | None:
@@ -79,19 +100,13 @@ def _env_uri() -> str | None:
     return os.environ.get("MLFLOW_TRACKING_URI")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def upload(uri: str, run_dirs: list[Path], sweep_dir: Path | None, experiment: str,
+def upload(uri: str, results: dict[Path, RunResult], sweep_dir: Path | None, experiment: str,
            parent_run_id: str | None, trace_cap_mb: float) -> list[str]:
     """Create one run per directory (children of a new sweep run for a sweep)."""
     from mlflow import MlflowClient
 
-    from harness.tracking.sweep_callback import experiment_for, log_sweep_files
+    from harness.tracking.experiments import experiment_for
+    from harness.tracking.parent_run import log_sweep_files
 
     store_access.configure_http(10, 2)
     reason = store_access.probe(uri, 5)
@@ -106,30 +121,34 @@ def upload(uri: str, run_dirs: list[Path], sweep_dir: Path | None, experiment: s
                                    tags={"sweep_dir": str(sweep_dir), "harness.kind": "sweep"})
         parent_run_id = parent.info.run_id
         lines.append(f"{sweep_dir} -> parent run {parent_run_id}")
-    for run_dir in run_dirs:
-        run_id = upload_run_dir(client, experiment_id, run_dir, parent_run_id, trace_cap_mb)
+    for run_dir, result in results.items():
+        run_id = upload_run_dir(client, experiment_id, run_dir, result, parent_run_id,
+                                trace_cap_mb)
         lines.append(f"{run_dir} -> run {run_id}")
     if sweep_dir is not None and parent_run_id is not None:
         log_sweep_files(client, parent_run_id, sweep_dir)
     return lines
 
 
-def upload_run_dir(client: Any, experiment_id: str, run_dir: Path, parent_run_id: str | None,
-                   trace_cap_mb: float) -> str:
-    """One run directory as a new MLflow run; returns its id."""
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+def upload_run_dir(client: Any, experiment_id: str, run_dir: Path, result: RunResult,
+                   parent_run_id: str | None, trace_cap_mb: float) -> str:
+    """One run directory as a new MLflow run; returns its id. A run whose upload breaks
+    off is ended FAILED, never left RUNNING."""
+    from harness.tracking.experiments import PARENT_TAG
 
-    result = _read_json(run_dir / run_logging.RESULT_FILE)
-    overrides = result.get("overrides") or []
     tags = {"harness.uploaded_from": str(run_dir)}
     if parent_run_id:
-        tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-    run = client.create_run(experiment_id, run_name=(",".join(overrides) or run_dir.name)[:250],
-                            tags=tags)
+        tags[PARENT_TAG] = parent_run_id
+    run = client.create_run(experiment_id,
+                            run_name=(",".join(result.overrides) or run_dir.name)[:250], tags=tags)
     run_id = run.info.run_id
-    _log_step_rates(client, run_id, run_dir, result)
-    run_logging.log_run_dir(client, run_id, run_dir, _config(run_dir), result, trace_cap_mb)
-    client.set_terminated(run_id, run_logging.END_STATUS.get(result.get("status"), "FAILED"))
+    try:
+        _log_step_rates(client, run_id, run_dir, result)
+        run_logging.log_run_dir(client, run_id, run_dir, _config(run_dir), result, trace_cap_mb)
+    except BaseException:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, run_logging.END_STATUS.get(result.status, "FAILED"))
     return run_id
 
 
@@ -154,7 +173,7 @@ def _config(run_dir: Path) -> dict[str, Any]:
         return OmegaConf.to_container(cfg, resolve=False)
 
 
-def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: dict[str, Any]) -> None:
+def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: RunResult) -> None:
     """training_rate / validation_rate / inference_rate per step, from speed_steps.csv."""
     steps_file = run_dir / "reports" / "speed_steps.csv"
     if not steps_file.is_file():
@@ -164,10 +183,12 @@ def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: dict[str, A
     import pandas as pd
     from mlflow.entities import Metric
 
-    frame = pd.read_csv(steps_file)
+    frame = run_logging.read_table(steps_file)
+    if frame is None:
+        return
     try:
-        start_ms = int(dt.datetime.fromisoformat(result["started_at"]).timestamp() * 1000)
-    except (KeyError, TypeError, ValueError):
+        start_ms = int(dt.datetime.fromisoformat(str(result.started_at)).timestamp() * 1000)
+    except (TypeError, ValueError):
         start_ms = run_logging._now_ms()
     metrics = []
     for phase, rows in frame.groupby("phase", sort=False):

@@ -14,6 +14,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
 
 from harness.config.checks import positive_int
 from harness.errors import ConfigError
@@ -111,11 +112,14 @@ class SyntheticDataModule(pl.LightningDataModule):
             pin_memory=self.pin_memory,
         )
 
+    @override
     def train_dataloader(self) -> DeviceBatches | DataLoader:
         return self._loader("train", seed=1)
 
+    @override
     def val_dataloader(self) -> DeviceBatches | DataLoader:
         return self._loader("val", seed=2)
 
+    @override
     def predict_dataloader(self) -> DeviceBatches | DataLoader:
         return self._loader("predict", seed=3)

@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.nn import functional as F
+from typing_extensions import override
 
 from harness.instrument.annotate import annotate
 
@@ -30,6 +31,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.dropout = nn.Dropout(dropout)
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, dim = x.shape
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, dim // self.num_heads)
@@ -55,6 +57,7 @@ class Block(nn.Module):
             nn.Linear(mlp_ratio * dim, dim),
         )
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
@@ -77,6 +80,7 @@ class TransformerModule(pl.LightningModule):
         self.net = nn.Sequential(*(Block(dim, num_heads, mlp_ratio, dropout) for _ in range(depth)))
         self.lr = lr
 
+    @override
     @annotate("workload.forward")
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -85,10 +89,12 @@ class TransformerModule(pl.LightningModule):
         x, y = batch
         return F.mse_loss(self(x), y)
 
+    @override
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         with annotate("workload.backward"):
             super().backward(loss, *args, **kwargs)
 
+    @override
     def optimizer_step(
         self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
     ) -> None:
@@ -100,16 +106,20 @@ class TransformerModule(pl.LightningModule):
         with annotate("workload.optimizer_step"):
             optimizer.step(closure=lambda: loss)
 
+    @override
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
         self.log("train_loss", loss)
         return loss
 
+    @override
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self.log("val_loss", self._loss(batch))
 
+    @override
     def predict_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         return self(batch[0])
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=self.lr)

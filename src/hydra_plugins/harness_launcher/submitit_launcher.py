@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import sys
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,8 +57,11 @@ _FIXES = (
 )
 
 
+log = logging.getLogger(__name__)
+
+
 def _say(message: str) -> None:
-    print(f"harness: error: {message}", file=sys.stderr, flush=True)
+    log.error("%s", message)
 
 
 def one_line(text: str) -> str:
@@ -96,28 +99,27 @@ class _Job:
 
     def record_failure(self, reason: str) -> None:
         """result.json for a job that never produced one: the sweep's table still lists it."""
-        from harness.run.result import RESULT_FILE, RunRecord
+        from harness.result.schema import RunResult
+        from harness.result.store import RESULT_FILE, write_result
 
         if (self.output_dir / RESULT_FILE).exists():
             return  # the job itself recorded how it ended
-        record = RunRecord(self.output_dir, overrides=filter_overrides(self.overrides))
-        record.status, record.reason = "failed", reason
-        record.write()
+        write_result(self.output_dir, RunResult(
+            status="failed", reason=reason, overrides=filter_overrides(self.overrides)))
 
     def say_how_it_ended(self) -> None:
         """One line on the submitter's terminal for a job that did not end `ok`."""
-        from harness.run.result import RESULT_FILE
+        from harness.errors import HarnessError
+        from harness.result.store import load_result
 
         try:
-            result = json.loads((self.output_dir / RESULT_FILE).read_text())
-        except (OSError, ValueError):
+            result = load_result(self.output_dir)
+        except HarnessError:
             return
-        status = result.get("status")
-        if status == "interrupted":
-            print(f"harness: job {self.label}: {result.get('reason')}", file=sys.stderr,
-                  flush=True)
-        elif status not in ("ok", None):
-            _say(f"job {self.label}: {status}: {result.get('reason')}")
+        if result.status == "interrupted":
+            log.info("job %s: %s", self.label, result.reason)
+        elif result.status != "ok":
+            _say(f"job {self.label}: {result.status}: {result.reason}")
 
     def stand_in(self) -> JobReturn:
         """What Hydra gets for a job that did not run: completed, so the sweep goes on."""
@@ -135,8 +137,7 @@ class _HarnessMixin(BaseSubmititLauncher):
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        print(f"harness: {self._EXECUTOR} sweep of {len(job_overrides)} job(s) in {sweep_dir}",
-              file=sys.stderr, flush=True)
+        log.info("%s sweep of %d job(s) in %s", self._EXECUTOR, len(job_overrides), sweep_dir)
         returns: dict[int, JobReturn] = {}
         groups: dict[str, tuple[dict[str, Any], list[_Job]]] = {}
         jobs = [self._prepare(initial_job_idx + n, o) for n, o in enumerate(job_overrides)]
@@ -219,8 +220,7 @@ class _HarnessMixin(BaseSubmititLauncher):
                 job.record_failure(reason)
             return None
         for job, handle in zip(jobs, handles, strict=True):
-            print(f"harness: job {job.label} submitted as {self._EXECUTOR} job {handle.job_id}",
-                  file=sys.stderr, flush=True)
+            log.info("job %s submitted as %s job %s", job.label, self._EXECUTOR, handle.job_id)
         return handles
 
     def _collect(self, job: _Job, handle: Any) -> JobReturn:
@@ -238,17 +238,12 @@ class _HarnessMixin(BaseSubmititLauncher):
 
 
 def _devices_mismatch(params: dict[str, Any], config: DictConfig) -> str | None:
-    """Under SLURM each task is one rank: tasks per node must equal trainer.devices."""
+    """Under SLURM each task is one rank (harness.launch.slurm.launcher_mismatch)."""
+    from harness.launch.slurm import launcher_mismatch
+
     trainer = config.get("trainer") or {}
-    devices, num_nodes = trainer.get("devices"), trainer.get("num_nodes", 1)
-    tasks, nodes = params.get("tasks_per_node"), params.get("nodes")
-    if isinstance(devices, int) and isinstance(tasks, int) and tasks != devices:
-        return (f"hydra.launcher.tasks_per_node={tasks} but trainer.devices={devices}"
-                f" (one SLURM task per device). Fix: hydra.launcher.tasks_per_node={devices}")
-    if isinstance(num_nodes, int) and isinstance(nodes, int) and nodes != num_nodes:
-        return (f"hydra.launcher.nodes={nodes} but trainer.num_nodes={num_nodes}."
-                f" Fix: hydra.launcher.nodes={num_nodes}")
-    return None
+    return launcher_mismatch(params.get("tasks_per_node"), params.get("nodes"),
+                             trainer.get("devices"), trainer.get("num_nodes", 1))
 
 
 class HarnessSlurmLauncher(_HarnessMixin, SlurmLauncher):

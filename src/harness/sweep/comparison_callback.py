@@ -3,6 +3,8 @@
 Registered in conf/config.yaml under `hydra.callbacks.sweep_report`. It reads
 the jobs back from disk (Hydra gives callbacks no job return values, and other
 launchers run jobs elsewhere), so it sees exactly what `harness-report` sees.
+Its own settings (`rows`, `baseline`) are checked when the sweep starts, against
+the keys and values the sweep varies, so a typo costs no compute.
 
 Exit-code rule: a multirun exits non-zero only when no job of the sweep
 succeeded. The callback cannot exit itself without cutting short the callbacks
@@ -11,12 +13,19 @@ after it, so it leaves its verdict in `outcome` for `harness.cli.main`.
 
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+from typing_extensions import override
+
+from harness.config.checks import one_of
+
+log = logging.getLogger(__name__)
+KEY = "hydra.callbacks.sweep_report"
+SWEEP_LOG = "sweep.log"  # what the sweep itself said after its jobs (the table, warnings)
 
 
 class Outcome:
@@ -38,8 +47,32 @@ def verdict(statuses: list[str]) -> tuple[int, str | None]:
     return 1, f"all {len(statuses)} jobs of the sweep failed (see comparison.md)"
 
 
-class SweepReport(Callback):
-    """Writes comparison.{md,csv,json,png} into the sweep directory and prints the table."""
+def check_settings(rows: str | None, baseline: str | None, swept: dict[str, list[str]]) -> None:
+    """Raise a ConfigError naming the key when `rows` or `baseline` cannot match this sweep."""
+    from harness.errors import ConfigError
+    from harness.sweep.table import NOT_AXES, choose_row_key, parse_variant_spec
+
+    axes = [k for k in swept if k not in NOT_AXES]
+    if rows is not None:
+        one_of(f"{KEY}.rows", rows, axes or ["(nothing is swept)"])
+    if not baseline:
+        return
+    row_key = choose_row_key(axes, rows)
+    columns = [k for k in axes if k != row_key]
+    for key, value in parse_variant_spec(baseline).items():
+        if key not in columns:
+            raise ConfigError(f"{KEY}.baseline", baseline,
+                              f"key=value pairs of the column keys ({', '.join(columns) or 'none'})",
+                              f"{KEY}.baseline='{columns[0]}={swept[columns[0]][0]}'" if columns
+                              else f"drop {KEY}.baseline")
+        if value not in swept[key]:
+            raise ConfigError(f"{KEY}.baseline", baseline,
+                              f"one of the swept values of {key}: {', '.join(swept[key])}",
+                              f"{KEY}.baseline='{key}={swept[key][0]}'")
+
+
+class ComparisonCallback(Callback):
+    """Writes comparison.{md,csv,json,png} into the sweep directory and shows the table."""
 
     def __init__(self, rows: str | None = None, baseline: str | None = None,
                  plot: bool = True) -> None:
@@ -47,11 +80,20 @@ class SweepReport(Callback):
         self.baseline = baseline
         self.plot = plot
 
+    @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        outcome.exit_code, outcome.message = 0, None
+        from harness.config.sweep_keys import swept_values_of
 
+        outcome.exit_code, outcome.message = 0, None
+        check_settings(self.rows, self.baseline, swept_values_of(config))
+
+    @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.terminal import log_file
+
         sweep_dir = Path(str(config.hydra.sweep.dir))
+        if sweep_dir.is_dir():
+            log_file(sweep_dir / SWEEP_LOG)
         try:
             from harness.sweep.report import report_sweep
 
@@ -59,8 +101,8 @@ class SweepReport(Callback):
                                       plot=self.plot)
             statuses = [job.status for job in comparison.jobs]
         except Exception as err:  # the jobs' own results are safe on disk: say so, go on
-            print(f"harness: warning: could not build the sweep comparison: {err}."
-                  f" Rebuild it with: harness-report {sweep_dir}", file=sys.stderr)
+            log.warning("could not build the sweep comparison: %s. Rebuild it with:"
+                        " harness-report %s", err, sweep_dir)
             statuses = _statuses_on_disk(sweep_dir)
         outcome.exit_code, outcome.message = verdict(statuses)
 

@@ -1,4 +1,5 @@
-"""`profiler=nsys`: run the job again as a child of `nsys profile`.
+"""`profiler=nsys`: run the job again as a child of `nsys profile` (the preset is
+harness.profilers.nsys).
 
 Nsight Systems has to start the program it profiles, so the job first started
 by `harness` only builds the `nsys profile ... -- python -m harness.cli ...`
@@ -12,11 +13,10 @@ This module imports neither torch nor Lightning.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -26,7 +26,11 @@ from typing import Any
 
 from harness.config.checks import list_of, non_negative_int, one_of, positive_int
 from harness.errors import HarnessError
-from harness.profilers.outside_tool import ON_MISSING, tool_unavailable
+from harness.launch.outside_tool import ON_MISSING, find_executable, tool_unavailable
+from harness.result.schema import RunResult
+from harness.result.store import RESULT_FILE, load_result, write_result
+
+log = logging.getLogger(__name__)
 
 CHILD_ENV = "HARNESS_NSYS_CHILD"
 REPORT_STEM = "nsys"  # reports/nsys.nsys-rep (and nsys.sqlite with stats=true)
@@ -122,13 +126,15 @@ def nsys_arguments(options: NsysOptions, output: Path) -> list[str]:
 
 
 def child_command(
-    options: NsysOptions, run_dir: Path, overrides: Sequence[str], python: str = sys.executable
+    options: NsysOptions, run_dir: Path, overrides: Sequence[str], python: str = sys.executable,
+    config_args: Sequence[str] = (),
 ) -> list[str]:
     """The full command that re-runs this job under nsys, writing into `run_dir`."""
     program = [
         python,
         "-m",
         "harness.cli",
+        *config_args,
         *overrides,
         f"hydra.run.dir={override_value(str(run_dir))}",
     ]
@@ -141,17 +147,17 @@ def manual_command(options: NsysOptions, overrides: Sequence[str]) -> str:
     return f"{CHILD_ENV}=1 " + shlex.join([*arguments, "--", "harness", *overrides])
 
 
-def relaunch_under_nsys(cfg: Any, hydra_cfg: Any) -> Any:
+def relaunch_under_nsys(cfg: Any, run_dir: Path, overrides: list[str]) -> RunResult | None:
     """Run this job under nsys when `profiler.nsys` is configured; None to run it here instead.
 
-    Returns the child's RunRecord (read back from its result.json) once it has ended.
+    Returns the child's RunResult (read back from its result.json) once it has ended.
     """
     presets = cfg.get("profiler")
     node = presets.get("nsys") if presets is not None and hasattr(presets, "get") else None
     if node is None or in_child():
         return None
     options = NsysOptions.read(node)
-    executable = shutil.which(options.executable)
+    executable = find_executable(options.executable)
     if executable is None:
         message = (
             f"Nsight Systems ({options.executable}) is not on PATH, so this run cannot be"
@@ -161,52 +167,37 @@ def relaunch_under_nsys(cfg: Any, hydra_cfg: Any) -> Any:
         tool_unavailable("nsys", "nsys", message, options.on_missing)
         return None
 
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    overrides = list(hydra_cfg.overrides.task)
+    from harness.launch.hydra_args import same_config_arguments
+
     command = child_command(
-        NsysOptions(**{**options.__dict__, "executable": executable}), run_dir, overrides
+        NsysOptions(**{**options.__dict__, "executable": executable}), run_dir, overrides,
+        config_args=same_config_arguments(),
     )
-    print(
-        "harness: profiler=nsys: running this job again under Nsight Systems:\n  "
-        + shlex.join(command),
-        file=sys.stderr,
-        flush=True,
-    )
+    log.info("profiler=nsys: running this job again under Nsight Systems:\n  %s",
+             shlex.join(command))
     (run_dir / "reports").mkdir(parents=True, exist_ok=True)
     returncode = subprocess.run(command, env={**os.environ, CHILD_ENV: "1"}).returncode
-    return _read_back(run_dir, overrides, command, returncode)
+    return _read_back(run_dir, command, returncode)
 
 
-def _read_back(run_dir: Path, overrides: list[str], command: list[str], returncode: int) -> Any:
-    from harness.run.result import RESULT_FILE, RunRecord
-
-    result_file = run_dir / RESULT_FILE
-    if not result_file.is_file():
+def _read_back(run_dir: Path, command: list[str], returncode: int) -> RunResult:
+    if not (run_dir / RESULT_FILE).is_file():
         raise HarnessError(
             f"profiler=nsys: the job under nsys ended (exit status {returncode})"
-            f" without writing {result_file}; see its output above"
+            f" without writing {run_dir / RESULT_FILE}; see its output above"
         )
-    result = json.loads(result_file.read_text())
+    result = load_result(run_dir)
     # nsys writes its report after the child has exited: list it now.
-    reports = set(result.get("reports", []))
+    reports = set(result.reports)
     reports.update(
         str(p.relative_to(run_dir)) for p in (run_dir / "reports").glob(f"{REPORT_STEM}.*")
     )
-    result["reports"] = sorted(reports)
-    result["nsys_command"] = shlex.join(command)
-    result_file.write_text(json.dumps(result, indent=2) + "\n")
-    if result.get("status") != "ok" or returncode != 0:
+    result.reports = sorted(reports)
+    result.nsys_command = shlex.join(command)
+    write_result(run_dir, result)
+    if result.status != "ok" or returncode != 0:
         raise HarnessError(
             f"profiler=nsys: the job under nsys ended with exit status {returncode}"
-            f" ({result.get('status')}: {result.get('reason')})"
+            f" ({result.status}: {result.reason})"
         )
-    record = RunRecord(
-        run_dir,
-        overrides=overrides,
-        status=result["status"],
-        reason=result.get("reason"),
-        knobs=result.get("knobs", {}),
-        metrics=result.get("metrics", {}),
-        reports=result["reports"],
-    )
-    return record
+    return result

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+SLURM_REPORT = "slurm.json"
 # result.json key -> SLURM environment variable
 _FIELDS = {
     "job_id": "SLURM_JOB_ID",
@@ -51,3 +52,33 @@ def slurm_metadata(environ: Mapping[str, str] | None = None) -> dict[str, Any] |
     else:
         meta["submitit_job_id"] = str(meta["job_id"])
     return meta
+
+
+def launcher_mismatch(tasks: Any, nodes: Any, devices: Any, num_nodes: Any) -> str | None:
+    """Under SLURM each task is one rank: tasks per node must equal trainer.devices, and the
+    job's nodes trainer.num_nodes. The message for the first that differs, else None.
+
+    Checked by the launcher before it submits (from the config) and by the job at its start
+    (from SLURM's environment), so a hand-written sbatch script is caught too.
+    """
+    def whole(value: Any) -> int | None:
+        text = str(value)
+        return int(text) if text.isdigit() else None
+
+    tasks, nodes, devices, num_nodes = whole(tasks), whole(nodes), whole(devices), whole(num_nodes)
+    if None not in (tasks, devices) and tasks != devices:
+        return (f"hydra.launcher.tasks_per_node={tasks} but trainer.devices={devices}"
+                f" (one SLURM task per device). Fix: hydra.launcher.tasks_per_node={devices}")
+    if None not in (nodes, num_nodes) and nodes != num_nodes:
+        return (f"hydra.launcher.nodes={nodes} but trainer.num_nodes={num_nodes}."
+                f" Fix: hydra.launcher.nodes={num_nodes}")
+    return None
+
+
+def slurm_report(meta: dict[str, Any]) -> dict[str, Any]:
+    """reports/slurm.json: the SLURM facts of the job, next to the reports they explain."""
+    return {
+        "report": "slurm",
+        "what": "the SLURM job this run ran in (from the SLURM_* environment variables)",
+        **meta,
+    }

@@ -1,5 +1,7 @@
 """The `simple` preset: wall time per Lightning action, from Lightning's SimpleProfiler.
 
+Writes reports/simple.{json,csv}.
+
 Lightning times every hook it calls ("actions"). With `verbose: false` the
 hooks of each callback fold into one row per callback (they are many and each
 is tiny), everything else is kept; `verbose: true` keeps every action.
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.profilers import SimpleProfiler
+from typing_extensions import override
 
 from harness.config.checks import non_negative_int
 from harness.errors import ConfigError
@@ -55,8 +58,8 @@ def time_rows(
     return rows
 
 
-class TimeReport(ChecksBeforeLightningInit, SimpleProfiler):
-    """Lightning's SimpleProfiler that writes reports/time.{json,csv} instead of printing."""
+class SimplePreset(ChecksBeforeLightningInit, SimpleProfiler):
+    """Lightning's SimpleProfiler that writes reports/simple.{json,csv} instead of printing."""
 
     def __init__(self, verbose: bool = False, console_rows: int = 15) -> None:
         if not isinstance(verbose, bool):
@@ -71,12 +74,14 @@ class TimeReport(ChecksBeforeLightningInit, SimpleProfiler):
         self._last_describe: float | None = None
         self.stages: list[str] = []
 
+    @override
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage, local_rank, log_dir)
         if self._first_setup is None:
             self._first_setup = time.perf_counter()
         self.stages.append(str(getattr(stage, "value", stage)))
 
+    @override
     def summary(self) -> str:
         # Called by Lightning at the end of every stage; the report is written once, at the end.
         self._last_describe = time.perf_counter()
@@ -93,7 +98,7 @@ class TimeReport(ChecksBeforeLightningInit, SimpleProfiler):
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:
         rows = self.rows()
         payload = {
-            "report": "time",
+            "report": "simple",
             "what": "wall time of every action Lightning runs (hooks, loops, steps), per action",
             "clock": "time.perf_counter, no device synchronisation: on CUDA an action's time is"
             " its host time (kernels may still run after it returns)",
@@ -106,19 +111,19 @@ class TimeReport(ChecksBeforeLightningInit, SimpleProfiler):
             " (see docs/presets/simple.md)",
             "actions": rows,
         }
-        write_report(reports_dir, "time", payload, rows)
+        write_report(reports_dir, "simple", payload, rows)
         top = rows[0] if rows else None
         return {
-            "time_run_s": payload["run_s"],
-            "time_actions": len(rows),
-            "time_top_action": top["action"] if top else None,
-            "time_top_action_s": top["total_s"] if top else None,
+            "simple_run_s": payload["run_s"],
+            "simple_actions": len(rows),
+            "simple_top_action": top["action"] if top else None,
+            "simple_top_action_s": top["total_s"] if top else None,
         }
 
     def console_tables(self) -> list[Any]:
         from rich.table import Table
 
-        table = Table(title=f"Time per action (top {self.console_rows}; reports/time.csv has all)")
+        table = Table(title=f"Time per action (top {self.console_rows}; reports/simple.csv has all)")
         for column in ("action", "calls", "total s", "mean s", "share %"):
             table.add_column(column, justify="left" if column == "action" else "right")
         for row in self.rows()[: self.console_rows]:

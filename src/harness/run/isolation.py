@@ -75,7 +75,10 @@ def start_clean() -> dict[str, bool | int | None]:
     import rich.table  # noqa: F401
     import torch
 
-    torch._dynamo.reset()
+    from harness import private_api
+
+    torch.compiler.reset()  # compiled graphs
+    private_api.reset_compile_counters()  # graphs and breaks counted from here (result.json)
     gc.collect()
     _return_freed_heap()
     done: dict[str, bool | int | None] = {"compiler_reset": True, "gc": True}

@@ -1,0 +1,129 @@
+"""What the `harness` command says when an error escapes Hydra: one line and an exit status.
+
+Hydra's own errors (an unknown config option, a bad override, a key that is not in
+the config) and OmegaConf's (an interpolation that does not resolve) are the user's
+to fix on the command line: exit 2, one line naming the key and the fix. Anything
+else is a failure of the run (exit 1) whose traceback goes to a file named in the line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tempfile
+import traceback
+from pathlib import Path
+
+from harness.errors import ConfigError, HarnessError, first_line
+
+CONFIG_STATUS, FAILED_STATUS, INTERRUPTED_STATUS = 2, 1, 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).split("\n") if part.strip())
+
+
+def _missing_option(text: str) -> str:
+    """Hydra's "Could not find 'model/x'... Available options in 'model': a b" (or "Could not
+    load 'profiler/x'", for an item of a list) in one line, with the closest option."""
+    found = re.search(r"Could not (?:find|load) '([^']+)'", text)
+    if not found:
+        return _one_line(text)
+    group, _, name = found[1].rpartition("/")
+    options = re.search(r"Available options in '[^']+':\s*(.*?)(?:\nConfig search path|$)",
+                        text, re.S)
+    choices = options[1].split() if options else _builtin_options(group)
+    line = f"Could not find '{found[1]}'"
+    if choices:
+        close = difflib.get_close_matches(name, choices, n=1)
+        line += (f". Available options in '{group}': {', '.join(choices)}."
+                 f" Fix: {group}={close[0] if close else choices[0]}")
+    return line
+
+
+def _builtin_options(group: str) -> list[str]:
+    from harness.config.locations import conf_dir
+
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml")) if group else []
+
+
+def _unknown_key(text: str) -> str | None:
+    """Hydra's "Could not override 'batchsize'... Key 'batchsize' is not in struct" in one line."""
+    found = re.search(r"Could not override '([^']+)'", text)
+    if not found:
+        return None
+    key = found[1]
+    message = f"{key} is not a key of the config."
+    known = _known_keys(key)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.7)
+    if close:
+        return f"{message} Did you mean {close[0]}? Fix: {close[0]}=..."
+    return (f"{message} Fix: check the spelling (`harness --cfg job` lists the keys), or add a new"
+            f" key with +{key}=...")
+
+
+def _known_keys(key: str) -> list[str]:
+    """The config's keys at the level of `key` (top level, or inside its parent group)."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.config.locations import conf_dir
+
+    try:
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            cfg = compose("config")
+    except Exception:  # the hint is a nicety: no hint rather than a second error
+        return []
+    parent, _, _ = key.rpartition(".")
+    node = cfg.get(parent) if parent else cfg
+    prefix = f"{parent}." if parent else ""
+    return [f"{prefix}{k}" for k in node] if hasattr(node, "keys") else []
+
+
+def _omegaconf(err: BaseException) -> str:
+    key = getattr(err, "full_key", None)
+    text = first_line(err, with_type=False)
+    if key:
+        return (f"{key}: {text}. Fix: give {key} a value, or an interpolation (${{...}}) that"
+                " resolves")
+    return text
+
+
+def _traceback_file(err: BaseException) -> Path:
+    handle, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
+    with open(handle, "w") as out:
+        out.write("".join(traceback.format_exception(err)))
+    return Path(name)
+
+
+def describe(err: BaseException) -> tuple[int, str]:
+    """(exit status, one line) for an exception that ended the `harness` command."""
+    from hydra.errors import (
+        ConfigCompositionException,
+        HydraException,
+        MissingConfigException,
+        OverrideParseException,
+    )
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(err, KeyboardInterrupt):
+        return INTERRUPTED_STATUS, "interrupted (Ctrl-C)"
+    if isinstance(err, ConfigError):
+        return CONFIG_STATUS, str(err)
+    if isinstance(err, HarnessError):
+        return FAILED_STATUS, str(err)
+    cause = err.__cause__ if isinstance(err.__cause__, HarnessError) else None
+    if cause is not None:
+        return describe(cause)
+    if isinstance(err, MissingConfigException):
+        return CONFIG_STATUS, _missing_option(str(err))
+    if isinstance(err, OverrideParseException):
+        return CONFIG_STATUS, f"{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
+    if isinstance(err, (ConfigCompositionException, HydraException)):
+        inner = err.__cause__
+        if isinstance(inner, OmegaConfBaseException):
+            return CONFIG_STATUS, _unknown_key(str(err)) or _omegaconf(inner)
+        return CONFIG_STATUS, _unknown_key(str(err)) or _one_line(err)
+    if isinstance(err, OmegaConfBaseException):
+        return CONFIG_STATUS, _omegaconf(err)
+    path = _traceback_file(err)
+    return FAILED_STATUS, f"{first_line(err)} (traceback in {path})"

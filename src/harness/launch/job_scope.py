@@ -1,0 +1,62 @@
+"""The frame around one job: stop cleanly on SIGTERM and preemption, leave no DDP state behind."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+
+from harness.launch.ranks import global_rank
+from harness.launch.signals import InterruptionSignals, stop_on_signals
+from harness.result.schema import RunResult
+
+log = logging.getLogger(__name__)
+# What Lightning's DDP launcher writes into rank 0's environment when it starts the other ranks.
+_DDP_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+@contextlib.contextmanager
+def job_scope() -> Iterator[InterruptionSignals]:
+    """One job: SIGTERM and the preemption signal stop it cleanly, and a DDP job leaves no
+    process group or rank variables behind for the next job of a sweep run in this process
+    (Lightning would otherwise take the next job for an already-started rank)."""
+    saved = {name: os.environ.get(name) for name in _DDP_ENV}
+    try:
+        with stop_on_signals() as signals:
+            yield signals
+    finally:
+        _end_process_group()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _end_process_group() -> None:
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def handle_interruption(result: RunResult, output_dir: str, reason: str | None) -> bool:
+    """After a run stopped: True if it was stopped by a signal and the job should end normally.
+
+    A signalled run is `interrupted` and says by which signal. In a submitit job (one process
+    per job) that is how the job ends: it returns, so submitit stores a result at once and
+    the submitter moves on. Elsewhere the process exits with status 1 and no traceback; a
+    local sweep asked to stop must stop. False (not signalled): the caller re-raises.
+    """
+    if reason is None:
+        return False
+    result.status, result.reason = "interrupted", reason
+    if global_rank() == 0:
+        log.info("%s (in %s)", reason, output_dir)
+    if "SUBMITIT_EXECUTOR" in os.environ:
+        return True
+    raise SystemExit(1)

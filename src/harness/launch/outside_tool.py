@@ -1,0 +1,35 @@
+"""Outside programs the presets drive (py-spy, nsys): where to find them, and what happens
+when one cannot run."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+log = logging.getLogger(__name__)
+ON_MISSING = ("warn", "error")  # the choices of profiler.<preset>.on_missing
+
+
+def find_executable(name: str) -> str | None:
+    """The program `name`: a path as given, else next to the running Python, else on PATH.
+
+    Tools that harness's extras install (py-spy, mlflow) land in the same bin/ (Scripts\\
+    on Windows) as the interpreter, which is not on PATH when a venv is used without
+    being activated (`.venv/bin/harness ...`).
+    """
+    if Path(name).name != name:  # a path: use it as it is
+        return str(Path(name)) if shutil.which(name) else None
+    beside = shutil.which(name, path=str(Path(sys.executable).parent))
+    return beside or shutil.which(name)
+
+
+def tool_unavailable(preset: str, tool: str, message: str, on_missing: str) -> None:
+    """Stop the run (`on_missing: error`) or say in one line that it goes on without `tool`."""
+    if on_missing == "error":
+        raise HarnessError(f"profiler={preset}: {message}")
+    log.warning("profiler=%s: %s; the run goes on without %s"
+                " (profiler.%s.on_missing=error stops it instead)", preset, message, tool, preset)

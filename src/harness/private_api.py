@@ -1,0 +1,161 @@
+"""Every use of Lightning's and torch's private API, in one place.
+
+Each entry says what it reaches into, why no public API does the job, and the
+releases it was checked on. tests/test_private_api.py checks each one against the
+installed releases and fails loudly, naming the entry, when a release changes it.
+Only modules that already import torch and Lightning import this one.
+
+Checked on: torch 2.2-2.13 (CPU 2.13.0 here; CUDA 2.11 on an H100), lightning 2.2-2.6.6.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from lightning.pytorch.profilers import PyTorchProfiler
+from typing_extensions import override
+
+CHECKED_ON = {"torch": "2.2 - 2.13", "lightning": "2.2 - 2.6.6"}
+
+
+# -- Lightning's PyTorchProfiler ------------------------------------------------------------
+class PyTorchProfilerAccess(PyTorchProfiler):
+    """Lightning's PyTorchProfiler with the private parts harness needs, under public names.
+
+    - `torch_profiler_kwargs`: the keyword arguments the torch profiler is created with
+      (`_profiler_kwargs`); the memory preset merges into the pytorch one by changing them
+      before the profiler starts. Lightning has no setter.
+    - `trainer`: the Trainer the profiler runs in (`_lightning_module.trainer`), for the
+      window check; Lightning hands profilers no trainer.
+    - `stop_profiling()`: stops the torch profiler at the end of a stage
+      (`_delete_profilers`), so a cut-short window still ends in on_trace_ready.
+    - `_cache_functions_events` is overridden to do nothing: harness reads each window's
+      events in on_trace_ready, and Lightning's caching fails on a stage that recorded
+      nothing.
+    """
+
+    @property
+    def torch_profiler_kwargs(self) -> dict[str, Any]:
+        return self._profiler_kwargs
+
+    @property
+    def trainer(self) -> Any:
+        module = self._lightning_module
+        return None if module is None else module.trainer
+
+    def stop_profiling(self) -> None:
+        self._delete_profilers()
+
+    @override
+    def _cache_functions_events(self) -> None:
+        return None
+
+
+def profiler_stage(profiler: Any) -> str | None:
+    """The stage (fit, validate, predict) a Lightning Profiler was last set up for (`_stage`)."""
+    stage = getattr(profiler, "_stage", None)
+    return None if stage is None else str(getattr(stage, "value", stage))
+
+
+def profiler_was_initialised(profiler: Any) -> bool:
+    """Whether Lightning's Profiler.__init__ ran (it sets `_output_file`); its __del__ needs it."""
+    return hasattr(profiler, "_output_file")
+
+
+# -- Lightning's DDP launcher -----------------------------------------------------------------
+def replace_ddp_child_command(build: Any) -> None:
+    """Make Lightning start rank > 0 processes of a Hydra job with `build(local_rank)`.
+
+    Lightning's subprocess launcher calls the module-level `_hydra_subprocess_cmd` by name
+    when it starts the ranks; it has no hook for the command. Idempotent.
+    """
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    subprocess_script._hydra_subprocess_cmd = build
+
+
+# -- torch.compile ----------------------------------------------------------------------------
+def compile_seconds() -> float:
+    """Seconds TorchDynamo and TorchInductor have spent compiling in this process so far."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return 0.0
+    return float(sum(compilation_time_metrics.get("_compile.compile_inner", [])))
+
+
+def compiled_graphs() -> int:
+    """Graphs TorchDynamo has compiled in this process since the last reset (`counters`)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def reset_compile_counters() -> None:
+    """Zero TorchDynamo's counters; `torch.compiler.reset()` drops graphs but keeps them."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+
+
+def graph_breaks() -> int:
+    """Graph breaks TorchDynamo met since the last reset (`counters['graph_break']`)."""
+    from torch._dynamo.utils import counters
+
+    return int(sum(counters["graph_break"].values()))
+
+
+def inductor_cxx() -> tuple[str, ...]:
+    """The C++ compiler names TorchInductor searches (`torch._inductor.config.cpp.cxx`)."""
+    import os
+
+    try:
+        from torch._inductor import config
+    except ImportError:  # what torch 2.x does on Linux
+        return (os.environ.get("CXX", "g++"),)
+    names = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
+    return tuple(str(name) for name in names if name)
+
+
+@contextlib.contextmanager
+def uncompiled(module: torch.nn.Module) -> Iterator[None]:
+    """Swap every torch.compile'd child of `module` back to its original for the block.
+
+    `torch.compile(network)` returns an OptimizedModule holding the network as `_orig_mod`;
+    hooks (torchinfo's) must see the original layers. harness compiles with
+    `torch.compile(network)`, not the in-place `nn.Module.compile()`: on torch 2.13 the
+    latter compiled no graph at all for an `nn.Sequential` of torch's own layers.
+    """
+    swapped = []
+    for parent in module.modules():
+        for name, child in list(parent.named_children()):
+            original = getattr(child, "_orig_mod", None)
+            if isinstance(original, torch.nn.Module):
+                swapped.append((parent, name, child))
+                setattr(parent, name, original)
+    try:
+        yield
+    finally:
+        for parent, name, child in swapped:
+            setattr(parent, name, child)
+
+
+# -- CUDA memory history (the snapshot preset) -------------------------------------------------
+def record_memory_history(max_entries: int | None) -> None:
+    """Start (max_entries) or stop (None) CUDA allocation history with stacks.
+
+    torch documents `torch.cuda.memory._record_memory_history` for memory_viz but keeps
+    the underscore; there is no public name.
+    """
+    if max_entries is None:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    else:
+        torch.cuda.memory._record_memory_history(max_entries=max_entries)
+
+
+def dump_memory_snapshot(path: str) -> None:
+    """Write the recorded history as a pickle for https://pytorch.org/memory_viz."""
+    torch.cuda.memory._dump_snapshot(path)

@@ -1,0 +1,136 @@
+"""The reports of the `pytorch` and `memory` presets, from the windows a PytorchPreset kept.
+
+`preset` below is a harness.profilers.torch_profiler.PytorchPreset after its run:
+`windows` holds, per recorded window, the phase, the operator rows (torch_events)
+and torch's own printed table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.profilers.torch_events import SORT_COLUMNS, memory_rows, top_rows
+from harness.reports.files import write_csv, write_json, write_text
+
+
+def header(preset: Any, what: str, overhead: str) -> dict[str, Any]:
+    first, last = preset.recorded_steps
+    return {
+        "what": what,
+        "steps": f"steps {first}..{last} (0-based) of each phase in {list(preset.phases)}:"
+        f" {preset.wait} waited, {preset.warmup_steps} profiler warm-up, {preset.active}"
+        " recorded",
+        "phases_recorded": [w["phase"] for w in preset.windows],
+        "expected_overhead": overhead,
+        "device_columns": "device_* columns are 0 when the run has no CUDA device",
+        "times": "milliseconds summed over the recorded steps; memory in bytes, net"
+        " (allocated minus freed), so a self figure can be negative",
+        "merged": preset.merged_from,
+    }
+
+
+def write_ops(preset: Any, reports_dir: Path) -> dict[str, Any]:
+    column = SORT_COLUMNS[preset.sort_by]
+    csv_rows, windows = [], []
+    for window in preset.windows:
+        rows = top_rows(window["rows"], column, preset.row_limit)
+        windows.append({"phase": window["phase"], "operators": rows})
+        csv_rows += [{"phase": window["phase"], **row} for row in rows]
+    payload = {
+        "report": "pytorch",
+        **header(
+            preset,
+            "time (and memory when on) of every operator the PyTorch profiler saw, averaged"
+            " by name over the recorded steps",
+            "none outside the window; inside it each step is several times slower (every op"
+            " recorded), so only the window's figures are affected",
+        ),
+        "sort_by": preset.sort_by,
+        "row_limit": preset.row_limit,
+        "traces_in_traces_dir": [f for f in preset.files if f.endswith(".pt.trace.json")],
+        "windows": windows,
+    }
+    write_json(reports_dir / "pytorch.json", payload)
+    write_csv(reports_dir / "pytorch.csv", csv_rows)
+    tables = [f"[{w['phase']}] sorted by {preset.sort_by}\n{w['table']}" for w in preset.windows]
+    write_text(reports_dir / "pytorch_table.txt",
+               f"{payload['what']}\nSteps: {payload['steps']}\n\n" + "\n".join(tables))
+    train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
+    top = train["operators"][0] if train and train["operators"] else None
+    return {
+        "pytorch_windows": len(windows),
+        "pytorch_recorded_steps": preset.active,
+        "pytorch_top_op": top["name"] if top else None,
+        f"pytorch_top_op_{column}": top[column] if top else None,
+    }
+
+
+def write_memory(preset: Any, reports_dir: Path) -> dict[str, Any]:
+    csv_rows, windows = [], []
+    for window in preset.windows:
+        rows = memory_rows(window["rows"], preset.memory_top)
+        windows.append({"phase": window["phase"], "operators": rows})
+        csv_rows += [{"phase": window["phase"], **row} for row in rows]
+    payload = {
+        "report": "memory",
+        **header(
+            preset,
+            f"the {preset.memory_top} operators with the most memory (CPU + device, children"
+            " included) over the recorded steps, with their time and calls",
+            "none outside the window; inside it profile_memory adds to the profiler's own"
+            " cost (each step several times slower)",
+        ),
+        "top": preset.memory_top,
+        "files_in_traces_dir": preset.files,
+        "windows": windows,
+    }
+    write_json(reports_dir / "memory.json", payload)
+    write_csv(reports_dir / "memory.csv", csv_rows)
+    train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
+    top = train["operators"][0] if train and train["operators"] else None
+    return {
+        "memory_recorded_steps": preset.active,
+        "memory_top_op": top["name"] if top else None,
+        "memory_top_op_cpu_bytes": top["cpu_memory_bytes"] if top else None,
+        "memory_top_op_device_bytes": top["device_memory_bytes"] if top else None,
+    }
+
+
+def console_tables(preset: Any) -> list[Any]:
+    from rich.table import Table
+
+    tables = []
+    for window in preset.windows:
+        if "ops" in preset.reports:
+            column = SORT_COLUMNS[preset.sort_by]
+            table = Table(
+                title=f"PyTorch profiler, {window['phase']}: top 10 by {preset.sort_by}"
+            )
+            for name in ("operator", "calls", "self CPU ms", "CPU ms", "self dev ms", "dev ms"):
+                table.add_column(name, justify="left" if name == "operator" else "right")
+            for row in top_rows(window["rows"], column, 10):
+                table.add_row(
+                    row["name"][:60],
+                    str(row["calls"]),
+                    f"{row['self_cpu_time_ms']:.3f}",
+                    f"{row['cpu_time_ms']:.3f}",
+                    f"{row['self_device_time_ms']:.3f}",
+                    f"{row['device_time_ms']:.3f}",
+                )
+            tables.append(table)
+        if "memory" in preset.reports:
+            table = Table(title=f"Memory, {window['phase']}: top 10 operators (bytes)")
+            for name in ("operator", "calls", "self CPU", "CPU", "self device", "device"):
+                table.add_column(name, justify="left" if name == "operator" else "right")
+            for row in memory_rows(window["rows"], 10):
+                table.add_row(
+                    row["name"][:60],
+                    str(row["calls"]),
+                    f"{row['self_cpu_memory_bytes']:,}",
+                    f"{row['cpu_memory_bytes']:,}",
+                    f"{row['self_device_memory_bytes']:,}",
+                    f"{row['device_memory_bytes']:,}",
+                )
+            tables.append(table)
+    return tables

@@ -1,0 +1,129 @@
+"""result.json, one typed record per run: what ran, how it ended and what it measured.
+
+The schema is the single description of the file: the run builds a `RunResult`,
+`harness.result.store` writes and loads it, and docs/running.md lists its fields
+from the descriptions below (tests/test_result_schema.py keeps the two in step).
+Sub-records that hold facts of other tools (SLURM variables, versions) stay plain
+mappings; everything harness decides itself is typed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 2
+# Versions this harness reads: 1 had the same layout without the fields added since.
+READABLE_VERSIONS = (1, 2)
+
+Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interrupted"]
+STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
+# Blocks written only when they hold something (a run without SLURM has no `slurm`).
+OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
+            "error_log", "tracking", "nsys_command")
+# Statuses whose figures are measurements of what was asked (partial: of the phases that ran).
+MEASURED = ("ok", "partial")
+
+
+class _Record(BaseModel):
+    # Unknown keys are kept (a newer harness may add some), values are checked on load.
+    model_config = ConfigDict(extra="allow", validate_assignment=False)
+
+
+class Device(_Record):
+    accelerator: str = Field(description="cpu, cuda or mps: the device type the run used")
+    device_name: str = Field(description="the GPU's name (CUDA), else the CPU model")
+    device_count: int = Field(description="devices of that type visible to the process")
+    world_size: int = Field(1, description="processes (ranks) of the run")
+
+
+class Repeats(_Record):
+    requested: int = Field(description="the `repeat` knob")
+    completed: int = Field(description="repeats that ran to their end")
+    what: str = Field(description="how `metrics` summarises the repeats")
+    min: dict[str, Any] = Field(default_factory=dict, description="per metric, the lowest repeat")
+    max: dict[str, Any] = Field(default_factory=dict, description="per metric, the highest repeat")
+    per_repeat: list[dict[str, Any]] = Field(
+        default_factory=list, description="every repeat's own metrics, in run order")
+
+
+class Tracking(_Record):
+    backend: str = Field("mlflow", description="the experiment tracker")
+    tracking_uri: str | None = Field(None, description="the store, as an absolute URI")
+    experiment_id: str | None = None
+    run_id: str | None = None
+    parent_run_id: str | None = Field(None, description="the sweep's parent run, if any")
+    logged: bool = Field(False, description="whether everything reached the store")
+    tags: dict[str, str] = Field(default_factory=dict, description="tags the run was given")
+    failure: str | None = Field(None, description="why tracking stopped, when it did")
+    not_logged: list[str] = Field(default_factory=list, description="what the store lacks")
+    upload_command: str | None = Field(None, description="the command that uploads the run")
+
+
+class RunResult(_Record):
+    """The whole of result.json."""
+
+    schema_version: int = Field(SCHEMA_VERSION, description="layout version of this file")
+    status: Status = Field(
+        "running",
+        description="ok; partial (a phase failed after another was measured); invalid (what ran"
+        " contradicts a knob: figures kept, not comparable); failed; oom; interrupted",
+    )
+    reason: str | None = Field(None, description="one line: why the status is not ok, and the fix")
+    knobs: dict[str, Any] = Field(
+        default_factory=dict, description="the validated top-level knobs (batch_size, precision,"
+        " lightning_precision, compile, compile_module, mode, seed, repeat)")
+    overrides: list[str] = Field(default_factory=list,
+                                 description="the job's command-line / sweep overrides")
+    metrics: dict[str, Any] = Field(
+        default_factory=dict,
+        description="flat headline figures, unit in the name (_s, _bytes, _per_second, _share);"
+        " null: not measured")
+    precision_used: str | None = Field(None, description="the precision Lightning really ran")
+    precision_note: str | None = Field(None, description="why it differs from the knob")
+    device: Device | None = Field(None, description="what the run ran on")
+    versions: dict[str, str | None] = Field(default_factory=dict,
+                                            description="python, torch, cuda, lightning, hydra-core,"
+                                            " harness")
+    host: str | None = Field(None, description="the machine's host name")
+    model: str | None = Field(None, description="model._target_")
+    data: str | None = Field(None, description="data._target_ (null: the module's own loaders)")
+    distributed: dict[str, Any] | None = Field(
+        None, description="strategy, world_size, num_nodes, devices_per_node, cluster_environment")
+    slurm: dict[str, Any] | None = Field(None, description="SLURM's facts about the job")
+    isolation: dict[str, Any] | None = Field(
+        None, description="resets done before the measurement and the resident set it started from")
+    repeats: Repeats | None = Field(None, description="with repeat > 1: each repeat's figures")
+    report_errors: dict[str, str] = Field(default_factory=dict,
+                                          description="preset -> why its report was not written")
+    error_log: str | None = Field(None, description="file holding the traceback of a failure")
+    tracking: Tracking | None = Field(None, description="where the run was tracked")
+    nsys_command: str | None = Field(None, description="profiler=nsys: the command nsys ran")
+    reports: list[str] = Field(default_factory=list,
+                               description="report files, relative to the run directory")
+    started_at: str | None = Field(None, description="ISO 8601 start time, UTC")
+    duration_s: float | None = Field(None, description="wall time of the whole job, seconds")
+
+    @property
+    def measured(self) -> bool:
+        """Whether `metrics` hold figures of the asked-for run (ok, or partial)."""
+        return self.status in MEASURED
+
+    def as_json(self) -> dict[str, Any]:
+        """The file's content; optional blocks that hold nothing are left out."""
+        data = self.model_dump(mode="json")
+        return {k: v for k, v in data.items() if not (k in OPTIONAL and v in (None, {}, []))}
+
+
+def fields_table() -> str:
+    """The markdown table of result.json's top-level fields that docs/running.md shows."""
+    lines = ["| field | type | meaning |", "|---|---|---|"]
+    for name, info in RunResult.model_fields.items():
+        if get_origin(info.annotation) is Literal:
+            kind = "one of " + ", ".join(get_args(info.annotation))
+        else:
+            kind = str(info.annotation).replace("typing.", "").replace("harness.result.schema.", "")
+            kind = kind.replace("<class '", "").replace("'>", "").replace(" | ", " or ")
+        lines.append(f"| `{name}` | {kind} | {info.description or ''} |")
+    return "\n".join(lines)

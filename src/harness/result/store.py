@@ -1,0 +1,68 @@
+"""The one writer and the one loader of result.json.
+
+Every reader (the sweep table, harness-report, the MLflow upload, tracking) loads
+through `load_result`, so a truncated, foreign or too-new file is refused the same
+way everywhere: one line naming the file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.errors import HarnessError
+from harness.reports.files import write_json
+from harness.result.schema import READABLE_VERSIONS, SCHEMA_VERSION, RunResult
+
+RESULT_FILE = "result.json"
+
+
+class ResultFileError(HarnessError):
+    """A result.json that cannot be used; the message is one line naming the file."""
+
+
+def write_result(run_dir: Path, result: RunResult) -> Path:
+    """Write `run_dir/result.json` atomically (readers never see half a file)."""
+    return write_json(Path(run_dir) / RESULT_FILE, result.as_json())
+
+
+def _why_unreadable(path: Path, text: str, err: json.JSONDecodeError) -> str:
+    if not text.strip():
+        return "empty file"
+    if err.pos >= len(text.rstrip()) - 1:
+        return f"truncated: the JSON ends early (line {err.lineno})"
+    return f"not JSON: {err.msg} at line {err.lineno} column {err.colno}"
+
+
+def load_result(path: Path) -> RunResult:
+    """The RunResult in `path` (a result.json, or the run directory holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULT_FILE
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ResultFileError(f"{path}: cannot be read ({err.strerror or err})") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ResultFileError(f"{path}: {_why_unreadable(path, text, err)}") from None
+    if not isinstance(raw, dict) or "status" not in raw:
+        raise ResultFileError(f"{path}: not a harness result (no 'status' field)")
+    version = raw.get("schema_version", 1)
+    if version not in READABLE_VERSIONS:
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        raise ResultFileError(
+            f"{path}: schema_version {version!r} is "
+            + ("newer than this harness reads" if newer else "not one harness wrote")
+            + f" (it reads {', '.join(map(str, READABLE_VERSIONS))})"
+            + (". Fix: upgrade lightning-harness" if newer else "")
+        )
+    try:
+        return RunResult.model_validate(raw)
+    except ValidationError as err:
+        problem = err.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"])
+        raise ResultFileError(f"{path}: field {where}: {problem['msg']}") from None

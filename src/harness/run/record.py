@@ -1,0 +1,71 @@
+"""The RunResult of the job in progress, and how an exception becomes a status.
+
+result.json is written when the job ends, whatever the ending: a run that fails
+still leaves its status, a one-line reason and whatever it measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import traceback
+from pathlib import Path
+
+from harness.errors import HarnessError, first_line
+from harness.result.schema import RunResult
+from harness.result.store import RESULT_FILE, write_result
+
+ERROR_LOG = "error.log"
+
+
+def classify_failure(err: BaseException) -> tuple[str, str]:
+    """(status, one-line reason) for an exception that ended a run."""
+    if isinstance(err, (KeyboardInterrupt, SystemExit)):
+        # Lightning turns Ctrl+C into a graceful shutdown that ends in SystemExit.
+        return "interrupted", f"interrupted ({type(err).__name__})"
+    if isinstance(err, HarnessError):
+        return "failed", str(err)
+    text = first_line(err, with_type=False)
+    if type(err).__name__ == "OutOfMemoryError" or "out of memory" in text.lower():
+        return "oom", f"out of memory: {text[:300]}"
+    if type(err).__module__.startswith(("torch._dynamo", "torch._inductor")):
+        return "failed", f"compile failed: {type(err).__name__}: {text[:300]}"
+    return "failed", f"{type(err).__name__}: {text[:300]}"
+
+
+def write_error_log(output_dir: Path, err: BaseException) -> Path:
+    """The traceback of `err` in the run's error.log (a message may point there)."""
+    from harness.reports.files import write_text
+
+    return write_text(output_dir / ERROR_LOG, "".join(traceback.format_exception(err)))
+
+
+class RunRecord:
+    """The job's RunResult and where it goes; `write` may be called more than once."""
+
+    def __init__(self, output_dir: Path, overrides: list[str] | None = None) -> None:
+        self.output_dir = Path(output_dir)
+        self.started = time.time()
+        self.result = RunResult(
+            overrides=list(overrides or []),
+            started_at=dt.datetime.fromtimestamp(self.started, dt.timezone.utc).isoformat(),
+        )
+
+    def fail(self, err: BaseException) -> None:
+        self.result.status, self.result.reason = classify_failure(err)
+        if not isinstance(err, (HarnessError, KeyboardInterrupt, SystemExit)):
+            write_error_log(self.output_dir, err)
+            self.result.error_log = ERROR_LOG
+
+    def add_reports(self, paths: list[Path]) -> None:
+        found = set(self.result.reports)
+        found.update(str(path.relative_to(self.output_dir)) for path in paths)
+        self.result.reports = sorted(found)
+
+    @property
+    def path(self) -> Path:
+        return self.output_dir / RESULT_FILE
+
+    def write(self) -> Path:
+        self.result.duration_s = time.time() - self.started
+        return write_result(self.output_dir, self.result)

@@ -1,0 +1,40 @@
+"""What the run's logger and the sweep's parent run share: the experiment, and the file in
+the sweep directory through which a sweep's jobs find their parent run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+PARENT_ENV = "HARNESS_MLFLOW_PARENT_RUN_ID"
+PARENT_FILE = "mlflow_parent_run.json"
+PARENT_TAG = "mlflow.parentRunId"
+# MLflow 3 files an experiment under a kind; without one its UI opens the GenAI view.
+KIND_TAG = "mlflow.experimentKind"
+KIND = "custom_model_development"
+
+
+def experiment_for(client: Any, name: str, artifact_location: str | None) -> str:
+    """The id of the experiment called `name`, created (as a model-training one) when missing."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None and experiment.lifecycle_stage != "deleted":
+        return experiment.experiment_id
+    return client.create_experiment(name, artifact_location=artifact_location,
+                                    tags={KIND_TAG: KIND})
+
+
+def write_sweep_info(sweep_dir: Path, info: dict[str, Any]) -> None:
+    """parent_run_id, experiment_id, tracking_uri and swept_keys, for the sweep's jobs."""
+    from harness.reports.files import write_json
+
+    write_json(sweep_dir / PARENT_FILE, info)
+
+
+def sweep_info(sweep_dir: Path) -> dict[str, Any]:
+    """What the sweep's parent left for its jobs ({} if none)."""
+    path = sweep_dir / PARENT_FILE
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}

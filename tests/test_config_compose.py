@@ -1,0 +1,125 @@
+"""Every option of every config group, composed with Hydra's compose API and built, in-process.
+
+No training and no subprocess: a config that composes here composes for `harness`, and each
+`_target_` is instantiated (presets, model, data, trainer) so a wrong argument name or value
+fails in milliseconds. The CLI tests keep what needs a real process (exit codes, output).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.config.knobs import check_trainer_keys, read_knobs
+from harness.config.locations import conf_dir, sweeps_dir
+from harness.config.sweep_keys import swept_values
+from harness.config.targets import check_targets
+from harness.errors import ConfigError
+
+CONF = conf_dir()
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def composed(*overrides: str, tmp_path: Path | None = None) -> DictConfig:
+    """The job config `harness <overrides>` would run, with ${hydra:...} resolvable."""
+    from harness.sweep.named import register_sweeps
+
+    register_sweeps()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(tmp_path or Path.cwd())
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+@pytest.mark.parametrize("preset", [p for p in options("profiler") if p != "none"])
+def test_every_profiler_preset_composes_and_builds(preset, tmp_path):
+    cfg = composed(f"profiler=[{preset}]", tmp_path=tmp_path)
+    read_knobs(cfg)
+    check_targets(cfg)
+    nodes = cfg.profiler
+    assert len(nodes) >= 1
+    for name, node in nodes.items():
+        built = instantiate(node)
+        assert type(built).__name__.endswith("Preset"), (name, type(built))
+
+
+def test_presets_follow_one_naming_scheme():
+    """Class <Name>Preset in harness.profilers, report files named after the preset."""
+    for preset in options("profiler"):
+        node = OmegaConf.load(CONF / "profiler" / f"{preset}.yaml")
+        target = node.get("_target_")
+        if target is None:
+            continue  # none, full: lists of other presets
+        module, _, cls = target.rpartition(".")
+        assert module.startswith("harness.profilers."), target
+        assert cls.endswith("Preset") and cls.lower().startswith(preset.lower()[:4]), target
+
+
+@pytest.mark.parametrize("group", ["model", "data", "trainer"])
+def test_model_data_and_trainer_options_build(group, tmp_path):
+    for option in options(group):
+        cfg = composed(f"{group}={option}", "logger=none", tmp_path=tmp_path)
+        kwargs = {"logger": False, "enable_progress_bar": False} if group == "trainer" else {}
+        assert instantiate(cfg[group], **kwargs) is not None
+
+
+def test_knobs_are_checked_with_the_key_named(tmp_path):
+    for override, key in (("batch_size=0", "batch_size"), ("precision=fp8", "precision"),
+                          ("compile=sometimes", "compile"), ("mode=eval", "mode"),
+                          ("repeat=0", "repeat"), ("seed=-1", "seed"),
+                          ("seed=99999999999999999999", "seed")):
+        with pytest.raises(ConfigError, match=rf"^{key}="):
+            read_knobs(composed(override, tmp_path=tmp_path))
+    knobs = read_knobs(composed("repeat=3", "precision=bf16", "compile=true", tmp_path=tmp_path))
+    assert (knobs.repeat, knobs.lightning_precision, knobs.compile) == (3, "bf16-mixed", "default")
+
+
+@pytest.mark.parametrize(("key", "instead"), [("precision", "precision=bf16"),
+                                               ("logger", "logger=mlflow"),
+                                               ("profiler", "profiler=[speed,simple]")])
+def test_trainer_keys_harness_owns_are_refused(key, instead, tmp_path):
+    cfg = composed(f"+trainer.{key}=x", tmp_path=tmp_path)
+    with pytest.raises(ConfigError, match=rf"trainer\.{key}=.*{instead.split('=')[0]}"):
+        check_trainer_keys(cfg)
+    check_trainer_keys(composed(tmp_path=tmp_path))  # the shipped trainer config is fine
+
+
+def test_every_named_sweep_composes_over_existing_keys(tmp_path):
+    for path in sorted(sweeps_dir().glob("*.yaml")):
+        cfg = composed(f"sweep={path.stem}", tmp_path=tmp_path)
+        swept = swept_values([], cfg.hydra.sweeper.params)
+        assert swept, f"{path.name} sweeps nothing"
+        for key in swept:
+            assert OmegaConf.select(cfg, key.lstrip("+"), default="<absent>") != "<absent>" or (
+                key.startswith("+")), f"{path.name} sweeps {key}, which the config lacks"
+
+
+def test_launchers_compose(tmp_path):
+    for launcher in options("hydra/launcher"):
+        cfg = composed(f"hydra/launcher={launcher}", tmp_path=tmp_path)
+        assert cfg.hydra.launcher._target_.startswith("hydra_plugins.harness_launcher.")
+
+
+def test_sweep_end_settings_are_checked_against_the_sweep():
+    from harness.sweep.comparison_callback import check_settings
+
+    swept = {"batch_size": ["1", "2"], "precision": ["fp32", "bf16"]}
+    check_settings("batch_size", "precision=fp32", swept)
+    check_settings(None, None, swept)
+    with pytest.raises(ConfigError, match=r"sweep_report\.rows='seed'.*batch_size, precision"):
+        check_settings("seed", None, swept)
+    with pytest.raises(ConfigError, match=r"sweep_report\.baseline.*fp32, bf16"):
+        check_settings(None, "precision=fp8", swept)
+    with pytest.raises(ConfigError, match=r"sweep_report\.baseline.*column keys \(precision\)"):
+        check_settings(None, "compile=true", swept)

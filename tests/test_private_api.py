@@ -1,0 +1,110 @@
+"""Every entry of harness.private_api against the installed torch and Lightning.
+
+A release that renames or changes one of these fails here, naming the entry, instead of
+breaking a preset somewhere in a run.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from harness import private_api
+
+
+def test_pytorch_profiler_access_reaches_lightnings_private_parts():
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    for name in ("_profiler_kwargs", "_lightning_module", "_delete_profilers",
+                 "_cache_functions_events"):
+        assert hasattr(PyTorchProfiler(), name) or hasattr(PyTorchProfiler, name), (
+            f"lightning's PyTorchProfiler has no {name}: update harness.private_api")
+    profiler = private_api.PyTorchProfilerAccess(profile_memory=True, record_shapes=False)
+    assert profiler.torch_profiler_kwargs["profile_memory"] is True
+    profiler.torch_profiler_kwargs["record_shapes"] = True
+    assert profiler._profiler_kwargs["record_shapes"] is True  # the same dict Lightning reads
+    assert profiler.trainer is None  # Lightning sets the module when the fit starts
+    profiler.stop_profiling()  # nothing running: must not raise
+    # Lightning's summary() calls _cache_functions_events; ours must do nothing
+    assert profiler._cache_functions_events() is None
+
+
+def test_profiler_stage_and_initialisation():
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    profiler = SimpleProfiler()
+    assert private_api.profiler_was_initialised(profiler)
+    profiler.setup("fit")
+    assert private_api.profiler_stage(profiler) == "fit"
+    bare = SimpleProfiler.__new__(SimpleProfiler)
+    assert not private_api.profiler_was_initialised(bare)
+
+
+def test_the_ddp_launcher_calls_the_replaceable_command_builder():
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    launcher = subprocess_script._SubprocessScriptLauncher
+    assert "_hydra_subprocess_cmd" in launcher._call_children_scripts.__code__.co_names, (
+        "Lightning no longer looks up _hydra_subprocess_cmd by name: update"
+        " harness.private_api.replace_ddp_child_command")
+    original = subprocess_script._hydra_subprocess_cmd
+    assert list(inspect.signature(original).parameters) == ["local_rank"]
+    try:
+        private_api.replace_ddp_child_command(lambda local_rank: (["x"], "."))
+        assert subprocess_script._hydra_subprocess_cmd(1) == (["x"], ".")
+    finally:
+        subprocess_script._hydra_subprocess_cmd = original
+
+
+def test_compile_counters_count_graphs_breaks_and_seconds():
+    torch.compiler.reset()
+    private_api.reset_compile_counters()
+    before = private_api.compile_seconds()
+
+    def with_a_break(x):
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y + 1
+
+    compiled = torch.compile(with_a_break, backend="eager")
+    compiled(torch.ones(3))
+    assert private_api.compiled_graphs() == 2
+    assert private_api.graph_breaks() >= 1
+    assert private_api.compile_seconds() > before
+    private_api.reset_compile_counters()
+    assert private_api.compiled_graphs() == 0 and private_api.graph_breaks() == 0
+
+
+def test_inductor_names_its_cxx_compiler():
+    names = private_api.inductor_cxx()
+    assert names and all(isinstance(n, str) and n for n in names)
+
+
+def test_uncompiled_swaps_optimized_modules_back():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    holder = torch.nn.Module()
+    holder.net = torch.compile(net)
+    assert holder.net._orig_mod is net
+    with private_api.uncompiled(holder):
+        assert holder.net is net
+    assert holder.net is not net
+
+
+def test_memory_history_functions_exist_with_the_arguments_used():
+    for name in ("_record_memory_history", "_dump_snapshot"):
+        assert hasattr(torch.cuda.memory, name), f"torch.cuda.memory.{name} is gone"
+    params = inspect.signature(torch.cuda.memory._record_memory_history).parameters
+    assert {"enabled", "max_entries"} <= set(params)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_memory_history_records_and_dumps_on_cuda(tmp_path):
+    private_api.record_memory_history(1000)
+    x = torch.ones(1024, device="cuda")
+    private_api.dump_memory_snapshot(str(tmp_path / "s.pickle"))
+    private_api.record_memory_history(None)
+    assert (tmp_path / "s.pickle").stat().st_size > 0
+    del x

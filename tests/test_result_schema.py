@@ -1,0 +1,77 @@
+"""result.json: one typed schema, one atomic writer, one loader that refuses bad files in a line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.result.schema import SCHEMA_VERSION, Device, RunResult, fields_table
+from harness.result.store import RESULT_FILE, ResultFileError, load_result, write_result
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "running.md"
+
+
+def _written(tmp_path: Path) -> Path:
+    result = RunResult(status="ok", knobs={"batch_size": 4}, metrics={"x_s": 1.5, "y": None},
+                       device=Device(accelerator="cpu", device_name="cpu", device_count=1))
+    return write_result(tmp_path, result)
+
+
+def test_written_result_loads_back_the_same(tmp_path):
+    path = _written(tmp_path)
+    assert path == tmp_path / RESULT_FILE
+    raw = json.loads(path.read_text())
+    assert raw["schema_version"] == SCHEMA_VERSION and raw["status"] == "ok"
+    loaded = load_result(tmp_path)
+    assert loaded.device.device_name == "cpu" and loaded.metrics == {"x_s": 1.5, "y": None}
+    assert [p.name for p in tmp_path.iterdir()] == [RESULT_FILE]  # no temporary file left
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    _written(tmp_path)
+    before = (tmp_path / RESULT_FILE).read_text()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError):
+        write_result(tmp_path, RunResult(status="failed"))
+    assert (tmp_path / RESULT_FILE).read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == [RESULT_FILE]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"schema_version": 2, "status": "ok", "metrics": {', "truncated"),
+    ("", "empty file"),
+    ('{"hello": 1}', "not a harness result"),
+    ('[1, 2]', "not a harness result"),
+    ('{"schema_version": 99, "status": "ok"}', "newer than this harness reads"),
+    ('{"schema_version": 2, "status": "sideways"}', "field status"),
+    ('{"schema_version": 2, "status": "ok", "metrics": 3}', "field metrics"),
+    ("not json at all", "not JSON"),
+])
+def test_bad_files_are_refused_in_one_line_naming_the_file(tmp_path, text, message):
+    (tmp_path / RESULT_FILE).write_text(text)
+    with pytest.raises(ResultFileError) as caught:
+        load_result(tmp_path)
+    line = str(caught.value)
+    assert line.startswith(str(tmp_path / RESULT_FILE)) and message in line and "\n" not in line
+
+
+def test_version_1_files_still_load(tmp_path):
+    (tmp_path / RESULT_FILE).write_text(json.dumps(
+        {"schema_version": 1, "status": "ok", "metrics": {"train_examples_per_second": 3.0},
+         "precision_used": "32-true", "device": {"accelerator": "cpu", "device_name": "x",
+                                                 "device_count": 1, "world_size": 1}}))
+    assert load_result(tmp_path).metrics["train_examples_per_second"] == 3.0
+
+
+def test_running_md_lists_every_field_of_the_schema():
+    table = fields_table()
+    assert table in DOCS.read_text(), (
+        "docs/running.md's result.json table is out of step with harness.result.schema;"
+        f" paste this table in:\n{table}")
