@@ -69,7 +69,7 @@ def test_repeats_give_median_spread_and_noise_flag(tmp_path):
                   values=metrics(sorted(values)[1], 50.0), per_repeat=per_repeat)
     points = build(collect(root)).points.set_index("precision")
     assert points.loc["bf16", "samples"] == 3
-    assert points.loc["bf16", "train_examples_per_second"] == 105.0
+    assert points.loc["bf16", "train_examples_per_second"] == pytest.approx(105.0)
     assert (points.loc["bf16", "train_examples_per_second_min"],
             points.loc["bf16", "train_examples_per_second_max"]) == (80.0, 130.0)
     # 1.05x with a 50 examples/s spread: noise. 2x with spreads of 20 and 4: real.
@@ -87,8 +87,8 @@ def test_failed_and_missing_jobs_are_cells(tmp_path):
     done = report(str(root), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     md = (root / "comparison.md").read_text()
-    assert "| 4 | 0.1000 | 40.0 | OOM | OOM | OOM |" in md
-    assert "| 8 | no result | no result | - | - | - |" in md
+    assert "| 4 | 0.1000 | 40.0 | 25% | OOM | OOM | OOM | OOM |" in md
+    assert "| 8 | no result | no result | no result | - | - | - | - |" in md
     assert "job 3 (batch_size=4, precision=bf16): oom: out of memory" in md
     table = csv.DictReader((root / "comparison.csv").open())
     rows = {(r["batch_size"], r["precision"]): r for r in table}
@@ -103,8 +103,8 @@ def test_corrupt_result_is_reported_and_the_rest_still_shown(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "1/result.json: unreadable" in done.stdout.replace("\n", "")
     md = (root / "comparison.md").read_text()
-    assert "| 2 | 0.1000 | 20.0 | unreadable | unreadable | unreadable |" in md
-    assert "| 4 | 0.1000 | 40.0 | 0.0500 | 80.0 | 2.00x |" in md
+    assert "| 2 | 0.1000 | 20.0 | 25% | unreadable | unreadable | unreadable | unreadable |" in md
+    assert "| 4 | 0.1000 | 40.0 | 25% | 0.0500 | 80.0 | 25% | 2.00x |" in md
 
 
 @pytest.mark.parametrize(("setup", "message"), [

@@ -55,7 +55,8 @@ def test_every_cell_of_the_csv_matches_the_jobs_results(grid):
             assert float(row[ratio]) == pytest.approx(expected, rel=1e-9)
     md = (root / "comparison.md").read_text()
     assert "Fixed (not swept): data.train_batches=8" in md  # not repeated in the rows
-    assert "| batch_size | fp32 s/it | fp32 ex/s | bf16 s/it | bf16 ex/s | bf16 speed-up |" in md
+    assert ("| batch_size | fp32 s/it | fp32 ex/s | fp32 wait | bf16 s/it | bf16 ex/s | bf16 wait"
+            " | bf16 speed-up |") in md
     assert (root / "comparison.png").read_bytes()[:4] == b"\x89PNG"
     payload = json.loads((root / "comparison.json").read_text())
     assert payload["row_key"] == "batch_size" and payload["variant_keys"] == ["precision"]
@@ -150,24 +151,31 @@ def test_reversed_job_order_gives_the_same_cells(tmp_path):
         assert 1 / 10 < a / b < 10, (bs, a, b)
 
 
-def test_repeat_reports_median_and_spread(tmp_path):
+def test_repeat_in_a_sweep_runs_rounds_with_one_consistent_statistic(tmp_path):
+    """repeat=2 in a multirun: 2 rounds of the 2 points (order alternating), one run per job;
+    the table pools the rounds, and each row's ex/s x s/it is its examples per iteration."""
     done = run_harness(tmp_path, MULTIRUN, *SMALL, "batch_size=2", "precision=fp32,bf16",
                        "repeat=2", "mode=train")
     assert done.returncode == 0, done.stderr[-3000:]
     root = sweep_dir(tmp_path)
-    for result in job_results(root).values():
-        repeats = result["repeats"]
-        assert repeats["completed"] == 2 and len(repeats["per_repeat"]) == 2
-        values = [r["train_examples_per_second"] for r in repeats["per_repeat"]]
-        assert result["metrics"]["train_examples_per_second"] == pytest.approx(sum(values) / 2)
-        assert repeats["min"]["train_examples_per_second"] == min(values)
+    jobs = job_results(root)
+    order = [(jobs[n]["sweep_round"], jobs[n]["knobs"]["precision"]) for n in sorted(jobs)]
+    assert order == [(0, "fp32"), (0, "bf16"), (1, "bf16"), (1, "fp32")]
+    assert all(r["knobs"]["repeat"] == 1 and "repeats" not in r for r in jobs.values())
     rows = {r["precision"]: r for r in csv.DictReader((root / "comparison.csv").open())}
+    assert set(rows) == {"fp32", "bf16"}  # the rounds are samples of a point, not columns
+    for row in rows.values():
+        assert row["samples"] == "2" and row["rounds"] == "2"
+        lo, mid, hi = (float(row[f"train_examples_per_second{s}"]) for s in ("_min", "", "_max"))
+        assert lo <= mid <= hi
+        rate, time = float(row["train_examples_per_second"]), float(row["train_seconds_per_iteration"])
+        assert rate * time == pytest.approx(2, rel=0.005)  # batch_size 2, one rank
     bf16 = rows["bf16"]
-    assert bf16["samples"] == "2"
-    lo, mid, hi = (float(bf16[f"train_examples_per_second{s}"]) for s in ("_min", "", "_max"))
-    assert lo <= mid <= hi
-    assert bf16["train_speedup_within_spread"] in ("True", "False")
-    assert "±" in (root / "comparison.md").read_text()
+    low, high = float(bf16["train_speedup_min"]), float(bf16["train_speedup_max"])
+    assert low <= float(bf16["train_speedup"]) <= high
+    assert bf16["train_speedup_within_spread"] == str(low <= 1.0 <= high)
+    md = (root / "comparison.md").read_text()
+    assert "±" in md and "in 2 rounds of the whole sweep" in md
 
 
 def test_bad_repeat_is_one_line(harness):

@@ -58,3 +58,25 @@ class TinyData(pl.LightningDataModule):
 
 class NotAModule:
     """Importable, but not a LightningModule."""
+
+
+class PlainForwardClassifier(TinyClassifier):
+    """Like most modules: forward(x) takes a tensor and there is no predict_step, so
+    Lightning's default predict_step (forward of the whole batch) fails in inference."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class TrainOnlyData(pl.LightningDataModule):
+    """Training batches only: nothing to run inference on."""
+
+    def __init__(self, batch_size: int = 8, examples: int = 96, features: int = 16) -> None:
+        super().__init__()
+        self.inner = TinyData(batch_size, examples, features)
+
+    def setup(self, stage: str) -> None:
+        self.inner.setup(stage)
+
+    def train_dataloader(self) -> DataLoader:
+        return self.inner.train_dataloader()

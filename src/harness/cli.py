@@ -36,7 +36,7 @@ def _app(cfg: DictConfig) -> None:
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
     try:
-        run_job(cfg, output_dir, list(job.overrides.task))
+        result = run_job(cfg, output_dir, list(job.overrides.task))
     except HarnessError as err:
         log.error("%s", err)
         if not multirun:
@@ -46,6 +46,13 @@ def _app(cfg: DictConfig) -> None:
         log.error("%s: %s (traceback in %s)", status, reason, output_dir / ERROR_LOG)
         if not multirun:
             sys.exit(1)
+    else:
+        if result.status == "invalid":  # measured, but not what the knobs say
+            log.error("invalid: %s", result.reason)
+            if not multirun:
+                sys.exit(1)
+        elif result.status == "partial":
+            log.warning("partial: %s", result.reason)
     # In a sweep a failed job is recorded in its result.json and the sweep goes on.
 
 

@@ -125,5 +125,8 @@ def describe(err: BaseException) -> tuple[int, str]:
         return CONFIG_STATUS, _unknown_key(str(err)) or _one_line(err)
     if isinstance(err, OmegaConfBaseException):
         return CONFIG_STATUS, _omegaconf(err)
+    if isinstance(err, ValueError) and "Only one of --run, --multirun" in str(err):
+        return CONFIG_STATUS, (f"{_one_line(err)}. Fix: print one job's config without -m, e.g."
+                               " harness --cfg job batch_size=1")
     path = _traceback_file(err)
     return FAILED_STATUS, f"{first_line(err)} (traceback in {path})"

@@ -58,7 +58,7 @@ class ConsoleHandler(logging.Handler):
             if _own(record):
                 level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
                 print(f"{self.prefix}: {level}{record.getMessage()}", file=sys.stderr, flush=True)
-            elif _under(record.name, _SHOWN) and record.levelno < logging.WARNING:
+            elif _under(record.name, _SHOWN) and record.levelno == logging.INFO:
                 print(record.getMessage(), flush=True)
             elif record.levelno >= logging.WARNING or verbose():
                 print(f"[{record.name}][{record.levelname}] {record.getMessage()}", flush=True)

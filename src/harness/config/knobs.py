@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.config.checks import positive_int
+from harness.config.checks import non_negative_int, positive_int
 from harness.errors import ConfigError
 
 # Our short names and Lightning's own spellings, mapped to Lightning's setting.
@@ -45,6 +45,7 @@ class Knobs:
     mode: str
     seed: int
     repeat: int  # measurements of this point (see harness.run.repeat)
+    check_knobs: bool = True  # what ran must match the knobs the user set (harness.run.observe)
 
     @property
     def trains(self) -> bool:
@@ -113,7 +114,14 @@ def read_knobs(cfg: Any) -> Knobs:
         mode=mode,
         seed=seed,
         repeat=positive_int("repeat", cfg.get("repeat", 1), 3, "a positive integer (runs of each point)"),
+        check_knobs=_boolean("check_knobs", cfg.get("check_knobs", True)),
     )
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false", f"{key}=true")
+    return value
 
 
 # Trainer arguments harness fills in from its own keys: set there, they would be overwritten.
@@ -134,3 +142,9 @@ def check_trainer_keys(cfg: Any) -> None:
             raise ConfigError(f"trainer.{key}", trainer.get(key),
                               f"nothing: harness sets it from {instead.split(':')[0]}",
                               f"remove trainer.{key} and use {instead}")
+
+
+def sweep_round(cfg: Any) -> int | None:
+    """The round of a repeated sweep this job belongs to (set by the rounds sweeper), or None."""
+    value = cfg.get("sweep_round")
+    return None if value is None else non_negative_int("sweep_round", value)

@@ -20,6 +20,13 @@ class Reporter(Protocol):
     def console_tables(self) -> list[Any]: ...
 
 
+@runtime_checkable
+class Flagging(Protocol):
+    """A preset with cautions about the run's figures for result.json's `flags`."""
+
+    def flags(self) -> list[str]: ...
+
+
 class ChecksBeforeLightningInit:
     """Base for presets built on a Lightning Profiler that check their options before
     calling Lightning's __init__: a refused preset has no output file, and Lightning's

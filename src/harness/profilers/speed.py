@@ -12,8 +12,9 @@ report each rank's figures and a total throughput that is the sum of the ranks'.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from harness.config.checks import non_negative_int
+from harness.config.checks import non_negative_int, positive_int
 from harness.launch.ranks import rank_path
 from harness.profilers.step_timer import (
     PhaseTimer,
@@ -32,6 +33,7 @@ from harness.profilers.step_timer import (
 )
 from harness.reports.files import write_csv, write_report
 
+log = logging.getLogger(__name__)
 PHASES = ("train", "validation", "inference")
 RATE_METRIC = {
     "train": "training_rate", "validation": "validation_rate", "inference": "inference_rate"
@@ -39,24 +41,26 @@ RATE_METRIC = {
 
 
 def count_examples(batch: Any) -> int | None:
-    """Examples in a batch: the leading dimension of its first tensor, if it has one."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            found = count_examples(item)
-            if found is not None:
-                return found
-    return None
+    """Examples in a batch on this rank, by Lightning's own batch-size extraction (the leading
+    dimension of the first tensor found in it), or None when no tensor holds it."""
+    from lightning.pytorch.utilities.data import extract_batch_size
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an ambiguous collection: the first size found is kept
+        try:
+            return int(extract_batch_size(batch))
+        except Exception:  # MisconfigurationException: nothing to read it from
+            return None
 
 
 class SpeedPreset(Callback):
     """Times every step of every phase and writes reports/speed.{json,csv}."""
 
-    def __init__(self, warmup_steps: int = 5, log_rates: bool = True, batch_size: int = 1) -> None:
+    def __init__(self, warmup_steps: int = 5, log_rates: bool = True, batch_size: int = 1,
+                 min_measured_steps: int = 10) -> None:
         self.warmup_steps = non_negative_int("profiler.speed.warmup_steps", warmup_steps, 5)
+        self.min_measured_steps = positive_int("profiler.speed.min_measured_steps",
+                                               min_measured_steps, 10)
         self.log_rates = log_rates
         self.batch_size = batch_size
         self.timers = {phase: PhaseTimer(phase, warmup_steps) for phase in PHASES}
@@ -238,17 +242,45 @@ class SpeedPreset(Callback):
             if len(per_rank) == self.world_size:
                 figures["examples_per_second"] = total_examples_per_second(per_rank)
             figures["ranks_measured"] = len(per_rank)
+            figures["thin"] = figures["measured_steps"] < self.min_measured_steps
             figures["per_rank"] = per_rank
             summaries[phase] = figures
         return summaries
 
+    def flags(self) -> list[str]:
+        """result.json flags: thin:<phase> (fewer measured steps than min_measured_steps),
+        warmup_swallowed:<phase> (every step of the phase was warm-up)."""
+        found = []
+        for phase, figures in self.phase_summaries().items():
+            if figures["measured_steps"] == 0:
+                found.append(f"warmup_swallowed:{phase}")
+            elif figures["thin"]:
+                found.append(f"thin:{phase}")
+        return found
+
+    def _say_thin(self, phases: dict[str, dict[str, Any]]) -> None:
+        for phase, figures in phases.items():
+            steps = figures["measured_steps"] + figures["warmup_steps"]
+            if figures["measured_steps"] == 0:
+                log.warning("speed: all %d %s steps were warm-up (profiler.speed.warmup_steps=%d):"
+                            " no %s figures. Fix: lower warmup_steps or run more %s batches",
+                            steps, phase, self.warmup_steps, phase, phase)
+            elif figures["thin"]:
+                log.info("speed: %s figures rest on %d measured steps, fewer than"
+                         " profiler.speed.min_measured_steps=%d: read them as rough (thin)",
+                         phase, figures["measured_steps"], self.min_measured_steps)
+
     def write_reports(self, reports_dir: Path) -> dict[str, Any]:
         phases = self.phase_summaries()
+        self._say_thin(phases)
         payload = {
             "report": "speed",
             "what": "end-to-end iteration time (batch wait included) and throughput per phase",
             "clock": self.clock,
             "warmup_steps_excluded": self.warmup_steps,
+            "min_measured_steps": self.min_measured_steps,
+            "thin": "a phase with fewer measured steps than min_measured_steps: figures on few"
+            " samples",
             "world_size": self.world_size,
             "examples_counted": (
                 "examples_per_second: sum over ranks of (rank's examples / rank's measured time);"
@@ -295,42 +327,6 @@ class SpeedPreset(Callback):
         return rows
 
     def console_tables(self) -> list[Any]:
-        from rich.table import Table
+        from harness.profilers.speed_tables import rank_table, speed_table
 
-        table = Table(title=f"Speed (warm-up of {self.warmup_steps} steps excluded; {self.clock})")
-        for column in ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s", "data wait"):
-            table.add_column(column, justify="left" if column == "phase" else "right")
-        for phase, f in self.phase_summaries().items():
-            table.add_row(
-                phase,
-                str(f["measured_steps"]),
-                _fmt(f["seconds_per_iteration"], ".4f"),
-                _fmt(f["median_step_s"], ".4f"),
-                _fmt(f["p90_step_s"], ".4f"),
-                _fmt(f["examples_per_second"], ".1f"),
-                _fmt(f["dataloader_wait_share"], ".1%"),
-            )
-        return [table, *self._rank_tables()]
-
-    def _rank_tables(self) -> list[Any]:
-        """Multi-process runs: each rank's own figures, and their sum."""
-        from rich.table import Table
-
-        if self.world_size <= 1:
-            return []
-        table = Table(title=f"Speed per rank ({self.world_size} ranks; total = sum of ranks)")
-        for column in ("phase", "rank", "steps", "s/iter", "examples/s"):
-            table.add_column(column, justify="left" if column == "phase" else "right")
-        for phase, f in self.phase_summaries().items():
-            for r in f["per_rank"]:
-                table.add_row(phase, str(r["rank"]), str(r["measured_steps"]),
-                              _fmt(r["seconds_per_iteration"], ".4f"),
-                              _fmt(r["examples_per_second"], ".1f"))
-            total = "total" if f["ranks_measured"] == self.world_size else "rank 0 x world"
-            table.add_row(phase, total, "", "", _fmt(f["examples_per_second"], ".1f"),
-                          end_section=True)
-        return [table]
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+        return [speed_table(self), *rank_table(self)]

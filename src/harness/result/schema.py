@@ -21,7 +21,7 @@ Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interr
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
 OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
-            "error_log", "tracking", "nsys_command")
+            "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round")
 # Statuses whose figures are measurements of what was asked (partial: of the phases that ran).
 MEASURED = ("ok", "partial")
 
@@ -46,6 +46,23 @@ class Repeats(_Record):
     max: dict[str, Any] = Field(default_factory=dict, description="per metric, the highest repeat")
     per_repeat: list[dict[str, Any]] = Field(
         default_factory=list, description="every repeat's own metrics, in run order")
+
+
+class Observed(_Record):
+    """What really ran, read off the run itself, to hold against the knobs."""
+
+    examples_per_batch: dict[str, int | None] = Field(
+        default_factory=dict, description="phase -> the most common number of examples in a"
+        " batch on one rank (Lightning's batch-size extraction); null: not readable")
+    examples_source: str = Field(
+        "batches", description="batches (read off them) or knob (unreadable: batch_size used)")
+    world_size: int = Field(1, description="processes (ranks) that ran")
+    precision: str | None = Field(None, description="the precision Lightning ran")
+    compiled_graphs: int | None = Field(
+        None, description="graphs TorchDynamo compiled (null: compile off)")
+    graph_breaks: int | None = Field(None, description="graph breaks TorchDynamo met")
+    notes: list[str] = Field(default_factory=list,
+                             description="differences from the knobs that did not make it invalid")
 
 
 class Tracking(_Record):
@@ -80,6 +97,17 @@ class RunResult(_Record):
         default_factory=dict,
         description="flat headline figures, unit in the name (_s, _bytes, _per_second, _share);"
         " null: not measured")
+    observed: Observed | None = Field(
+        None, description="what really ran: examples per batch, precision, compiled graphs;"
+        " checked against the knobs (a contradiction makes the run invalid)")
+    flags: list[str] = Field(
+        default_factory=list, description="cautions about the figures: thin:<phase> (fewer"
+        " measured steps than min_measured_steps), warmup_swallowed:<phase> (every step was"
+        " warm-up), nonfinite_loss (a training loss was NaN or infinite)")
+    phase_errors: dict[str, str] = Field(
+        default_factory=dict, description="phase -> why it has no figures (status partial)")
+    sweep_round: int | None = Field(
+        None, description="in a sweep with repeat=N: the round (0..N-1) this job belongs to")
     precision_used: str | None = Field(None, description="the precision Lightning really ran")
     precision_note: str | None = Field(None, description="why it differs from the knob")
     device: Device | None = Field(None, description="what the run ran on")

@@ -104,15 +104,16 @@ def build_logger(cfg: DictConfig) -> Any:
 
 
 def build_trainer(
-    cfg: DictConfig, precision: str, presets: Presets, logger: Any
+    cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback]
 ) -> pl.Trainer:
+    """The Trainer, with the presets, harness's own callbacks (`own`) and the logger."""
     # A logger that buffers (logger=mlflow) sends its metrics from a callback between steps.
     flush = [logger.flush_callback()] if hasattr(logger, "flush_callback") else []
     return _build(
         "trainer",
         cfg.trainer,
         precision=precision,
-        callbacks=[*presets.callbacks, *flush],
+        callbacks=[*presets.callbacks, *own, *flush],
         profiler=presets.profiler,
         logger=logger,
     )

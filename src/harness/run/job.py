@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from harness.config.knobs import Knobs, check_trainer_keys, read_knobs
+from harness.config.knobs import Knobs, check_trainer_keys, read_knobs, sweep_round
 from harness.config.targets import check_targets
 from harness.launch.job_scope import handle_interruption, job_scope
 from harness.launch.nsys import relaunch_under_nsys
@@ -33,6 +33,7 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
         try:
             knobs = read_knobs(cfg)
             record.result.knobs = knobs.as_dict()
+            record.result.sweep_round = sweep_round(cfg)
             check_trainer_keys(cfg)
             check_targets(cfg)
             logger = _build_logger(cfg)  # one tracking run per job, shared by its repeats

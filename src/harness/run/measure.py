@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from harness.config.knobs import Knobs
 from harness.errors import HarnessError, first_line
 from harness.result.schema import Device
-from harness.run.record import RunRecord, classify_failure
+from harness.run.record import RunRecord, classify_failure, write_error_log
 
 REPORTS_DIR = "reports"
 
@@ -21,13 +21,15 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     from harness.launch.ddp import prepare_ranks
     from harness.run import build, environment
     from harness.run.compile import compile_facts, compile_network
+    from harness.run.observe import BatchObserver, check_what_ran
 
     result = record.result
     pl.seed_everything(knobs.seed, workers=True, verbose=False)
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
-    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger)
+    observer = BatchObserver()
+    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger, [observer])
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
 
@@ -48,19 +50,42 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     if knobs.compile:
         compile_network(module, knobs.compile_module, knobs.compile)
     environment.reset_peak_memory(device)
+    compiled = None
     try:
         if knobs.trains:
             trainer.fit(module, datamodule=datamodule)
         if knobs.infers:
-            _predict(trainer, module, datamodule, fitted=knobs.trains)
+            _infer_after(trainer, module, datamodule, knobs, record)
     finally:
         result.metrics.update(environment.peak_memory(device))
         if knobs.compile:
-            result.metrics.update(compile_facts(compile_before))
+            compiled = compile_facts(compile_before)
+            result.metrics.update(compiled)
+        check_what_ran(result, knobs, observer, trainer.world_size, compiled)
         if trainer.is_global_zero:
             _write_reports(presets.by_name, record)
         # Compiled graphs, caches and peak counters are reset before each measurement
         # (harness.run.isolation.start_clean), not here.
+
+
+def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,
+                 record: RunRecord) -> None:
+    """Inference; when it fails after training was measured, the run is `partial`: the
+    training figures stay and the inference phase says why it has none."""
+    try:
+        _predict(trainer, module, datamodule, fitted=knobs.trains)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as err:
+        status, reason = classify_failure(err)
+        if not knobs.trains or status == "oom":
+            raise
+        result = record.result
+        if not isinstance(err, HarnessError):
+            result.error_log = write_error_log(record.output_dir, err).name
+            reason += f" (traceback in {result.error_log})"
+        result.phase_errors["inference"] = reason
+        result.status, result.reason = "partial", f"training measured; inference failed: {reason}"
 
 
 def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
@@ -68,31 +93,39 @@ def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
     import lightning.pytorch as pl
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
-    try:
-        if is_overridden("predict_dataloader", datamodule, pl.LightningDataModule):
-            trainer.predict(module, datamodule=datamodule, return_predictions=False)
-            return
+    if is_overridden("predict_dataloader", datamodule, pl.LightningDataModule):
+        loaders = None
+    elif is_overridden("val_dataloader", datamodule, pl.LightningDataModule):
         # No predict split: measure inference on the validation data instead.
         if not fitted:
             datamodule.prepare_data()
             datamodule.setup("validate")
-        trainer.predict(module, dataloaders=datamodule.val_dataloader(), return_predictions=False)
-    except (HarnessError, KeyboardInterrupt, SystemExit):
-        raise
+        loaders = datamodule.val_dataloader()
+    else:
+        raise HarnessError(
+            f"inference has no data: {type(datamodule).__name__} has neither a"
+            " predict_dataloader nor a val_dataloader. Fix: give it one, or set mode=train")
+    try:
+        if loaders is None:
+            trainer.predict(module, datamodule=datamodule, return_predictions=False)
+        else:
+            trainer.predict(module, dataloaders=loaders, return_predictions=False)
     except Exception as err:
         if is_overridden("predict_step", module, pl.LightningModule) or (
             classify_failure(err)[0] == "oom"
         ):
             raise  # the user's own predict_step failed, or memory ran out: not a missing step
+        name = type(module).__name__
         raise HarnessError(
-            f"inference failed ({first_line(err)[:200]})."
-            " Fix: give the LightningModule a predict_step(batch, batch_idx), or set mode=train"
+            f"{name} has no predict_step, so Lightning's default passed the whole batch to"
+            f" forward(), which failed ({first_line(err)[:200]}). Fix: give {name} a"
+            " predict_step(batch, batch_idx), or set mode=train"
         ) from err
 
 
 def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
     from harness.launch.slurm import SLURM_REPORT, slurm_report
-    from harness.profilers.reporting import Reporter
+    from harness.profilers.reporting import Flagging, Reporter
     from harness.reports.files import write_json
     from harness.terminal import show
 
@@ -103,6 +136,8 @@ def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
             continue
         try:
             result.metrics.update(preset.write_reports(reports_dir))
+            if isinstance(preset, Flagging):
+                result.flags = sorted(set(result.flags) | set(preset.flags()))
             for table in preset.console_tables():
                 show(table)
         except Exception as err:  # one broken report must not lose the others

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from harness.measured import is_finite_number
+from harness.sweep.points import USABLE
 from harness.sweep.table import DEFAULT, Comparison
 
 CELL_FOR_STATUS = {
+    "invalid": "invalid",
     "oom": "OOM",
     "failed": "failed",
     "interrupted": "interrupted",
@@ -26,41 +28,59 @@ def _spread_suffix(point: Any, metric: str) -> str:
     return f" ±{(hi - lo) / 2 / mid:.0%}"
 
 
-def missing_cell(point: Any) -> str | None:
-    """What a cell shows when its job has no value: '-' (no job) or its status (OOM, failed)."""
+def _phase(metric: str) -> str | None:
+    phase = metric.split("_", 1)[0]
+    return phase if phase in ("train", "validation", "inference") else None
+
+
+def missing_cell(point: Any, metric: str | None = None) -> str | None:
+    """What a cell shows when there is no figure: '-' (no job), the job's status (OOM,
+    failed, invalid: a knob did not take effect), or 'failed' for the phase of a partial job."""
     if point is None:
         return "-"
-    if point["status"] != "ok":
+    if point["status"] not in USABLE:
         return CELL_FOR_STATUS.get(point["status"], str(point["status"]))
+    phase = _phase(metric) if metric else None
+    if phase and point.get(f"{phase}_error"):
+        return "failed"
     return None
+
+
+def _thin(point: Any, metric: str) -> str:
+    phase = _phase(metric)
+    return " thin" if phase and point.get(f"{phase}_thin") else ""
 
 
 def value_cell(point: Any, metric: str) -> str:
     """A metric's cell: the value (with its spread when repeated), or why there is none."""
-    missing = missing_cell(point)
+    missing = missing_cell(point, metric)
     if missing is not None:
         return missing
     value = point[metric]
     if not is_finite_number(value):
         return "-"
     if metric == "peak_memory_bytes":
-        text = f"{value / MIB:.0f}"
-    elif metric.endswith("seconds_per_iteration"):
-        text = f"{value:.4f}"
-    else:
-        text = f"{value:.1f}"
-    return text + _spread_suffix(point, metric)
+        return f"{value / MIB:.0f}" + _spread_suffix(point, metric)
+    if metric.endswith("_share"):
+        return f"{value:.0%}"
+    text = f"{value:.4f}" if metric.endswith("seconds_per_iteration") else f"{value:.1f}"
+    return text + _spread_suffix(point, metric) + _thin(point, metric)
 
 
 def ratio_cell(point: Any, ratio: str) -> str:
-    missing = missing_cell(point)
+    """A speed-up: the ratio, its range over the samples when repeated (* when that range
+    holds 1.00x: within noise), and `thin` when either side rests on few steps."""
+    missing = missing_cell(point, ratio)
     if missing is not None:
         return missing
     value = point[ratio]
     if not is_finite_number(value):
         return "-"
-    flag = point[f"{ratio}_within_spread"]
-    return f"{value:.2f}x" + ("*" if flag is True else "")
+    text = f"{value:.2f}x"
+    low, high = point.get(f"{ratio}_min"), point.get(f"{ratio}_max")
+    if is_finite_number(low) and is_finite_number(high):
+        text += f" ({low:.2f}-{high:.2f})" + ("*" if point[f"{ratio}_within_spread"] else "")
+    return text + (" thin" if point.get(f"{ratio}_thin") else "")
 
 
 def _numeric(value: str) -> bool:

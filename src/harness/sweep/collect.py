@@ -18,8 +18,10 @@ from harness.result.store import RESULT_FILE, load_result
 
 MULTIRUN_FILE = "multirun.yaml"
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
-# Overrides that say how a job ran rather than what it measured.
+# Overrides that say how a job was run rather than what it measured: Hydra's own, and
+# the measurement's repetition (the rounds sweeper's repeat=1 +sweep_round=<r>).
 NOT_SETTINGS = ("hydra.",)
+MEASUREMENT_KEYS = ("repeat", "sweep_round")
 
 OK = "ok"
 MISSING = "missing"
@@ -62,7 +64,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
     for item in overrides:
         key, sep, value = str(item).partition("=")
         key = key.lstrip("+~")
-        if not sep or key.startswith(NOT_SETTINGS):
+        if not sep or key.startswith(NOT_SETTINGS) or key in MEASUREMENT_KEYS:
             continue
         # Hydra's sweeper writes booleans as True/False, the command line as typed.
         settings[key] = value.lower() if value.lower() in ("true", "false") else value

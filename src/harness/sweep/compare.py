@@ -2,8 +2,8 @@
 
 Points are matched on the keys swept in either set; when both sets hold one
 point each (two single runs, say fp32 against bf16), those two are compared.
-Every ratio is B / A. A change is flagged as within noise when the min..max
-spread of A or B (from repeat=N) is wider than the difference itself.
+Every ratio is B / A. A change is flagged as within noise when the samples of A
+and B (repeats or rounds) overlap: B/A over their min..max ranges holds 1.0.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.measured import is_finite_number
-from harness.sweep.table import DEFAULT, METRICS, Comparison
+from harness.sweep.points import METRICS, USABLE
+from harness.sweep.table import DEFAULT, Comparison
 
 
 @dataclass
@@ -88,8 +89,10 @@ def diff(a: Comparison, b: Comparison) -> Diff:
         )
     for label, pa, pb in pairs:
         for metric in METRICS:
+            if not metric.compared:
+                continue
             va, vb = pa.get(metric.name), pb.get(metric.name)
-            ok_a, ok_b = pa["status"] == "ok", pb["status"] == "ok"
+            ok_a, ok_b = pa["status"] in USABLE, pb["status"] in USABLE
             va = va if ok_a and is_finite_number(va) else None
             vb = vb if ok_b and is_finite_number(vb) else None
             if va is None and vb is None and ok_a and ok_b:
@@ -97,9 +100,10 @@ def diff(a: Comparison, b: Comparison) -> Diff:
             ratio = vb / va if va is not None and vb is not None and va > 0 else None
             within = None
             if ratio is not None and (pa["samples"] > 1 or pb["samples"] > 1):
-                spread = max(pa[f"{metric.name}_max"] - pa[f"{metric.name}_min"],
-                             pb[f"{metric.name}_max"] - pb[f"{metric.name}_min"])
-                within = bool(spread > abs(vb - va))
+                # the samples of A and B overlap: B/A's range over them holds 1.0
+                low = pb[f"{metric.name}_min"] / pa[f"{metric.name}_max"]
+                high = pb[f"{metric.name}_max"] / pa[f"{metric.name}_min"]
+                within = bool(low <= 1.0 <= high)
             result.changes.append(Change(
                 label, metric.name, metric.unit, metric.higher_is_better, va, vb, ratio, within,
                 str(pa["status"]), str(pb["status"]),
@@ -115,7 +119,7 @@ def regressions(result: Diff, tolerance: float) -> list[Change]:
     """
     found = []
     for change in result.changes:
-        if change.status_a == "ok" and change.status_b != "ok":
+        if change.status_a in USABLE and change.status_b not in USABLE:
             found.append(change)
             continue
         if change.ratio is None or change.within_spread or not change.worse:
@@ -160,7 +164,7 @@ def rows(result: Diff) -> list[dict[str, Any]]:
 
 def _cell(change: Change, side: str) -> str:
     status = change.status_a if side == "a" else change.status_b
-    if status != "ok":
+    if status not in USABLE:
         from harness.sweep.cells import CELL_FOR_STATUS
 
         return CELL_FOR_STATUS.get(status, status)

@@ -42,9 +42,12 @@ def verdict(statuses: list[str]) -> tuple[int, str | None]:
     """(exit code, message): non-zero when no job of the sweep ended ok (or none ran)."""
     if not statuses:
         return 1, "the sweep ran no job"
-    if "ok" in statuses:
+    if "ok" in statuses or "partial" in statuses:
         return 0, None
-    return 1, f"all {len(statuses)} jobs of the sweep failed (see comparison.md)"
+    if "invalid" not in statuses:
+        return 1, f"all {len(statuses)} jobs of the sweep failed (see comparison.md)"
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+    return 1, f"no job of the sweep measured what it was asked ({counts}; see comparison.md)"
 
 
 def check_settings(rows: str | None, baseline: str | None, swept: dict[str, list[str]]) -> None:

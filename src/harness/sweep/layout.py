@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.sweep.cells import ratio_cell, short_label, value_cell
+from harness.sweep.cells import missing_cell, ratio_cell, short_label, value_cell
+from harness.sweep.points import USABLE
 from harness.sweep.table import Comparison
 
 
@@ -37,12 +38,16 @@ PHASES = (("Training", "train"), ("Inference", "inference"))
 
 def _measured(comparison: Comparison) -> Any:
     points = comparison.points
-    return points[points["status"] == "ok"]
+    return points[points["status"].isin(USABLE)]
 
 
 def _unmeasured(comparison: Comparison, metric: str) -> bool:
-    """Nobody measured this metric (mode=train: no inference); failed points still show."""
+    """Nobody measured this metric (mode=train: no inference); failed points, and a phase
+    that failed in a partial job, still show."""
     measured = _measured(comparison)
+    error = f"{metric.split('_', 1)[0]}_error"
+    if error in measured and measured[error].notna().any():
+        return False
     return bool(len(measured)) and bool(measured[metric].isna().all())
 
 
@@ -60,7 +65,7 @@ def _fill(section: Section, comparison: Comparison) -> Section:
                         else value_cell(point, figure.metric))
                 cells.append((figure, text))
             per_variant.append(cells)
-            failed.append(point is None or point["status"] != "ok")
+            failed.append(missing_cell(point, section.figures[0].metric) is not None)
         section.rows.append((row, per_variant))
         section.failed.append(failed)
     return section
@@ -74,9 +79,10 @@ def sections(comparison: Comparison) -> list[Section]:
             continue
         figures = [Figure("s/it", f"{phase}_seconds_per_iteration"),
                    Figure("ex/s", f"{phase}_examples_per_second"),
+                   Figure("wait", f"{phase}_dataloader_wait_share"),
                    Figure("speed-up", f"{phase}_speedup", ratio=True)]
-        found.append(_fill(Section(title, f"{title}: s/it, ex/s, speed-up vs {comparison.baseline}",
-                                   figures), comparison))
+        found.append(_fill(Section(title, f"{title}: s/it, ex/s, data wait, speed-up vs"
+                                   f" {comparison.baseline}", figures), comparison))
     if not _unmeasured(comparison, "peak_memory_bytes"):
         points = comparison.points
         sources = " / ".join(sorted({s for s in points["memory_source"].dropna()})) or "n/a"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from harness.measured import is_finite_number
 from harness.sweep.cells import MIB, _numeric, short_label
+from harness.sweep.points import USABLE
 from harness.sweep.table import Comparison
 
 
@@ -32,7 +33,7 @@ def write_png(comparison: Comparison, path: Path) -> Path | None:
             xs, ys, lo, hi = [], [], [], []
             for x, row in zip(positions, comparison.rows, strict=True):
                 match = points[(points["row"].astype(str) == row) & (points["variant"] == label)]
-                if match.empty or match.iloc[0]["status"] != "ok":
+                if match.empty or match.iloc[0]["status"] not in USABLE:
                     continue
                 p = match.iloc[0]
                 if not is_finite_number(p[metric]):

@@ -14,7 +14,8 @@ from typing import Any
 from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep.cells import CELL_FOR_STATUS
 from harness.sweep.layout import markdown_table, sections, terminal_table
-from harness.sweep.table import DEFAULT, METRIC_NAMES, METRICS, RATIOS, Comparison
+from harness.sweep.points import METRIC_NAMES, METRICS, RATIOS, TABLE_PHASES
+from harness.sweep.table import DEFAULT, Comparison
 
 STEM = "comparison"
 
@@ -45,7 +46,9 @@ def _preamble(comparison: Comparison) -> list[str]:
 
 def legend(comparison: Comparison) -> list[str]:
     lines = [
-        "s/it: mean seconds per iteration; ex/s: examples per second (warm-up steps excluded).",
+        "s/it: seconds per iteration (median over the samples of the point); ex/s: examples"
+        " per iteration / s/it; wait: share of each iteration spent waiting for the next"
+        " batch. Warm-up steps excluded.",
     ]
     if len(comparison.variants) > 1:
         lines.append(
@@ -53,24 +56,40 @@ def legend(comparison: Comparison) -> list[str]:
             f" at the same {comparison.row_key or 'row'}; above 1.00x is faster."
             " vs base: peak memory divided by the baseline's."
         )
+    if comparison.rounds > 1:
+        lines.append(
+            f"Each point ran {comparison.rounds} times, in {comparison.rounds} rounds of the"
+            " whole sweep (order alternating), so drift between jobs shows as spread."
+        )
     if comparison.repeated:
         lines.append(
-            "±: half the min..max range of the repeated runs, as a share of their median"
-            " (the value shown). *: the spread of this cell or of its baseline is larger than"
-            " the difference between them, so the speed-up is within noise."
+            "±: half the min..max range of the samples, as a share of the value shown."
+            " (a-b): the speed-up over the samples, worst to best pairing; *: that range holds"
+            " 1.00x, so the speed-up is within noise."
         )
     else:
-        lines.append("Each point ran once: no spread is known (run with repeat=N to get one).")
+        lines.append("Each point ran once: no spread is known, so no speed-up can be called"
+                     " real (run with repeat=N to measure it in N rounds).")
+    if any(comparison.points.get(f"{phase}_thin", False).any()
+           for phase in ("train", "inference") if f"{phase}_thin" in comparison.points):
+        lines.append("thin: the phase has fewer measured steps than"
+                     " profiler.speed.min_measured_steps: a figure on few samples.")
+    if (comparison.points["status"] == "invalid").any():
+        lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
+                     " compile); its figures are in its result.json, not here. See below.")
     return lines
 
 
 def failures(comparison: Comparison) -> list[str]:
     lines = []
     for job in comparison.jobs:
-        if not job.ok:
-            where = ", ".join(f"{k}={job.settings.get(k, DEFAULT)}"
-                              for k in ([comparison.row_key] if comparison.row_key else [])
-                              + comparison.variant_keys)
+        where = ", ".join(f"{k}={job.settings.get(k, DEFAULT)}"
+                          for k in ([comparison.row_key] if comparison.row_key else [])
+                          + comparison.variant_keys)
+        if job.status == "partial" and job.result is not None:
+            for phase, why in job.result.phase_errors.items():
+                lines.append(f"job {job.name} ({where or 'run'}): {phase} failed: {why}")
+        elif not job.ok:
             lines.append(f"job {job.name} ({where or 'run'}): {job.status}: {job.reason}")
     return lines
 
@@ -100,12 +119,15 @@ def to_markdown(comparison: Comparison) -> str:
 
 def csv_columns(comparison: Comparison) -> list[str]:
     axes = ([comparison.row_key] if comparison.row_key else []) + comparison.variant_keys
-    columns = [*axes, "variant", "baseline", "status", "reason", "samples"]
+    columns = [*axes, "variant", "baseline", "status", "reason", "samples", "rounds"]
     for name in METRIC_NAMES:
         columns += [name, f"{name}_min", f"{name}_max"]
     columns.append("memory_source")
+    for phase in TABLE_PHASES:
+        columns += [f"{phase}_thin", f"{phase}_error"]
     for ratio in RATIOS:
-        columns += [ratio, f"{ratio}_within_spread"]
+        columns += [ratio, f"{ratio}_min", f"{ratio}_max", f"{ratio}_within_spread",
+                    f"{ratio}_thin"]
     columns.append("jobs")
     return columns
 
@@ -129,9 +151,14 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "metrics": {m.name: {"unit": m.unit, "what": m.what} for m in METRICS},
         "ratios": {r: f"{m} of the variant / {m} of the baseline, same row"
                    for r, m in RATIOS.items()},
-        "spread": "min..max over every repeat of every job of the point; value = median",
-        "within_spread": "true when the min..max range of the point or of its baseline is wider"
-                         " than the difference of their medians (null: ran once, unknown)",
+        "spread": "min..max over every sample of the point (repeats in a job, rounds of the"
+                  " sweep); s/it = median, examples/s = examples per iteration / s/it",
+        "ratio_range": "<ratio>_min..<ratio>_max: the ratio over the samples, worst to best"
+                       " pairing of variant and baseline (null: ran once, unknown)",
+        "within_spread": "true when the ratio's range holds 1.0: the samples overlap, the"
+                         " difference is within noise (null: ran once, unknown)",
+        "thin": "<phase>_thin: fewer measured steps than profiler.speed.min_measured_steps",
+        "invalid": "status invalid: what ran contradicts a knob; no figures here",
         "points": to_records(comparison),
         "failures": failures(comparison),
         "problems": comparison.problems,

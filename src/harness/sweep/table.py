@@ -1,22 +1,21 @@
 """The comparison of a sweep: one point per combination of swept values, as a pandas frame.
 
-A point pools every job (and every repeat inside a job) that ran the same
-settings; its value for a metric is the median over those samples and its
-spread is their min..max range. Speed-ups compare a variant with the baseline
-variant in the same row.
+The swept keys make rows and column groups (variants); a point pools every job (and
+every repeat inside a job, and every round of a sweep) that ran the same settings
+(harness.sweep.points). Speed-ups compare a variant with the baseline variant in
+the same row.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
-from harness.measured import is_finite_number
-from harness.sweep.collect import OK, Collection, JobResult
+from harness.sweep.collect import Collection, JobResult
+from harness.sweep.points import METRIC_NAMES, add_ratios, point
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,36 +24,6 @@ DEFAULT = "(default)"
 ROW_PREFERENCE = ("batch_size",)
 # Keys that never make rows or variants: they say how a run was launched, not what ran.
 NOT_AXES = ("sweep",)
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str  # column in comparison.csv / key in comparison.json
-    unit: str
-    what: str
-    higher_is_better: bool
-
-
-METRICS: tuple[Metric, ...] = (
-    Metric("train_seconds_per_iteration", "s",
-           "training: mean seconds per iteration, warm-up excluded", False),
-    Metric("train_examples_per_second", "examples/s",
-           "training: examples per second, warm-up excluded", True),
-    Metric("inference_seconds_per_iteration", "s",
-           "inference (predict, eval mode): mean seconds per iteration, warm-up excluded", False),
-    Metric("inference_examples_per_second", "examples/s",
-           "inference: examples per second, warm-up excluded", True),
-    Metric("peak_memory_bytes", "bytes",
-           "peak device memory allocated by torch (CUDA), else peak resident set of the process"
-           " during the job (CPU)", False),
-)
-METRIC_NAMES = tuple(m.name for m in METRICS)
-# speed-up column -> the metric it divides (variant / baseline, same row)
-RATIOS = {
-    "train_speedup": "train_examples_per_second",
-    "inference_speedup": "inference_examples_per_second",
-    "memory_ratio": "peak_memory_bytes",
-}
 
 
 @dataclass
@@ -84,27 +53,10 @@ class Comparison:
     def repeated(self) -> bool:
         return bool(len(self.points)) and int(self.points["samples"].max()) > 1
 
-
-def peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str | None]:
-    """(bytes, where they come from) for one run's metrics."""
-    device = metrics.get("peak_device_allocated_bytes")
-    if isinstance(device, (int, float)):
-        return float(device), "device allocated"
-    rss = metrics.get("peak_rss_bytes")
-    if isinstance(rss, (int, float)):
-        return float(rss), "process RSS"
-    return None, None
-
-
-def sample_values(sample: dict[str, Any]) -> dict[str, float | None]:
-    values: dict[str, float | None] = {}
-    for name in METRIC_NAMES:
-        if name == "peak_memory_bytes":
-            values[name] = peak_memory(sample)[0]
-            continue
-        value = sample.get(name)
-        values[name] = float(value) if is_finite_number(value) else None
-    return values
+    @property
+    def rounds(self) -> int:
+        """Rounds of the sweep (repeat=N in a multirun), 0 when it ran none."""
+        return int(self.points["rounds"].max()) if len(self.points) else 0
 
 
 def _sort_key(value: str) -> tuple[int, float, str]:
@@ -163,12 +115,6 @@ def _choose_baseline(spec: str | None, variants: list[str], variant_keys: list[s
     )
 
 
-def _spread_exceeds(a_min: float, a_max: float, b_min: float, b_max: float,
-                    a: float, b: float) -> bool:
-    """True when either side's min..max range is wider than the gap between the medians."""
-    return bool(max(a_max - a_min, b_max - b_min) > abs(a - b))
-
-
 def swept_and_fixed(jobs: list[JobResult]) -> tuple[list[str], dict[str, str]]:
     """Keys whose value differs between jobs (in first-seen order) and the rest with their value."""
     keys: list[str] = []
@@ -184,24 +130,6 @@ def swept_and_fixed(jobs: list[JobResult]) -> tuple[list[str], dict[str, str]]:
         else:
             fixed[key] = values.pop()
     return swept, fixed
-
-
-def _point(jobs: list[JobResult]) -> dict[str, Any]:
-    ok_jobs = [j for j in jobs if j.ok]
-    point: dict[str, Any] = {"jobs": " ".join(j.name for j in jobs)}
-    if not ok_jobs:
-        first = jobs[0]
-        point.update(status=first.status, reason=first.reason, samples=0)
-        return point
-    samples = [sample_values(s) for j in ok_jobs for s in j.samples] or [{}]
-    point.update(status=OK, reason=None, samples=len(samples))
-    for name in METRIC_NAMES:
-        values = [s[name] for s in samples if s.get(name) is not None]
-        point[name] = statistics.median(values) if values else None
-        point[f"{name}_min"] = min(values) if values else None
-        point[f"{name}_max"] = max(values) if values else None
-    point["memory_source"] = peak_memory(ok_jobs[0].samples[0] if ok_jobs[0].samples else {})[1]
-    return point
 
 
 def build(collection: Collection, rows: str | None = None,
@@ -240,7 +168,7 @@ def build(collection: Collection, rows: str | None = None,
         for key in variant_keys:
             record[key] = members[0].settings.get(key, DEFAULT)
         record.update(row=row, variant=label, baseline=label == chosen)
-        record.update(_point(members))
+        record.update(point(members))
         records.append(record)
     frame = pd.DataFrame.from_records(records)
     for name in METRIC_NAMES:
@@ -249,7 +177,7 @@ def build(collection: Collection, rows: str | None = None,
                 frame[column] = None
     if "memory_source" not in frame:
         frame["memory_source"] = None
-    _add_ratios(frame, chosen)
+    add_ratios(frame, chosen)
 
     row_values = sorted({str(r) for r in frame["row"]}, key=_sort_key)
     order = {v: i for i, v in enumerate(variants)}
@@ -269,30 +197,6 @@ def build(collection: Collection, rows: str | None = None,
         problems=list(collection.problems),
         context=_context(jobs),
     )
-
-
-def _add_ratios(frame: pd.DataFrame, baseline: str) -> None:
-    import pandas as pd
-
-    base = frame[frame["variant"] == baseline].set_index("row")
-    for ratio, metric in RATIOS.items():
-        values, flags = [], []
-        for _, point in frame.iterrows():
-            value, flag = None, None
-            if point["row"] in base.index:
-                ref = base.loc[point["row"]]
-                v, b = point.get(metric), ref.get(metric)
-                if is_finite_number(v) and is_finite_number(b) and b > 0:
-                    value = v / b
-                    repeated = point["samples"] > 1 or ref["samples"] > 1
-                    if repeated and point["variant"] != baseline:
-                        flag = _spread_exceeds(point[f"{metric}_min"], point[f"{metric}_max"],
-                                               ref[f"{metric}_min"], ref[f"{metric}_max"], v, b)
-            values.append(value)
-            flags.append(flag)
-        frame[ratio] = values
-        # object dtype keeps True / False / None (not numpy bools, not NaN)
-        frame[f"{ratio}_within_spread"] = pd.Series(flags, index=frame.index, dtype=object)
 
 
 def _context(jobs: list[JobResult]) -> dict[str, Any]:

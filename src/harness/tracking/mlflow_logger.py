@@ -54,7 +54,9 @@ def _from_hydra_job() -> tuple[str, str | None]:
     if job.mode == RunMode.MULTIRUN:
         sweep = sweep_info(Path(str(job.sweep.dir)))
         swept = set(sweep.get("swept_keys") or [])
+        rounds = [o.split("=", 1)[1] for o in overrides if o.startswith("+sweep_round=")]
         overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in swept] or overrides
+        overrides += [f"round {r}" for r in rounds]
     return ",".join(overrides)[:250] or "harness", sweep.get("parent_run_id")
 
 

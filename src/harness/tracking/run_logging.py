@@ -24,7 +24,9 @@ TABLES_DIR = "tables"  # artifact folder of the reports as MLflow tables (UI com
 SYSTEM_REPORT = "system.csv"
 SYSTEM_METRIC_PREFIX = "system/"
 MIB = 1024 * 1024
-END_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # anything else: FAILED
+# MLflow's end status of a run: partial measured a phase; anything else (failed, oom,
+# invalid: not what the knobs say) is FAILED.
+END_STATUS = {"ok": "FINISHED", "partial": "FINISHED", "interrupted": "KILLED"}
 
 
 def upload_hint(run_dir: Path, tracking_uri: str) -> str:

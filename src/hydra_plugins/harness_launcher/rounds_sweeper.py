@@ -1,0 +1,55 @@
+"""The sweeper of every harness multirun: Hydra's basic grid, with `repeat=N` run as rounds.
+
+A repeated point measured N times back to back inside one job sees the machine of that
+moment only: a machine that drifts (thermal throttling, a neighbour job, a filling cache)
+then makes the points swept first look faster than the ones swept last, and the spread
+inside each job does not show it. With `repeat=N` in a multirun this sweeper launches
+every point once per round, N rounds, the order alternating forward and reversed, so a
+steady drift hits every point alike over each pair of rounds; each job runs once
+(`repeat=1`) and carries `sweep_round=<r>`. The comparison pools the rounds of a point:
+its spread and the within-noise verdict of a speed-up come from them. The work is the
+same as N repeats inside each job; only the order changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+ROUND_KEY = "sweep_round"
+
+
+def in_rounds(grid: list[list[str]], rounds: int) -> list[list[str]]:
+    """Every point of `grid` once per round, forward then reversed; each job runs once."""
+    jobs = []
+    for round_index in range(rounds):
+        order = grid if round_index % 2 == 0 else list(reversed(grid))
+        for overrides in order:
+            kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != "repeat"]
+            jobs.append([*kept, "repeat=1", f"+{ROUND_KEY}={round_index}"])
+    return jobs
+
+
+class RoundsSweeper(BasicSweeper):
+    """BasicSweeper whose job list holds `repeat` rounds of the grid (module docstring)."""
+
+    def split_arguments(self, overrides: list[Any], max_batch_size: int | None) -> list[Any]:
+        batches = BasicSweeper.split_arguments(overrides, None)
+        rounds = self._rounds(overrides)
+        if rounds <= 1:
+            return BasicSweeper.split_arguments(overrides, max_batch_size)
+        jobs = in_rounds([job for batch in batches for job in batch], rounds)
+        size = max_batch_size if max_batch_size and max_batch_size > 0 else len(jobs)
+        return [jobs[i:i + size] for i in range(0, len(jobs), size)]
+
+    def _rounds(self, overrides: list[Any]) -> int:
+        """`repeat` of this sweep: from the command line, else the config; 1 when swept."""
+        for override in overrides:
+            if override.get_key_element() == "repeat":
+                if override.is_sweep_override():
+                    return 1  # repeat=1,3 is a sweep over repeat itself
+                value = override.value()
+                return value if isinstance(value, int) and value > 0 else 1
+        value = self.config.get("repeat", 1) if self.config is not None else 1
+        return value if isinstance(value, int) and value > 0 else 1
