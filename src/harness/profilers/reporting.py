@@ -27,6 +27,17 @@ class Flagging(Protocol):
     def flags(self) -> list[str]: ...
 
 
+@runtime_checkable
+class Diagnosing(Protocol):
+    """A preset that turns the run's other figures into a diagnosis, after every report.
+
+    `diagnose` gets the reports directory and the run's RunResult (metrics filled by the
+    other presets) and returns (metrics to add, the `diagnosis` object of result.json).
+    """
+
+    def diagnose(self, reports_dir: Path, result: Any) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+
 class ChecksBeforeLightningInit:
     """Base for presets built on a Lightning Profiler that check their options before
     calling Lightning's __init__: a refused preset has no output file, and Lightning's

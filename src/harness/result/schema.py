@@ -21,7 +21,7 @@ Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interr
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
 OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
-            "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round")
+            "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis")
 # Statuses whose figures are measurements of what was asked (partial: of the phases that ran).
 MEASURED = ("ok", "partial")
 
@@ -65,6 +65,52 @@ class Observed(_Record):
                              description="differences from the knobs that did not make it invalid")
 
 
+class Finding(_Record):
+    kind: str = Field(description="data-bound, host-bound, communication-bound, low-mfu,"
+                      " compute-bound, precision, graph-breaks, memory-headroom, memory-limit,"
+                      " thin, noisy")
+    score: float = Field(description="what ranks the findings (0..1): mostly the share of the"
+                         " step it costs")
+    message: str = Field(description="what was found, with its numbers")
+    next_step: str = Field(description="one concrete thing to try")
+
+
+class Diagnosis(_Record):
+    """Why the run is slow (the diagnose preset). Per phase (train_, inference_): the step's
+    shares, the passes' rates, FLOPs, FLOP/s and MFU."""
+
+    bound_by: Literal["data", "compute", "host", "communication", "unknown"] = Field(
+        description="the largest share of a training step")
+    verdict: str = Field(description="one line: the bound and its evidence")
+    train_data_share: float | None = Field(None, description="of a training step, waiting for"
+                                           " data the input pipeline explains")
+    train_compute_share: float | None = Field(None, description="the model alone")
+    train_communication_share: float | None = Field(None, description="collectives not hidden")
+    train_host_share: float | None = Field(None, description="Lightning's loop, callbacks,"
+                                           " logging, launch overhead")
+    train_flops_per_step: int | None = Field(None, description="FLOPs of one training step on"
+                                             " one rank (forward + backward)")
+    train_flop_per_s: float | None = Field(None, description="FLOPs per step / measured s/it,"
+                                           " per device")
+    train_mfu: float | None = Field(None, description="train_flop_per_s / the device's dense"
+                                    " peak (null without a peak)")
+    inference_data_share: float | None = None
+    inference_compute_share: float | None = None
+    inference_communication_share: float | None = None
+    inference_host_share: float | None = None
+    inference_flops_per_step: int | None = None
+    inference_flop_per_s: float | None = None
+    inference_mfu: float | None = None
+    peak_source: str | None = Field(None, description="where the MFU's peak came from")
+    flop_convention: str = Field(description="how FLOPs are counted")
+    communication_by_rank: list[dict[str, float]] | None = Field(
+        None, description="multi-process: per rank, seconds of compute, communication,"
+        " overlap and idle in the profiled window")
+    findings: list[Finding] = Field(default_factory=list, description="ranked, first = largest")
+    passes: dict[str, Any] = Field(default_factory=dict, description="what the extra passes"
+                                   " did and cost (cost_s), how the state was restored")
+
+
 class Tracking(_Record):
     backend: str = Field("mlflow", description="the experiment tracker")
     tracking_uri: str | None = Field(None, description="the store, as an absolute URI")
@@ -100,6 +146,9 @@ class RunResult(_Record):
     observed: Observed | None = Field(
         None, description="what really ran: examples per batch, precision, compiled graphs;"
         " checked against the knobs (a contradiction makes the run invalid)")
+    diagnosis: Diagnosis | None = Field(
+        None, description="why the run is slow: bound_by, the step's shares, FLOPs, MFU,"
+        " findings (the diagnose preset; docs/presets/diagnose.md)")
     flags: list[str] = Field(
         default_factory=list, description="cautions about the figures: thin:<phase> (fewer"
         " measured steps than min_measured_steps), warmup_swallowed:<phase> (every step was"

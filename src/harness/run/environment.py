@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import platform
-import resource
 import socket
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from harness import memory_peaks
 
 
 def _version(package: str) -> str | None:
@@ -63,26 +63,15 @@ def host() -> str:
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    """The measurement's peaks start now (harness.memory_peaks)."""
+    memory_peaks.reset(device)
 
 
 def peak_memory(device: torch.device) -> dict[str, int | None]:
-    """Peak device memory of this run (CUDA) and the process's peak resident set (CPU).
+    """Peak device memory of this measurement (CUDA) and the process's peak resident set.
 
-    The resident peak is the kernel's high-water mark (VmHWM); on Linux each job resets
-    it at its start (harness.run.isolation, /proc/self/clear_refs), so it is this
-    job's peak even when the jobs of a sweep share one process.
+    The resident peak is the kernel's high-water mark (VmHWM), reset at the start of each
+    measurement, so it is this job's peak even when the jobs of a sweep share one process;
+    passes harness adds (the diagnose preset's) are left out (harness.memory_peaks).
     """
-    from harness.run.isolation import peak_rss_bytes
-
-    rss = peak_rss_bytes()
-    if rss is None:  # no /proc: ru_maxrss is bytes on macOS, KiB elsewhere
-        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        rss = maxrss if sys.platform == "darwin" else maxrss * 1024
-    figures: dict[str, int | None] = {"peak_rss_bytes": rss, "peak_device_allocated_bytes": None,
-                                      "peak_device_reserved_bytes": None}
-    if device.type == "cuda":
-        figures["peak_device_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
-        figures["peak_device_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
-    return figures
+    return memory_peaks.read(device)

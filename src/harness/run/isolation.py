@@ -12,43 +12,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-from pathlib import Path
 
-_CLEAR_REFS = Path("/proc/self/clear_refs")
-_STATUS = Path("/proc/self/status")
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark of this process (Linux >= 4.0); False where impossible.
-
-    After the reset, both /proc/self/status VmHWM and getrusage's ru_maxrss
-    report the peak since now instead of since the process started.
-    """
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _status_bytes(field: str) -> int | None:
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) * 1024  # reported in kB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def peak_rss_bytes() -> int | None:
-    """Peak resident set since the last reset_peak_rss (VmHWM), or None off Linux."""
-    return _status_bytes("VmHWM")
-
-
-def rss_bytes() -> int | None:
-    """Resident set now (VmRSS), or None off Linux."""
-    return _status_bytes("VmRSS")
+from harness import memory_peaks
 
 
 def _return_freed_heap() -> None:
@@ -90,6 +55,6 @@ def start_clean() -> dict[str, bool | int | None]:
 
     switches.reset()
     line_profile.detach()
-    done["peak_rss_reset"] = reset_peak_rss()
-    done["rss_at_start_bytes"] = rss_bytes()
+    done["peak_rss_reset"] = memory_peaks.reset()
+    done["rss_at_start_bytes"] = memory_peaks.rss_bytes()
     return done

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from harness.config.knobs import Knobs
 from harness.errors import HarnessError, first_line
-from harness.result.schema import Device
+from harness.result.schema import Device, Diagnosis
 from harness.run.record import RunRecord, classify_failure, write_error_log
 
 REPORTS_DIR = "reports"
@@ -125,7 +125,7 @@ def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
 
 def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
     from harness.launch.slurm import SLURM_REPORT, slurm_report
-    from harness.profilers.reporting import Flagging, Reporter
+    from harness.profilers.reporting import Diagnosing, Flagging, Reporter
     from harness.reports.files import write_json
     from harness.terminal import show
 
@@ -142,6 +142,15 @@ def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
                 show(table)
         except Exception as err:  # one broken report must not lose the others
             result.report_errors[name] = first_line(err)
+    for name, preset in presets.items():  # after every other report: it reads their figures
+        if isinstance(preset, Diagnosing):
+            try:
+                metrics, diagnosis = preset.diagnose(reports_dir, result)
+                result.metrics.update(metrics)
+                result.diagnosis = Diagnosis.model_validate(diagnosis)
+                show(f"[bold]diagnosis:[/bold] {result.diagnosis.verdict}")
+            except Exception as err:
+                result.report_errors[name] = first_line(err)
     if result.slurm:
         write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
     if reports_dir.is_dir():

@@ -57,8 +57,14 @@ def value_cell(point: Any, metric: str) -> str:
     if missing is not None:
         return missing
     value = point[metric]
+    if isinstance(value, str):  # a verdict (bound_by)
+        return value
     if not is_finite_number(value):
         return "-"
+    if metric.endswith("_flop_per_s"):
+        return f"{value / 1e12:.3f}"
+    if metric.endswith("_mfu"):
+        return f"{value:.0%}"
     if metric == "peak_memory_bytes":
         return f"{value / MIB:.0f}" + _spread_suffix(point, metric)
     if metric.endswith("_share"):

@@ -83,6 +83,11 @@ def sections(comparison: Comparison) -> list[Section]:
                    Figure("speed-up", f"{phase}_speedup", ratio=True)]
         found.append(_fill(Section(title, f"{title}: s/it, ex/s, data wait, speed-up vs"
                                    f" {comparison.baseline}", figures), comparison))
+    if "bound_by" in comparison.points and comparison.points["bound_by"].notna().any():
+        figures = [Figure("bound by", "bound_by"), Figure("TFLOP/s", "train_flop_per_s"),
+                   Figure("MFU", "train_mfu")]
+        found.append(_fill(Section("Diagnosis (training)", "Diagnosis of training: bound by,"
+                                   " TFLOP/s, MFU", figures), comparison))
     if not _unmeasured(comparison, "peak_memory_bytes"):
         points = comparison.points
         sources = " / ".join(sorted({s for s in points["memory_source"].dropna()})) or "n/a"

@@ -43,6 +43,10 @@ METRICS: tuple[Metric, ...] = (
            "inference: examples per iteration / seconds per iteration, warm-up excluded", True),
     Metric("inference_dataloader_wait_share", "share",
            "inference: share of each iteration spent waiting for the next batch", False, False),
+    Metric("train_flop_per_s", "FLOP/s",
+           "training: FLOPs of a step (diagnose preset) / seconds per iteration", True, False),
+    Metric("train_mfu", "share",
+           "training: FLOP/s / the device's dense peak (null without a peak)", True, False),
     Metric("peak_memory_bytes", "bytes",
            "peak device memory allocated by torch (CUDA), else peak resident set of the process"
            " during the job (CPU)", False),
@@ -100,6 +104,8 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         errors = [j.result.phase_errors[phase] for j in usable
                   if j.result and phase in j.result.phase_errors]
         record[f"{phase}_error"] = errors[0] if errors else None
+    bounds = [j.result.diagnosis.bound_by for j in usable if j.result and j.result.diagnosis]
+    record["bound_by"] = max(set(bounds), key=bounds.count) if bounds else None
     rounds = {j.result.sweep_round for j in jobs if j.result and j.result.sweep_round is not None}
     record["rounds"] = len(rounds)
     return record

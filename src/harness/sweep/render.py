@@ -122,7 +122,7 @@ def csv_columns(comparison: Comparison) -> list[str]:
     columns = [*axes, "variant", "baseline", "status", "reason", "samples", "rounds"]
     for name in METRIC_NAMES:
         columns += [name, f"{name}_min", f"{name}_max"]
-    columns.append("memory_source")
+    columns += ["memory_source", "bound_by"]
     for phase in TABLE_PHASES:
         columns += [f"{phase}_thin", f"{phase}_error"]
     for ratio in RATIOS:

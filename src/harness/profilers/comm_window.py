@@ -1,0 +1,125 @@
+"""Communication against compute in a multi-process run, from a short torch-profiler window.
+
+On every rank the torch profiler records a few training steps. Its events are split into
+collectives (NCCL kernels on GPU; gloo's work threads and c10d calls on CPU) and compute
+(CUDA kernels on GPU; the main thread's operators on CPU); each set's intervals are merged,
+and the window's wall time splits into compute alone, communication alone, both at once
+(overlap: what DDP hides behind the backward pass) and neither (idle: the rank waited).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+COLLECTIVE = re.compile(r"nccl|gloo:|c10d::|all_?reduce|all_?gather|broadcast|reduce_?scatter",
+                        re.IGNORECASE)
+# Rows that span others (annotations, module and step ranges): they would cover everything.
+_SPANNING = re.compile(r"^(ProfilerStep|\[pl\]|nn\.Module|DistributedDataParallel\.forward|"
+                       r"Optimizer\.|autograd::engine::evaluate_function)")
+
+
+def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping intervals joined, sorted."""
+    out: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def total(intervals: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time covered by both merged interval lists."""
+    i = j = 0
+    covered = 0.0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        covered += max(0.0, end - start)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return covered
+
+
+def _main_thread(events: list[Any]) -> Any:
+    """The thread that ran the most operators: the training loop's (the profiler numbers
+    threads itself; gloo's collectives run on threads of their own)."""
+    from collections import Counter
+
+    counts = Counter(e.thread for e in events if str(e.name).startswith("aten::"))
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def split_window(events: list[Any]) -> dict[str, float]:
+    """Seconds of compute, communication, their overlap and idle time in the window."""
+    compute, comm, everything = [], [], []
+    on_gpu = any(str(getattr(e, "device_type", "")).endswith("CUDA") for e in events)
+    main_thread = _main_thread(events)
+    for event in events:
+        span = (event.time_range.start / 1e6, event.time_range.end / 1e6)
+        if span[1] <= span[0]:
+            continue
+        everything.append(span)
+        name = str(event.name)
+        device = str(getattr(event, "device_type", ""))
+        if COLLECTIVE.search(name):
+            if not name.startswith("c10d::") or not on_gpu:
+                comm.append(span)
+        elif _SPANNING.match(name):
+            continue
+        elif on_gpu:
+            if device.endswith("CUDA"):
+                compute.append(span)
+        elif main_thread is None or event.thread == main_thread:
+            compute.append(span)
+    if not everything:
+        return {}
+    window = max(b for _, b in everything) - min(a for a, _ in everything)
+    compute_m, comm_m = merged(compute), merged(comm)
+    both = overlap(compute_m, comm_m)
+    busy = total(merged(compute_m + comm_m))
+    return {
+        "window_s": window,
+        "compute_s": total(compute_m),
+        "communication_s": total(comm_m),
+        "overlap_s": both,
+        "idle_s": max(0.0, window - busy),
+    }
+
+
+class CommWindow:
+    """Records training steps [start, start + steps) of this rank with the torch profiler."""
+
+    def __init__(self, start: int, steps: int) -> None:
+        self.start, self.steps = start, steps
+        self.profiler: Any = None
+        self.figures: dict[str, float] = {}
+        self.note: str | None = None
+
+    def step_starts(self, index: int, device: Any) -> None:
+        if index != self.start or self.profiler is not None:
+            return
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profiler = torch.profiler.profile(activities=activities)
+        self.profiler.start()
+
+    def step_ended(self, index: int) -> None:
+        if self.profiler is None or self.figures or index < self.start + self.steps - 1:
+            return
+        self.profiler.stop()
+        events = list(self.profiler.events())
+        self.profiler = None
+        self.figures = split_window(events)
+        if not self.figures:
+            self.note = "communication window: the profiler recorded no event"

@@ -1,0 +1,291 @@
+"""The `diagnose` preset: why a run is slow, with its evidence.
+
+After each phase was measured it runs the speed-of-light passes (harness.profilers.
+solo_passes: the loader alone, the model alone on a resident batch, FLOPs counted once),
+and, in multi-process runs, records a few training steps with the torch profiler to split
+communication from compute (comm_window). At the end it reads the speed preset's figures
+from result.json's metrics and turns all of it into the step's shares, what the step is
+bound by, FLOP/s and MFU, and ranked findings (findings), written to
+reports/diagnosis.{json,md}, result.json's `diagnosis` and one verdict line.
+
+The passes' cost is measured and reported; they run outside every timed step, their memory
+is kept out of the run's peaks (harness.memory_peaks) and the model, optimizer and RNG
+states are restored after them (solo_passes.state_restored).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+from harness import memory_peaks
+from harness.config.checks import non_negative_int, one_of, positive_int, positive_number
+from harness.profilers import findings as rules
+from harness.profilers import solo_passes
+from harness.profilers.comm_window import CommWindow
+from harness.profilers.device_peaks import dense_peak_tflops, matmul_dtype
+from harness.profilers.flops import CONVENTION
+from harness.reports.files import write_json, write_text
+
+WHEN = ("end", "start")
+PHASES = ("train", "inference")
+
+
+class DiagnosePreset(Callback):
+    """Runs the extra passes and writes reports/diagnosis.{json,md}; see the module docstring."""
+
+    def __init__(self, steps: int = 3, warmup: int = 1, when: str = "end", flops: bool = True,
+                 peak_tflops: float | None = None, communication_steps: int = 3) -> None:
+        self.steps = positive_int("profiler.diagnose.steps", steps, 3)
+        self.warmup = non_negative_int("profiler.diagnose.warmup", warmup, 1)
+        self.when = one_of("profiler.diagnose.when", when, WHEN)
+        self.count_flops = bool(flops)
+        self.peak_tflops = None if peak_tflops is None else positive_number(
+            "profiler.diagnose.peak_tflops", peak_tflops, 989.4, "a number of TFLOP/s > 0")
+        self.communication_steps = positive_int("profiler.diagnose.communication_steps",
+                                                communication_steps, 3)
+        self.batches: dict[str, Any] = {}
+        self.passes: dict[str, dict[str, solo_passes.PassResult]] = {}
+        self.cost_s = 0.0
+        self.notes: list[str] = []
+        self.comm: CommWindow | None = None
+        self.comm_by_rank: list[dict[str, float]] = []
+        self.context: dict[str, Any] = {}
+        self._train_steps = 0
+
+    # -- capturing a batch, opening the communication window ----------------------------
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        device = trainer.strategy.root_device
+        self.context.update(accelerator=device.type, world_size=trainer.world_size)
+        if device.type == "cuda":
+            self.context["device_name"] = torch.cuda.get_device_name(device)
+            self.context["device_memory_bytes"] = torch.cuda.get_device_properties(
+                device).total_memory
+        if trainer.world_size > 1 and self.comm is None:
+            from lightning.pytorch.profilers import PyTorchProfiler
+
+            if isinstance(trainer.profiler, PyTorchProfiler):
+                self.notes.append("communication not split: the pytorch/memory preset holds"
+                                  " the torch profiler (run diagnose without it)")
+            else:
+                self.comm = CommWindow(self.warmup, self.communication_steps)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.when == "start":
+            self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
+
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        self.batches.setdefault("train", batch)
+        if self.comm is not None:
+            self.comm.step_starts(self._train_steps, trainer.strategy.root_device)
+
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.comm is not None:
+            self.comm.step_ended(self._train_steps)
+        self._train_steps += 1
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.when == "end":
+            self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
+        self._gather_communication(trainer)
+
+    @override
+    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                               batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.batches.setdefault("inference", batch)
+
+    @override
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._phase_passes("inference", trainer, pl_module, trainer.predict_dataloaders)
+
+    # -- the passes ----------------------------------------------------------------------
+    def _phase_passes(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
+                      loader: Any) -> None:
+        if phase in self.passes:
+            return
+        device = trainer.strategy.root_device
+        started = time.perf_counter()
+        with memory_peaks.excluded(device) as excluded:
+            if not excluded:
+                self.notes.append("the passes' memory counts in peak_rss_bytes (no"
+                                  " /proc/self/clear_refs here)")
+            found = {"loader": solo_passes.loader_alone(trainer, loader, self.steps, self.warmup)}
+            self._note_loader(loader)
+            batch = self.batches.get(phase)
+            if batch is None and phase == "train":  # when=start: no step ran yet
+                batch = _first_batch(trainer, loader)
+            found["model"] = self._model_pass(phase, trainer, module, batch)
+        self.passes[phase] = found
+        self.cost_s += time.perf_counter() - started
+        self.batches.pop(phase, None)  # no device memory held past the pass
+
+    def _model_pass(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
+                    batch: Any) -> solo_passes.PassResult:
+        if batch is None:
+            return solo_passes.PassResult(None, 0, None, "model-alone pass: no batch")
+        if phase == "train":
+            if not module.automatic_optimization:
+                self.notes.append("manual optimization: the model-alone pass runs"
+                                  " training_step only (it steps its optimizers itself)")
+            step = solo_passes.training_step_fn(trainer, module, batch)
+            counted = solo_passes.forward_backward_fn(trainer, module, batch)
+        else:
+            step = counted = solo_passes.predict_step_fn(trainer, module, batch)
+        return solo_passes.model_alone(trainer, module, step, batch, self.steps, self.warmup,
+                                       training=phase == "train",
+                                       counted=counted if self.count_flops else None)
+
+    def _note_loader(self, loader: Any) -> None:
+        if isinstance(loader, torch.utils.data.DataLoader) and "loader" not in self.context:
+            self.context["loader"] = {"num_workers": loader.num_workers,
+                                      "pin_memory": loader.pin_memory}
+
+    def _gather_communication(self, trainer: pl.Trainer) -> None:
+        """Every rank's window figures on every rank (all ranks call this: no hang)."""
+        import torch.distributed as dist
+
+        if self.comm is None:
+            return
+        mine = self.comm.figures
+        if dist.is_available() and dist.is_initialized():
+            gathered: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, mine)
+            self.comm_by_rank = [g or {} for g in gathered]
+        else:
+            self.comm_by_rank = [mine]
+
+    # -- the diagnosis -------------------------------------------------------------------
+    def _peak(self, precision: str | None) -> tuple[float | None, str | None]:
+        if self.peak_tflops is not None:
+            return self.peak_tflops, "profiler.diagnose.peak_tflops"
+        name = self.context.get("device_name")
+        dtype = matmul_dtype(precision, torch.get_float32_matmul_precision())
+        peak = dense_peak_tflops(name, dtype) if name else None
+        return peak, (f"dense {dtype} peak of {name} (harness.profilers.device_peaks)"
+                      if peak else None)
+
+    def _exposed_comm_share(self) -> float:
+        shares = [(r["communication_s"] - r["overlap_s"]) / r["window_s"]
+                  for r in self.comm_by_rank if r.get("window_s")]
+        return max(shares) if shares else 0.0
+
+    def phase_figures(self, phase: str, metrics: dict[str, Any], precision: str | None
+                      ) -> dict[str, Any]:
+        """Shares, rates, FLOPs and MFU of one phase, from the passes and the speed figures."""
+        found = self.passes.get(phase)
+        step_s = metrics.get(f"{phase}_seconds_per_iteration")
+        if not found:
+            return {"note": f"no {phase} passes ran"}
+        loader, model = found["loader"], found["model"]
+        wait = metrics.get(f"{phase}_dataloader_wait_share")
+        comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
+        part = rules.shares(step_s, wait * step_s if wait is not None and step_s else None,
+                            loader.step_s, model.step_s, comm)
+        peak, _ = self._peak(precision)
+        world = self.context.get("world_size", 1)
+        flop_per_s = model.flops / step_s if model.flops and step_s else None
+        return {
+            "step_s": step_s,
+            "shares": part,
+            "loader_step_s": loader.step_s,
+            "loader_examples_per_second": _total(loader.examples_per_second(), world),
+            "model_step_s": model.step_s,
+            "model_examples_per_second": _total(model.examples_per_second(), world),
+            "flops_per_step": model.flops,
+            "flop_per_s": flop_per_s,
+            "peak_tflops": peak,
+            "mfu": flop_per_s / (peak * 1e12) if flop_per_s and peak else None,
+            "note": "; ".join(n for n in (loader.note, model.note) if n) or None,
+        }
+
+    def diagnose(self, reports_dir: Path, result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(metrics for result.json, the `diagnosis` object); writes reports/diagnosis.*."""
+        metrics = result.metrics
+        phases = {phase: self.phase_figures(phase, metrics, result.precision_used)
+                  for phase in PHASES if phase in self.passes}
+        train = phases.get("train") or phases.get("inference") or {}
+        bound = rules.bound_by(train.get("shares"))
+        self.context.update(
+            precision_note=result.precision_note, flags=list(result.flags),
+            graph_breaks=metrics.get("graph_breaks"),
+            peak_device_reserved_bytes=metrics.get("peak_device_reserved_bytes"),
+            p90_over_median=_ratio(metrics.get("train_p90_step_s"),
+                                   metrics.get("train_median_step_s")))
+        ranked = sorted([f for phase, figures in phases.items()
+                         for f in rules.phase_findings(phase, figures, self.context)]
+                        + rules.run_findings(self.context), key=lambda f: -f.score)
+        _, peak_source = self._peak(result.precision_used)
+        diagnosis = {
+            "bound_by": bound,
+            "verdict": rules.verdict(bound, train),
+            **{f"{phase}_{key}": value for phase, figures in phases.items()
+               for key, value in _flat(figures).items()},
+            "peak_source": peak_source,
+            "flop_convention": CONVENTION,
+            "communication_by_rank": self.comm_by_rank or None,
+            "findings": [f.as_dict() for f in ranked],
+            "passes": {"when": self.when, "steps": self.steps, "warmup": self.warmup,
+                       "cost_s": self.cost_s,
+                       "state": "model, optimizer and RNG states copied before and restored"
+                                " after; their memory kept out of the run's peaks",
+                       "notes": self.notes},
+        }
+        self._write(reports_dir, diagnosis)
+        numbers = {k: v for k, v in diagnosis.items() if k.startswith(PHASES)
+                   and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return {**numbers, "diagnose_cost_s": self.cost_s}, diagnosis
+
+    def _write(self, reports_dir: Path, diagnosis: dict[str, Any]) -> None:
+        write_json(reports_dir / "diagnosis.json", {
+            "report": "diagnose",
+            "what": "what the run is bound by, the shares of its step, FLOPs and MFU, ranked"
+                    " findings with a next step each",
+            "expected_overhead": f"{self.steps + self.warmup} loader batches and as many model"
+                                 " steps per phase after it was measured, plus one counted"
+                                 " step: see passes.cost_s",
+            **diagnosis})
+        lines = ["# Diagnosis", "", f"**{diagnosis['verdict']}**", ""]
+        for n, finding in enumerate(diagnosis["findings"], 1):
+            lines += [f"{n}. **{finding['kind']}**: {finding['message']}.",
+                      f"   Next: {finding['next_step']}.", ""]
+        lines += [f"FLOPs: {CONVENTION}. Passes cost {self.cost_s:.2f} s"
+                  f" ({diagnosis['passes']['state']})."]
+        write_text(reports_dir / "diagnosis.md", "\n".join(lines) + "\n")
+
+
+def _total(per_rank: float | None, world: int) -> float | None:
+    """A rank's rate as the run's: ranks work side by side."""
+    return None if per_rank is None else per_rank * world
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def _flat(figures: dict[str, Any]) -> dict[str, Any]:
+    """`shares` spread into <bound>_share keys; everything else as it is."""
+    out = {k: v for k, v in figures.items() if k != "shares"}
+    for bound, share in (figures.get("shares") or {}).items():
+        out[f"{bound}_share"] = share
+    return out
+
+
+def _first_batch(trainer: pl.Trainer, loader: Any) -> Any:
+    """A batch of `loader` on the device (when=start: before any training step)."""
+    if loader is None or isinstance(loader, (list, dict)):
+        return None
+    batch = next(iter(loader), None)
+    return None if batch is None else trainer.strategy.batch_to_device(batch)

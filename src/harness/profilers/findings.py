@@ -1,0 +1,184 @@
+"""From a run's measured figures to why it is slow: the step's shares, the bound, ranked findings.
+
+A training (or inference) step of T seconds splits into
+- data: waiting for the next batch, as far as the input pipeline explains it: the speed
+  preset's measured wait, capped at what the loader alone needs per batch (a wait the loader
+  does not explain is Lightning's loop between steps: host);
+- compute: the model alone, forward + backward + optimizer on a resident batch (capped at
+  what is left of T);
+- communication: in multi-process runs, collectives not hidden behind compute;
+- host: the rest, Lightning's loop, callbacks, logging and host-side launch overhead.
+The largest share names what the step is bound by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+BOUNDS = ("data", "compute", "communication", "host")
+MIN_SHARE = 0.25  # a share this large gets its own finding
+
+
+@dataclass
+class Finding:
+    kind: str
+    score: float  # 0..1, what ranks the findings: mostly the share of the step it costs
+    message: str
+    next_step: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def shares(step_s: float | None, wait_s: float | None, loader_s: float | None,
+           model_s: float | None, exposed_comm_s: float = 0.0) -> dict[str, float] | None:
+    """The step's shares (module docstring), or None without an end-to-end step time."""
+    if not step_s or step_s <= 0:
+        return None
+    data = min(wait_s or 0.0, loader_s if loader_s is not None else wait_s or 0.0)
+    compute = min(model_s or 0.0, max(step_s - data - exposed_comm_s, 0.0))
+    comm = min(exposed_comm_s, max(step_s - data - compute, 0.0))
+    host = max(step_s - data - compute - comm, 0.0)
+    return {"data": data / step_s, "compute": compute / step_s,
+            "communication": comm / step_s, "host": host / step_s}
+
+
+def bound_by(found: dict[str, float] | None) -> str:
+    if not found or model_missing(found):
+        return "unknown"
+    return max(BOUNDS, key=lambda b: found[b])
+
+
+def model_missing(found: dict[str, float]) -> bool:
+    return found.get("compute", 0.0) == 0.0 and found.get("host", 0.0) > 0.99
+
+
+def _pct(share: float) -> str:
+    return f"{share:.0%}"
+
+
+def _rate(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.0f} ex/s"
+
+
+def _data_fix(loader: dict[str, Any], on_gpu: bool) -> str:
+    steps = []
+    if loader.get("num_workers") == 0:
+        steps.append("give the DataLoader workers (num_workers=4 or more; it has 0)")
+    if on_gpu and loader.get("pin_memory") is False:
+        steps.append("pin_memory=True")
+    steps.append("generate or decode on the device, or prefetch more (prefetch_factor)")
+    return "; ".join(steps)
+
+
+def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any]) -> list[Finding]:
+    """Findings about one phase's step (train or inference)."""
+    found: list[Finding] = []
+    part = figures.get("shares")
+    if not part:
+        return found
+    name = "training" if phase == "train" else "inference"
+    loader, model = figures.get("loader_examples_per_second"), figures.get(
+        "model_examples_per_second")
+    on_gpu = context.get("accelerator") == "cuda"
+    if part["data"] >= MIN_SHARE:
+        found.append(Finding(
+            "data-bound", part["data"],
+            f"{_pct(part['data'])} of each {name} step waits for the next batch; the loader"
+            f" alone delivers {_rate(loader)}, the model alone {_rate(model)}",
+            _data_fix(context.get("loader", {}), on_gpu)))
+    if part["host"] >= MIN_SHARE:
+        found.append(Finding(
+            "host-bound", part["host"],
+            f"{_pct(part['host'])} of each {name} step is outside the model and the data:"
+            " Lightning's loop, callbacks, logging, host-side launch overhead (the model alone"
+            f" runs {_rate(model)})",
+            "a larger batch amortises it; compile=true"
+            + (" (compile=reduce-overhead adds CUDA graphs)" if on_gpu else "")
+            + "; profiler=simple shows which hook or callback takes the time"))
+    if part["communication"] >= MIN_SHARE:
+        found.append(Finding(
+            "communication-bound", part["communication"],
+            f"{_pct(part['communication'])} of each {name} step is collectives not hidden"
+            " behind compute",
+            "a larger batch per rank, gradient accumulation, fewer ranks per node, or"
+            " DDP's bucket_cap_mb and gradient_as_bucket_view"))
+    mfu = figures.get("mfu")
+    if part["compute"] >= 0.5:
+        if on_gpu and mfu is not None and mfu < 0.3:
+            found.append(Finding(
+                "low-mfu", part["compute"] * (1 - mfu),
+                f"the {name} step is the model's own compute ({_pct(part['compute'])}), at"
+                f" {_pct(mfu)} MFU of the device's {figures.get('peak_tflops')} TFLOP/s",
+                "bf16 precision, a larger batch, compile=true, fused kernels (e.g."
+                " scaled_dot_product_attention)"))
+        else:
+            found.append(Finding(
+                "compute-bound", part["compute"] * 0.5,
+                f"{_pct(part['compute'])} of each {name} step is the model's own compute",
+                "less work per example (precision=bf16, compile=true)"
+                + ("" if on_gpu else ", or a GPU")))
+    return found
+
+
+def run_findings(context: dict[str, Any]) -> list[Finding]:
+    """Findings about the run as a whole: precision, compile, memory, measurement quality."""
+    found = []
+    if context.get("precision_note"):
+        found.append(Finding("precision", 0.5, context["precision_note"],
+                             "ask for the precision the device runs (bf16 on CPUs)"))
+    breaks = context.get("graph_breaks")
+    if breaks:
+        found.append(Finding(
+            "graph-breaks", 0.4, f"compile met {breaks} graph break(s): parts of the model run"
+            " uncompiled", "TORCH_LOGS=graph_breaks harness ... shows where; torch._dynamo."
+            "explain(model)(batch) lists why"))
+    used, total = context.get("peak_device_reserved_bytes"), context.get("device_memory_bytes")
+    if used and total:
+        share = used / total
+        if share < 0.4:
+            found.append(Finding(
+                "memory-headroom", 0.2, f"the peak uses {used / 2**30:.1f} GiB of the device's"
+                f" {total / 2**30:.0f} GiB ({_pct(share)})",
+                f"room for a batch about {max(1.0, 0.85 / share):.0f}x as large (sweep"
+                " batch_size to find the largest that fits)"))
+        elif share > 0.9:
+            found.append(Finding(
+                "memory-limit", 0.3, f"the peak uses {_pct(share)} of the device's memory",
+                "close to out of memory: a smaller batch, bf16, or activation checkpointing"))
+    thin = [f.split(":", 1)[1] for f in context.get("flags", []) if f.startswith("thin:")]
+    if thin:
+        found.append(Finding(
+            "thin", 0.15, f"few measured steps in {', '.join(thin)}: the figures are rough",
+            "more batches (data.*_batches / trainer.limit_*_batches) or fewer warm-up steps"))
+    spread = context.get("p90_over_median")
+    if spread and spread > 1.5:
+        found.append(Finding(
+            "noisy", 0.25, f"training step times vary: the p90 is {spread:.1f}x the median",
+            "repeat=3 (rounds in a sweep) to measure the spread; a quieter machine"))
+    return found
+
+
+def verdict(bound: str, phase: dict[str, Any]) -> str:
+    """One line on what the training step is bound by, with its evidence."""
+    part = phase.get("shares") or {}
+    loader, model = phase.get("loader_examples_per_second"), phase.get("model_examples_per_second")
+    if bound == "data":
+        return (f"bound by data loading: {_pct(part['data'])} of each training step waits for"
+                f" the next batch; the loader alone delivers {_rate(loader)}, the model alone"
+                f" {_rate(model)}")
+    if bound == "compute":
+        mfu = phase.get("mfu")
+        tail = (f"; MFU {_pct(mfu)} of {phase.get('peak_tflops')} TFLOP/s" if mfu is not None
+                else "")
+        return (f"bound by the model's compute: {_pct(part['compute'])} of each training step"
+                f" is forward, backward and optimizer (the model alone: {_rate(model)}){tail}")
+    if bound == "host":
+        return (f"bound by the host: {_pct(part['host'])} of each training step is Lightning's"
+                " loop, callbacks, logging and launch overhead (the model alone runs"
+                f" {_rate(model)})")
+    if bound == "communication":
+        return (f"bound by communication: {_pct(part['communication'])} of each training step"
+                " is collectives not hidden behind compute")
+    return "no verdict: " + (phase.get("note") or "the training step was not measured")

@@ -1,0 +1,133 @@
+"""The diagnose preset against planted truths: a slow loader, a slow step, a slow callback;
+FLOPs of the built-in transformer against the analytic count; communication per rank."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FAST, run_harness
+
+from harness.profilers.device_peaks import dense_peak_tflops, matmul_dtype
+from harness.profilers.findings import bound_by, shares
+from harness.profilers.flops import count_flops
+from harness.workload.model import TransformerModule
+
+PLANTED = ("model._target_=planted.PlantedModule", "~model.dim", "~model.depth",
+           "~model.num_heads", "~model.mlp_ratio", "~model.dropout", "~model.lr",
+           "data._target_=planted.PlantedData", "~data.seq_len", "~data.dim",
+           "~data.train_batches", "~data.val_batches", "~data.predict_batches",
+           "~data.generate_on", "~data.num_workers", "~data.pin_memory",
+           "batch_size=4", "mode=train", "logger=none", "trainer.enable_progress_bar=false",
+           "profiler=[speed,diagnose]", "profiler.speed.warmup_steps=2")
+
+
+def analytic_training_flops(batch: int, seq: int, dim: int, depth: int) -> int:
+    """Forward matmuls of a block: qkv 6BSd^2, proj 2BSd^2, MLP 16BSd^2, attention 4BS^2d;
+    backward twice that."""
+    return 3 * depth * (24 * batch * seq * dim**2 + 4 * batch * seq**2 * dim)
+
+
+@pytest.mark.parametrize(("batch", "seq", "dim", "depth"), [(4, 16, 32, 2), (2, 64, 128, 3)])
+def test_flops_of_the_builtin_transformer_match_the_analytic_count(batch, seq, dim, depth):
+    module = TransformerModule(dim=dim, depth=depth, num_heads=4)
+    x, y = torch.randn(batch, seq, dim), torch.randn(batch, seq, dim)
+
+    def step() -> None:
+        torch.nn.functional.mse_loss(module(x), y).backward()
+
+    flops, note = count_flops(step)
+    assert note is None
+    assert flops == pytest.approx(analytic_training_flops(batch, seq, dim, depth), rel=0.02)
+
+
+def test_uncountable_steps_say_so_in_one_line():
+    flops, note = count_flops(lambda: torch.ones(3).sum())
+    assert flops is None and note.startswith("FLOPs not counted: torch saw no matmul")
+
+
+def test_shares_cap_the_wait_at_what_the_loader_needs():
+    # 30 ms of waiting the loader explains: data. The same wait with a 1 ms loader: host.
+    assert bound_by(shares(0.033, 0.030, 0.030, 0.003)) == "data"
+    host = shares(0.033, 0.030, 0.001, 0.002)
+    assert bound_by(host) == "host" and host["host"] == pytest.approx(0.030 / 0.033)
+    assert bound_by(shares(0.033, 0.0, 0.0, 0.031)) == "compute"
+    assert bound_by(shares(None, 0.0, 0.0, 0.03)) == "unknown"
+
+
+def test_peak_table_matches_device_names_most_specific_first():
+    assert dense_peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.4
+    assert dense_peak_tflops("NVIDIA H100 PCIe", "bf16") == 756
+    assert dense_peak_tflops("NVIDIA L40S", "bf16") == 362  # not the L4's 121
+    assert dense_peak_tflops("NVIDIA L4", "bf16") == 121
+    assert dense_peak_tflops("NVIDIA A100-SXM4-80GB", "tf32") == 156
+    assert dense_peak_tflops("NVIDIA GH200 480GB", "fp16") == 989.4
+    assert dense_peak_tflops("Tesla T4", "bf16") is None  # no bf16 on Turing
+    assert dense_peak_tflops("AMD EPYC 7B13", "fp32") is None
+    assert matmul_dtype("32-true") == "fp32" and matmul_dtype("32-true", "high") == "tf32"
+    assert matmul_dtype("bf16-mixed") == "bf16" and matmul_dtype("16-mixed") == "fp16"
+
+
+def _diagnosis(tmp_path, name: str, *overrides: str) -> tuple[dict, float]:
+    """The run's diagnosis and its measured seconds per training step."""
+    cwd = tmp_path / name
+    cwd.mkdir()
+    done = run_harness(cwd, *PLANTED, *overrides, fast=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "diagnosis: bound by" in done.stdout.replace("\n", " ")
+    result = done.result()
+    return result["diagnosis"], result["metrics"]["train_seconds_per_iteration"]
+
+
+@pytest.mark.slow
+def test_planted_bottlenecks_are_named(tmp_path):
+    # the truth: each step waits the planted 30 ms for its batch, out of the measured step
+    data, step_s = _diagnosis(tmp_path, "data", "+data.fetch_s=0.03", "+model.step_s=0.003")
+    assert data["bound_by"] == "data"
+    assert data["train_data_share"] == pytest.approx(0.030 / step_s, abs=0.05)
+    assert data["findings"][0]["kind"] == "data-bound"
+    assert "num_workers" in data["findings"][0]["next_step"]
+    assert data["verdict"].startswith("bound by data loading:")
+
+    compute, _ = _diagnosis(tmp_path, "compute", "+model.step_s=0.03")
+    assert compute["bound_by"] == "compute"
+    assert compute["train_compute_share"] > 0.8
+
+    host, _ = _diagnosis(tmp_path, "host", "+profiler.slow._target_=planted.SlowCallback",
+                      "+profiler.slow.callback_s=0.03")
+    assert host["bound_by"] == "host"
+    assert host["train_host_share"] > 0.8
+    assert host["passes"]["cost_s"] > 0 and "restored" in host["passes"]["state"]
+
+
+@pytest.mark.slow
+def test_builtin_run_reports_flops_and_flop_rate(harness):
+    done = harness("profiler=[speed,diagnose]", "mode=train")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = done.result()
+    found = result["diagnosis"]
+    assert found["train_flops_per_step"] == pytest.approx(analytic_training_flops(4, 16, 32, 2),
+                                                          rel=0.02)
+    step = result["metrics"]["train_seconds_per_iteration"]
+    assert found["train_flop_per_s"] == pytest.approx(found["train_flops_per_step"] / step)
+    assert found["train_mfu"] is None  # a CPU: no peak unless profiler.diagnose.peak_tflops
+    assert result["metrics"]["train_flop_per_s"] == found["train_flop_per_s"]
+    report = done.report("diagnosis")
+    assert report["flop_convention"].startswith("2 FLOPs per multiply-add")
+    assert (done.run_dir() / "reports" / "diagnosis.md").read_text().startswith("# Diagnosis")
+    given = harness("profiler=[speed,diagnose]", "mode=train",
+                    "profiler.diagnose.peak_tflops=1.0", fast=True)
+    assert given.returncode == 0
+
+
+@pytest.mark.slow
+def test_ddp_splits_communication_from_compute_per_rank(tmp_path):
+    done = run_harness(tmp_path, *FAST, "trainer.strategy=ddp", "trainer.devices=2",
+                       "trainer.accelerator=cpu", "mode=train", "profiler=[speed,diagnose]",
+                       "profiler.speed.warmup_steps=1", fast=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = done.result()["diagnosis"]["communication_by_rank"]
+    assert len(ranks) == 2
+    for rank in ranks:
+        assert rank["communication_s"] > 0 and rank["compute_s"] > 0
+        assert rank["window_s"] >= max(rank["communication_s"], rank["compute_s"])
+        assert 0 <= rank["overlap_s"] <= min(rank["communication_s"], rank["compute_s"])
