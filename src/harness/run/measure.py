@@ -44,7 +44,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     result.versions = environment.versions()
     result.host = environment.host()
     result.model = cfg.model._target_
-    result.data = cfg.data._target_
+    result.data = None if datamodule is None else cfg.data._target_
 
     compile_before = environment.compile_seconds()
     if knobs.compile:
@@ -90,27 +90,16 @@ def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,
 
 def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
     """The inference measurement: Lightning's predict loop (eval mode, torch.inference_mode)."""
-    import lightning.pytorch as pl
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    if is_overridden("predict_dataloader", datamodule, pl.LightningDataModule):
-        loaders = None
-    elif is_overridden("val_dataloader", datamodule, pl.LightningDataModule):
-        # No predict split: measure inference on the validation data instead.
-        if not fitted:
-            datamodule.prepare_data()
-            datamodule.setup("validate")
-        loaders = datamodule.val_dataloader()
-    else:
-        raise HarnessError(
-            f"inference has no data: {type(datamodule).__name__} has neither a"
-            " predict_dataloader nor a val_dataloader. Fix: give it one, or set mode=train")
+    loaders = _inference_loaders(module, datamodule, fitted)
     try:
         if loaders is None:
             trainer.predict(module, datamodule=datamodule, return_predictions=False)
         else:
             trainer.predict(module, dataloaders=loaders, return_predictions=False)
     except Exception as err:
+        import lightning.pytorch as pl
+        from lightning.pytorch.utilities.model_helpers import is_overridden
+
         if is_overridden("predict_step", module, pl.LightningModule) or (
             classify_failure(err)[0] == "oom"
         ):
@@ -121,6 +110,28 @@ def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
             f" forward(), which failed ({first_line(err)[:200]}). Fix: give {name} a"
             " predict_step(batch, batch_idx), or set mode=train"
         ) from err
+
+
+def _inference_loaders(module: Any, datamodule: Any, fitted: bool) -> Any:
+    """None: Lightning's own predict_dataloader (of the DataModule, or with data=none of the
+    module) is used; else the validation loaders, for data without a predict split."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    source = module if datamodule is None else datamodule
+    base = pl.LightningModule if datamodule is None else pl.LightningDataModule
+    if is_overridden("predict_dataloader", source, base):
+        return None
+    if is_overridden("val_dataloader", source, base):
+        # No predict split: measure inference on the validation data instead.
+        if not fitted:
+            source.prepare_data()
+            source.setup("validate")
+        return source.val_dataloader()
+    whose = type(source).__name__ + (" (data=none: the module's own)" if datamodule is None else "")
+    raise HarnessError(
+        f"inference has no data: {whose} has neither a predict_dataloader nor a"
+        " val_dataloader. Fix: give it one, or set mode=train")
 
 
 def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
