@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from omegaconf import DictConfig
 
 from harness.config.knobs import Knobs
 from harness.errors import HarnessError, first_line
-from harness.result.schema import Device
 from harness.run.record import RunRecord, classify_failure, write_error_log
-
-REPORTS_DIR = "reports"
-log = logging.getLogger(__name__)
 
 
 def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
@@ -23,6 +18,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     from harness.launch.ddp import prepare_ranks
     from harness.run import build, environment
     from harness.run.compile import compile_facts, compile_network
+    from harness.run.finish import record_trainer, write_reports
     from harness.run.observe import BatchObserver, check_what_ran
 
     result = record.result
@@ -34,17 +30,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger, [observer])
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
-
-    result.precision_used = trainer.precision
-    if trainer.precision != knobs.lightning_precision:
-        result.precision_note = (
-            f"asked for {knobs.lightning_precision}, Lightning used {trainer.precision}"
-            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
-            " bf16-mixed there)"
-        )
-    result.device = Device(**environment.device_info(device), world_size=trainer.world_size)
-    result.versions = environment.versions()
-    result.host = environment.host()
+    record_trainer(result, trainer, knobs.lightning_precision)
     result.model = cfg.model._target_
     result.data = None if datamodule is None else cfg.data._target_
 
@@ -65,7 +51,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
             result.metrics.update(compiled)
         check_what_ran(result, knobs, observer, trainer.world_size, compiled)
         if trainer.is_global_zero:
-            _write_reports(presets.by_name, record)
+            write_reports(presets.by_name, record)
         # Compiled graphs, caches and peak counters are reset before each measurement
         # (harness.run.isolation.start_clean), not here.
 
@@ -134,30 +120,3 @@ def _inference_loaders(module: Any, datamodule: Any, fitted: bool) -> Any:
     raise HarnessError(
         f"inference has no data: {whose} has neither a predict_dataloader nor a"
         " val_dataloader. Fix: give it one, or set mode=train")
-
-
-def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
-    from harness.launch.slurm import SLURM_REPORT, slurm_report
-    from harness.profilers.reporting import Flagging, Reporter
-    from harness.reports.files import write_json
-    from harness.terminal import show
-
-    reports_dir = record.output_dir / REPORTS_DIR
-    result = record.result
-    for name, preset in presets.items():
-        if not isinstance(preset, Reporter):
-            continue
-        try:
-            result.metrics.update(preset.write_reports(reports_dir))
-            if isinstance(preset, Flagging):
-                result.flags = sorted(set(result.flags) | set(preset.flags()))
-            for table in preset.console_tables():
-                show(table)
-        except Exception as err:  # one broken report must not lose the others
-            result.report_errors[name] = first_line(err, with_type=not isinstance(err, HarnessError))
-            log.warning("%s report: %s", name, result.report_errors[name])
-    if result.slurm:
-        write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
-    if reports_dir.is_dir():
-        record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
-    show(f"[bold]result:[/bold] {record.path}")
