@@ -40,7 +40,10 @@ class ChecksBeforeLightningInit:
     __del__ (which tears one down) must not run for it. List it first among the bases."""
 
     def __del__(self) -> None:
-        from harness import private_api
+        try:
+            from harness import private_api
+        except ImportError:  # the interpreter is shutting down (a script's last objects)
+            return
 
         if private_api.profiler_was_initialised(self):
             super().__del__()  # type: ignore[misc]
