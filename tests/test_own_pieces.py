@@ -162,3 +162,22 @@ def test_data_null_says_data_none_in_one_line(harness):
     assert done.stderr.strip() == ("harness: error: data=null: a config group takes an option"
                                    " name, not null. Fix: data=none (the LightningModule's own"
                                    " dataloaders)")
+
+
+def test_lightnings_boring_model_on_its_own_loaders_as_documented(tmp_path):
+    """docs/own-model.md's command: the built-in model's keys removed with data=none (its
+    `dim` follows data.dim, 128 when there is no data config, so removing it resolves)."""
+    overrides = ["model._target_=lightning.pytorch.demos.boring_classes.BoringModel",
+                 "~model.dim", "~model.depth", "~model.num_heads", "~model.mlp_ratio",
+                 "~model.dropout", "~model.lr", "data=none"]
+    cfg = composed(*overrides, "logger=none", "trainer.enable_progress_bar=false",
+                   tmp_path=tmp_path)
+    result = run_job(cfg, tmp_path, overrides)
+    assert result.status == "ok", result.reason
+    # BoringModel's own 64-example loaders, batches of 1, 5 warm-up steps per phase.
+    assert [result.metrics[f"{p}_measured_steps"] for p in ("train", "validation", "inference")
+            ] == [59, 59, 59]
+    assert result.observed.notes == [
+        "batch_size=32 but train batches hold 1 examples per rank: the module's own dataloaders"
+        " (data=none) set the batch size. Fix: set batch_size=1 (per rank) to label the run"
+        " with it"]
