@@ -138,9 +138,14 @@ def test_the_start_directory_is_on_the_import_path(tmp_path, monkeypatch):
     assert sys.path[0] == str(tmp_path)
 
 
-def test_the_harness_command_imports_from_where_it_starts(tmp_path):
-    """The console script's sys.path has its bin directory, not the cwd: harness adds it.
-    data=none with a module that owns its loaders, and a user callback from the same folder."""
+DDP = ("trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu")
+
+
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_the_harness_command_imports_from_where_it_starts(tmp_path, ranks):
+    """The console script's sys.path has its bin directory, not the cwd: harness adds it, in
+    every DDP rank too. data=none with a module that owns its loaders, and a user callback
+    from the same folder."""
     source = Path(__file__).with_name("own_loaders.py").read_text()
     (tmp_path / "my_own_code.py").write_text(source)
     (tmp_path / "my_conf" / "model").mkdir(parents=True)
@@ -149,10 +154,14 @@ def test_the_harness_command_imports_from_where_it_starts(tmp_path):
     done = run_harness(
         tmp_path, "-cd", "my_conf", "model=own", "data=none", "batch_size=4",
         "logger=none", "trainer.enable_progress_bar=false",
-        "profiler.speed.warmup_steps=2",
+        "profiler.speed.warmup_steps=1", *(DDP if ranks > 1 else ()),
         "+trainer.callbacks=[{_target_: my_own_code.BatchCounter, path: seen}]", fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.result()["status"] == "ok" and (tmp_path / "seen").read_text() == "6"
+    result = done.result()
+    assert result["status"] == "ok" and result["distributed"]["world_size"] == ranks
+    # 24 examples in batches of 4, split over the ranks (Lightning's distributed sampler).
+    assert (tmp_path / "seen").read_text() == str(6 // ranks)
+    assert result["metrics"]["train_measured_steps"] == 6 // ranks - 1
     assert "my_own_code" not in "".join(sys.path)  # it came from the start directory alone
 
 
