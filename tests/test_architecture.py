@@ -19,7 +19,8 @@ LAYERS: list[set[str]] = [
     {"profilers", "tracking", "sweep"},
     {"run"},
     {"cli_errors"},
-    {"cli", "session", "harness"},
+    {"session"},  # ProfileSession: uses cli_errors; `harness.ProfileSession` loads it lazily
+    {"cli", "harness"},
 ]
 LAUNCHER_PLUGIN = "hydra_plugins"  # the Hydra launcher plugin, outside the harness package
 MAX_MODULE_LINES = 350

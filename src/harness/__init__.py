@@ -3,7 +3,8 @@
 Importing this package stays cheap: torch, Lightning and MLflow are imported
 only by the modules that run a job, so `harness --help` answers at once.
 `harness.annotate` and `harness.profile` load on first use and import neither
-torch nor nvtx until a profiler preset switches them on.
+torch nor nvtx until a profiler preset switches them on; `harness.ProfileSession`
+(harness.session: the presets in a user's own Trainer) loads Lightning on first use.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["annotate", "profile"]
+__all__ = ["ProfileSession", "annotate", "profile"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,6 +20,8 @@ def __getattr__(name: str) -> Any:
         from harness.instrument.annotate import annotate as found
     elif name == "profile":
         from harness.instrument.line_profile import profile as found
+    elif name == "ProfileSession":
+        from harness.session import ProfileSession as found
     else:
         raise AttributeError(f"module 'harness' has no attribute {name!r}")
     globals()[name] = found  # later lookups are plain attribute reads, not this function

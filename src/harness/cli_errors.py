@@ -88,6 +88,21 @@ def _omegaconf(err: BaseException) -> str:
     return text
 
 
+def _null_group() -> str:
+    """Hydra's "Config group override must be a string or a list. Got NoneType", for
+    `data=null`: a config group takes an option name; `none` is the option that means none."""
+    import sys
+
+    nulls = [a.split("=", 1)[0] for a in sys.argv[1:] if a.endswith(("=null", "=None"))]
+    group = nulls[0].lstrip("+~") if nulls else "a group"
+    line = f"{group}=null: a config group takes an option name, not null."
+    options = _builtin_options(group) if nulls else []
+    if "none" in options:
+        meaning = {"data": " (the LightningModule's own dataloaders)"}.get(group, "")
+        return f"{line} Fix: {group}=none{meaning}"
+    return line + (f" Available options in '{group}': {', '.join(options)}" if options else "")
+
+
 def _traceback_file(err: BaseException) -> Path:
     handle, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
     with open(handle, "w") as out:
@@ -125,6 +140,8 @@ def describe(err: BaseException) -> tuple[int, str]:
         return CONFIG_STATUS, _unknown_key(str(err)) or _one_line(err)
     if isinstance(err, OmegaConfBaseException):
         return CONFIG_STATUS, _omegaconf(err)
+    if isinstance(err, ValueError) and "Config group override must be a string" in str(err):
+        return CONFIG_STATUS, _null_group()
     if isinstance(err, ValueError) and "Only one of --run, --multirun" in str(err):
         return CONFIG_STATUS, (f"{_one_line(err)}. Fix: print one job's config without -m, e.g."
                                " harness --cfg job batch_size=1")

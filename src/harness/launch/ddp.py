@@ -47,6 +47,18 @@ def child_command(local_rank: int) -> tuple[Sequence[str], str]:
     return command, get_original_cwd()
 
 
+def distributed_facts(trainer: Any) -> dict[str, Any]:
+    """How the Trainer spreads the run: result.json's `distributed` block."""
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    return {
+        "strategy": type(trainer.strategy).__name__,
+        "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
+        "devices_per_node": trainer.num_devices,
+        "cluster_environment": type(environment).__name__ if environment is not None else None,
+    }
+
+
 def prepare_ranks(trainer: Any, result: RunResult) -> None:
     """Before fit: SLURM's tasks must match the trainer; DDP ranks start in this job's dir."""
     from harness import private_api
@@ -57,13 +69,5 @@ def prepare_ranks(trainer: Any, result: RunResult) -> None:
                                      trainer.num_nodes)
         if mismatch:
             raise HarnessError(mismatch)
-    environment = getattr(trainer.strategy, "cluster_environment", None)
-    result.distributed = {
-        "strategy": type(trainer.strategy).__name__,
-        "world_size": trainer.world_size,
-        "num_nodes": trainer.num_nodes,
-        "devices_per_node": trainer.num_devices,
-        "cluster_environment": type(environment).__name__ if environment is not None else None,
-    }
     if trainer.world_size > 1:
         private_api.replace_ddp_child_command(child_command)

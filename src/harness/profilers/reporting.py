@@ -5,14 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from harness.errors import HarnessError
+
+
+class ReportError(HarnessError):
+    """A preset's report could not be made; the message (one line) says why. Raised by
+    `write_reports` after it wrote what it could: result.json's `report_errors` records it."""
+
 
 @runtime_checkable
 class Reporter(Protocol):
     """A preset that writes reports once the run ends (on global rank zero only).
 
     `write_reports` returns the headline figures to copy into result.json
-    (flat, units in the key names); `console_tables` returns rich renderables
-    printed at the end of the run.
+    (flat, units in the key names), or raises (ReportError: a one-line reason);
+    `console_tables` returns rich renderables printed at the end of the run.
     """
 
     def write_reports(self, reports_dir: Path) -> dict[str, Any]: ...
@@ -44,7 +51,10 @@ class ChecksBeforeLightningInit:
     __del__ (which tears one down) must not run for it. List it first among the bases."""
 
     def __del__(self) -> None:
-        from harness import private_api
+        try:
+            from harness import private_api
+        except ImportError:  # the interpreter is shutting down (a script's last objects)
+            return
 
         if private_api.profiler_was_initialised(self):
             super().__del__()  # type: ignore[misc]

@@ -1,12 +1,18 @@
 """The `summary` preset: torchinfo's table of layers and parameters, in the run's real precision.
 
-It is taken at the first batch the run sees, with that batch, on the run's
-device, inside Lightning's precision context (autocast at the run's dtype), so
-shapes, dtypes and sizes are those of the real run. torchinfo cannot hook into
-compiled modules, so any torch.compile'd child is swapped back to its original
-module for the summary and restored afterwards (harness.private_api.uncompiled). The forward pass
-it needs runs under no_grad and is left out of the speed report's figures
-(it falls in the first, warm-up, step).
+It is taken at the first batch the run sees, with that batch (or the module's
+example_input_array), on the run's device, inside Lightning's precision context (autocast at
+the run's dtype), so shapes, dtypes and sizes are those of the real run. Which part of the
+batch goes to `forward` is found by trying the usual shapes (harness.profilers.summary_inputs).
+FlopCounterMode counts the same forward pass's FLOPs beside torchinfo's mult-adds
+(harness.profilers.summary_flops). torchinfo cannot hook into compiled modules, so any
+torch.compile'd child is swapped back to its original module for the summary and restored
+afterwards (harness.private_api.uncompiled). The forward pass runs under no_grad and is left
+out of the speed report's figures (it falls in the first, warm-up, step).
+
+A summary that cannot be taken never stops the run, and is never silent: summary.json holds
+the error, and write_reports raises it, so result.json's `report_errors` and one warning line
+say why (with the real exception, not torchinfo's "See above stack traces").
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from typing_extensions import override
 
 from harness import private_api
 from harness.config.checks import list_of, non_negative_int
+from harness.errors import first_line
+from harness.profilers.reporting import ReportError
+from harness.profilers.summary_flops import flop_counter, which_to_trust
+from harness.profilers.summary_inputs import ForwardInput, forward_inputs
 from harness.reports.files import write_json, write_text
 
 COLUMNS = (
@@ -34,13 +44,15 @@ COLUMNS = (
 )
 
 
-def example_input(pl_module: pl.LightningModule, batch: Any) -> Any:
-    """The module's forward input: example_input_array if set, else the batch's first tensor."""
-    if pl_module.example_input_array is not None:
-        return pl_module.example_input_array
-    if isinstance(batch, (list, tuple)) and batch:
-        return batch[0]
-    return batch
+def _real_error(err: BaseException) -> str:
+    """torchinfo wraps forward's exception in "Failed to run torchinfo. See above stack
+    traces" (traces it never printed): the cause is the error the user can act on."""
+    cause = err.__cause__ if err.__cause__ is not None else err
+    return first_line(cause)[:300]
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 class SummaryPreset(Callback):
@@ -59,53 +71,73 @@ class SummaryPreset(Callback):
         self.totals: dict[str, Any] = {}
         self.context: dict[str, Any] = {}
         self.error: str | None = None
+        self.trust: str | None = None  # which of mult-adds and FLOPs to trust, in one line
 
     def _summarise(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any) -> None:
         if self.done:
             return
         self.done = True
+        failed = []
+        for candidate in forward_inputs(pl_module, batch):
+            try:
+                self._take(trainer, pl_module, candidate)
+            except Exception as err:  # a summary must not kill the run it describes
+                failed.append(f"{candidate.label}: {_real_error(err)}")
+                continue
+            self.context["inputs_that_failed"] = failed
+            return
+        declared = pl_module.example_input_array is not None
+        self.error = (
+            f"forward failed on {'example_input_array' if declared else 'every input tried'}"
+            f" ({'; '.join(failed)}). Fix: {'correct' if declared else 'set'}"
+            f" {type(pl_module).__name__}.example_input_array to forward's input: a tensor,"
+            " a tuple of its positional inputs or a dict of its keyword inputs")
+
+    def _take(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+              candidate: ForwardInput) -> None:
         import torchinfo
 
         device = pl_module.device
-        data = example_input(pl_module, batch)
-        data = data.to(device) if isinstance(data, torch.Tensor) else data
-        try:
-            with private_api.uncompiled(pl_module), trainer.precision_plugin.forward_context():
-                autocast = torch.is_autocast_enabled(device.type)
-                dtype = torch.get_autocast_dtype(device.type) if autocast else None
+        with private_api.uncompiled(pl_module), trainer.precision_plugin.forward_context():
+            autocast = torch.is_autocast_enabled(device.type)
+            dtype = torch.get_autocast_dtype(device.type) if autocast else None
+            counter = flop_counter()
+            with counter:
                 stats = torchinfo.summary(
                     pl_module,
-                    input_data=[data],
+                    input_data=candidate.torchinfo_data,
                     depth=self.depth,
                     col_names=self.columns,
                     device=device,
                     mode="train" if pl_module.training else "eval",
                     verbose=0,
                 )
-        except Exception as err:  # a summary must not kill the run it describes
-            self.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            return
-        param_dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in pl_module.parameters()})
+        tensors = candidate.tensors()
+        first = next(iter(tensors.values()), None)
         self.context = {
             "device": str(device),
             "precision": trainer.precision,
             "autocast_dtype": str(dtype).removeprefix("torch.") if dtype else None,
-            "parameter_dtypes": param_dtypes,
-            "input_shape": list(data.shape) if isinstance(data, torch.Tensor) else None,
-            "input_dtype": str(data.dtype).removeprefix("torch.")
-            if isinstance(data, torch.Tensor)
-            else None,
+            "parameter_dtypes": sorted({_dtype(p) for p in pl_module.parameters()}),
+            "input": candidate.label,
+            "input_shape": list(first.shape) if first is not None else None,
+            "input_dtype": _dtype(first) if first is not None else None,
+            "inputs": {name: {"shape": list(t.shape), "dtype": _dtype(t)}
+                       for name, t in tensors.items()},
         }
         self.text = str(stats)
+        flops = int(counter.get_total_flops())
         self.totals = {
             "total_params": int(stats.total_params),
             "trainable_params": int(stats.trainable_params),
             "non_trainable_params": int(stats.total_params - stats.trainable_params),
             "total_mult_adds": int(stats.total_mult_adds),
+            "forward_flops": flops,
             "param_bytes": int(stats.total_param_bytes),
             "forward_backward_pass_bytes": int(stats.total_output_bytes),
             "input_bytes": int(stats.total_input),
         }
+        self.trust = which_to_trust(self.totals["total_mult_adds"], flops)
 
     @override
     def on_train_batch_start(
@@ -133,7 +165,11 @@ class SummaryPreset(Callback):
             "Expected overhead: one extra forward pass (no_grad) at the first step, inside the"
             " speed report's warm-up.",
         ]
-        body = self.text or f"no summary: {self.error or 'the run processed no batch'}"
+        if self.trust:
+            header.append(f"Forward FLOPs (FlopCounterMode): {self.totals['forward_flops']:,};"
+                          f" {self.trust}.")
+        error = self.error or (None if self.text else "the run processed no batch")
+        body = self.text or f"no summary: {error}"
         write_text(reports_dir / "summary.txt", "\n".join(header) + "\n\n" + body + "\n")
         write_json(
             reports_dir / "summary.json",
@@ -142,20 +178,25 @@ class SummaryPreset(Callback):
                 "what": header[0],
                 "expected_overhead": header[2],
                 **self.context,
-                "error": self.error,
+                "error": error,
                 "totals": self.totals,
-                "units": "counts; bytes (param_bytes at the parameters' dtype, pass sizes at the"
-                " output dtype seen in the forward pass)",
+                "which_to_trust": self.trust,
+                "units": "counts; total_mult_adds: torchinfo's estimate per forward pass;"
+                " forward_flops: FLOPs counted by torch.utils.flop_counter.FlopCounterMode in"
+                " the same pass (2 per multiply-add); bytes (param_bytes at the parameters'"
+                " dtype, pass sizes at the output dtype seen in the forward pass)",
             },
         )
+        if error:  # files written, so the reason is on disk too; the run records and says it
+            raise ReportError(f"no model summary: {error}")
         return {f"summary_{key}": value for key, value in self.totals.items()}
 
     def console_tables(self) -> list[Any]:
-        if not self.totals:
-            return [f"model summary: not taken ({self.error or 'no batch'})"]
         t = self.totals
         return [
             f"model summary: {t['total_params']:,} parameters ({t['trainable_params']:,}"
-            f" trainable), {t['total_mult_adds']:,} mult-adds per forward;"
-            f" precision {self.context['precision']} -> reports/summary.txt"
+            f" trainable), {t['total_mult_adds']:,} mult-adds (torchinfo) and"
+            f" {t['forward_flops']:,} FLOPs (FlopCounterMode) per forward; precision"
+            f" {self.context['precision']} -> reports/summary.txt",
+            f"model summary: {self.trust}",
         ]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 import lightning.pytorch as pl
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.profilers import Profiler
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
+from harness.config.targets import callback_nodes, uses_own_dataloaders
 from harness.errors import HarnessError, first_line
 
 
@@ -48,7 +50,10 @@ def build_module(cfg: DictConfig) -> pl.LightningModule:
     return module
 
 
-def build_datamodule(cfg: DictConfig) -> pl.LightningDataModule:
+def build_datamodule(cfg: DictConfig) -> pl.LightningDataModule | None:
+    """The DataModule, or None with `data=none` (the module's own dataloaders)."""
+    if uses_own_dataloaders(cfg):
+        return None
     datamodule = _build("data", cfg.data)
     if not isinstance(datamodule, pl.LightningDataModule):
         raise HarnessError(
@@ -103,17 +108,49 @@ def build_logger(cfg: DictConfig) -> Any:
     return _build("logger", node)
 
 
+def build_user_callbacks(node: Any) -> list[Callback]:
+    """The user's trainer.callbacks: one `_target_` node, a list or a dict of them."""
+    built = []
+    for key, child in callback_nodes(node):
+        callback = _build(key, child)
+        if not isinstance(callback, Callback):
+            raise HarnessError(
+                f"{key}._target_={child._target_} built a {type(callback).__name__}, not a"
+                " lightning.pytorch Callback. Fix: point it at a Callback class, or remove it")
+        built.append(callback)
+    return built
+
+
+def _switches_for(callbacks: list[Callback]) -> dict[str, bool]:
+    """Trainer switches the user's callbacks need: conf/trainer/default.yaml turns checkpointing
+    (and, in tests, the progress bar) off, and Lightning refuses a ModelCheckpoint or a
+    progress bar callback next to the switch that turns it off. Asking for one means wanting it."""
+    switches = {}
+    if any(isinstance(c, ModelCheckpoint) for c in callbacks):
+        switches["enable_checkpointing"] = True
+    if any(isinstance(c, ProgressBar) for c in callbacks):
+        switches["enable_progress_bar"] = True
+    return switches
+
+
 def build_trainer(
     cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback]
 ) -> pl.Trainer:
-    """The Trainer, with the presets, harness's own callbacks (`own`) and the logger."""
+    """The Trainer with the user's trainer.callbacks, then the presets, harness's own
+    callbacks (`own`) and the logger."""
+    user = build_user_callbacks(cfg.trainer.get("callbacks"))
+    # Without its callbacks node: Hydra would merge the list below into a dict of nodes.
+    node = copy.copy(cfg.trainer)  # a shallow copy keeps the parent: ${...} still resolve
+    with open_dict(node):
+        node.pop("callbacks", None)
     # A logger that buffers (logger=mlflow) sends its metrics from a callback between steps.
     flush = [logger.flush_callback()] if hasattr(logger, "flush_callback") else []
     return _build(
         "trainer",
-        cfg.trainer,
+        node,
         precision=precision,
-        callbacks=[*presets.callbacks, *own, *flush],
+        callbacks=[*user, *presets.callbacks, *own, *flush],
         profiler=presets.profiler,
         logger=logger,
+        **_switches_for(user),
     )

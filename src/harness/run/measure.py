@@ -8,10 +8,7 @@ from omegaconf import DictConfig
 
 from harness.config.knobs import Knobs
 from harness.errors import HarnessError, first_line
-from harness.result.schema import Device, Diagnosis
 from harness.run.record import RunRecord, classify_failure, write_error_log
-
-REPORTS_DIR = "reports"
 
 
 def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
@@ -21,6 +18,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     from harness.launch.ddp import prepare_ranks
     from harness.run import build, environment
     from harness.run.compile import compile_facts, compile_network
+    from harness.run.finish import record_trainer, write_reports
     from harness.run.observe import BatchObserver, check_what_ran
 
     result = record.result
@@ -32,19 +30,9 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger, [observer])
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
-
-    result.precision_used = trainer.precision
-    if trainer.precision != knobs.lightning_precision:
-        result.precision_note = (
-            f"asked for {knobs.lightning_precision}, Lightning used {trainer.precision}"
-            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
-            " bf16-mixed there)"
-        )
-    result.device = Device(**environment.device_info(device), world_size=trainer.world_size)
-    result.versions = environment.versions()
-    result.host = environment.host()
+    record_trainer(result, trainer, knobs.lightning_precision)
     result.model = cfg.model._target_
-    result.data = cfg.data._target_
+    result.data = None if datamodule is None else cfg.data._target_
 
     compile_before = environment.compile_seconds()
     if knobs.compile:
@@ -63,7 +51,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
             result.metrics.update(compiled)
         check_what_ran(result, knobs, observer, trainer.world_size, compiled)
         if trainer.is_global_zero:
-            _write_reports(presets.by_name, record)
+            write_reports(presets.by_name, record)
         # Compiled graphs, caches and peak counters are reset before each measurement
         # (harness.run.isolation.start_clean), not here.
 
@@ -90,27 +78,16 @@ def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,
 
 def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
     """The inference measurement: Lightning's predict loop (eval mode, torch.inference_mode)."""
-    import lightning.pytorch as pl
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    if is_overridden("predict_dataloader", datamodule, pl.LightningDataModule):
-        loaders = None
-    elif is_overridden("val_dataloader", datamodule, pl.LightningDataModule):
-        # No predict split: measure inference on the validation data instead.
-        if not fitted:
-            datamodule.prepare_data()
-            datamodule.setup("validate")
-        loaders = datamodule.val_dataloader()
-    else:
-        raise HarnessError(
-            f"inference has no data: {type(datamodule).__name__} has neither a"
-            " predict_dataloader nor a val_dataloader. Fix: give it one, or set mode=train")
+    loaders = _inference_loaders(module, datamodule, fitted)
     try:
         if loaders is None:
             trainer.predict(module, datamodule=datamodule, return_predictions=False)
         else:
             trainer.predict(module, dataloaders=loaders, return_predictions=False)
     except Exception as err:
+        import lightning.pytorch as pl
+        from lightning.pytorch.utilities.model_helpers import is_overridden
+
         if is_overridden("predict_step", module, pl.LightningModule) or (
             classify_failure(err)[0] == "oom"
         ):
@@ -123,36 +100,23 @@ def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
         ) from err
 
 
-def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
-    from harness.launch.slurm import SLURM_REPORT, slurm_report
-    from harness.profilers.reporting import Diagnosing, Flagging, Reporter
-    from harness.reports.files import write_json
-    from harness.terminal import show
+def _inference_loaders(module: Any, datamodule: Any, fitted: bool) -> Any:
+    """None: Lightning's own predict_dataloader (of the DataModule, or with data=none of the
+    module) is used; else the validation loaders, for data without a predict split."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.model_helpers import is_overridden
 
-    reports_dir = record.output_dir / REPORTS_DIR
-    result = record.result
-    for name, preset in presets.items():
-        if not isinstance(preset, Reporter):
-            continue
-        try:
-            result.metrics.update(preset.write_reports(reports_dir))
-            if isinstance(preset, Flagging):
-                result.flags = sorted(set(result.flags) | set(preset.flags()))
-            for table in preset.console_tables():
-                show(table)
-        except Exception as err:  # one broken report must not lose the others
-            result.report_errors[name] = first_line(err)
-    for name, preset in presets.items():  # after every other report: it reads their figures
-        if isinstance(preset, Diagnosing):
-            try:
-                metrics, diagnosis = preset.diagnose(reports_dir, result)
-                result.metrics.update(metrics)
-                result.diagnosis = Diagnosis.model_validate(diagnosis)
-                show(f"[bold]diagnosis:[/bold] {result.diagnosis.verdict}")
-            except Exception as err:
-                result.report_errors[name] = first_line(err)
-    if result.slurm:
-        write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
-    if reports_dir.is_dir():
-        record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
-    show(f"[bold]result:[/bold] {record.path}")
+    source = module if datamodule is None else datamodule
+    base = pl.LightningModule if datamodule is None else pl.LightningDataModule
+    if is_overridden("predict_dataloader", source, base):
+        return None
+    if is_overridden("val_dataloader", source, base):
+        # No predict split: measure inference on the validation data instead.
+        if not fitted:
+            source.prepare_data()
+            source.setup("validate")
+        return source.val_dataloader()
+    whose = type(source).__name__ + (" (data=none: the module's own)" if datamodule is None else "")
+    raise HarnessError(
+        f"inference has no data: {whose} has neither a predict_dataloader nor a"
+        " val_dataloader. Fix: give it one, or set mode=train")

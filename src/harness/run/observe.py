@@ -77,7 +77,10 @@ def check_what_ran(result: RunResult, knobs: Knobs, observer: BatchObserver,
         seen = readable[main_phase]
         why = "the data config ignores the knob"
         fix = "batch_size: ${batch_size} in your data config"
-        if world_size > 1 and seen * world_size == knobs.batch_size:
+        if result.data is None:  # data=none: the module's own dataloaders
+            why = "the module's own dataloaders (data=none) set the batch size"
+            fix = f"set batch_size={seen} (per rank) to label the run with it"
+        elif world_size > 1 and seen * world_size == knobs.batch_size:
             why = (f"the data module divides batch_size by the world size ({world_size}); in"
                    " harness batch_size is per rank")
             fix = "drop that division, or set batch_size to the per-rank size you want"

@@ -1,0 +1,83 @@
+"""What a run records about its Trainer, and the reports its presets write at the end.
+
+Shared by harness's own jobs (harness.run.measure) and by a user's own training script
+(harness.session.ProfileSession), so both write the same reports/ and result.json.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from harness.errors import HarnessError, first_line
+from harness.result.schema import Device, Diagnosis, RunResult
+from harness.run.record import RunRecord
+
+REPORTS_DIR = "reports"
+log = logging.getLogger(__name__)
+
+
+def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> None:
+    """The precision Lightning used (and why, when it is not what was asked), the device,
+    versions and host, into `result`."""
+    from harness.launch.ddp import distributed_facts
+    from harness.run import environment
+
+    device = trainer.strategy.root_device
+    result.precision_used = trainer.precision
+    if trainer.precision != asked_precision:
+        result.precision_note = (
+            f"asked for {asked_precision}, Lightning used {trainer.precision}"
+            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
+            " bf16-mixed there)"
+        )
+    result.device = Device(**environment.device_info(device), world_size=trainer.world_size)
+    result.distributed = distributed_facts(trainer)
+    result.versions = environment.versions()
+    result.host = environment.host()
+
+
+def write_reports(presets: dict[str, Any], record: RunRecord) -> None:
+    """Every preset's reports under reports/, its figures and flags into result.json, its
+    tables on the terminal. A report that fails is recorded in `report_errors` and said in
+    one warning line; the others are still written. Call on global rank zero only."""
+    from harness.launch.slurm import SLURM_REPORT, slurm_report
+    from harness.profilers.reporting import Diagnosing, Flagging, Reporter
+    from harness.reports.files import write_json
+    from harness.terminal import show
+
+    reports_dir = record.output_dir / REPORTS_DIR
+    result = record.result
+    for name, preset in presets.items():
+        if not isinstance(preset, Reporter):
+            continue
+        try:
+            result.metrics.update(preset.write_reports(reports_dir))
+            if isinstance(preset, Flagging):
+                result.flags = sorted(set(result.flags) | set(preset.flags()))
+            for table in preset.console_tables():
+                show(table)
+        except Exception as err:  # one broken report must not lose the others
+            result.report_errors[name] = first_line(err, with_type=not isinstance(err, HarnessError))
+            log.warning("%s report: %s", name, result.report_errors[name])
+    for name, preset in presets.items():  # after every other report: it reads their figures
+        if isinstance(preset, Diagnosing):
+            _diagnose(name, preset, reports_dir, result)
+    if result.slurm:
+        write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
+    if reports_dir.is_dir():
+        record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
+    show(f"[bold]result:[/bold] {record.path}")
+
+
+def _diagnose(name: str, preset: Any, reports_dir: Any, result: RunResult) -> None:
+    from harness.terminal import show
+
+    try:
+        metrics, diagnosis = preset.diagnose(reports_dir, result)
+        result.metrics.update(metrics)
+        result.diagnosis = Diagnosis.model_validate(diagnosis)
+        show(f"[bold]diagnosis:[/bold] {result.diagnosis.verdict}")
+    except Exception as err:  # a diagnosis that fails must not lose the measured figures
+        result.report_errors[name] = first_line(err)
+        log.warning("%s report: %s", name, result.report_errors[name])

@@ -1,0 +1,249 @@
+"""harness inside a user's own training script: the presets in a Trainer the user builds.
+
+    from harness import ProfileSession
+
+    session = ProfileSession(["speed", "memory"], output_dir="runs/try1")
+    trainer = Trainer(..., callbacks=[*my_callbacks, *session.callbacks],
+                      profiler=session.profiler)
+    trainer.fit(model, datamodule=dm)
+    session.finish(trainer)  # reports/ and result.json, as the `harness` command writes them
+
+The presets are composed from conf/profiler with Hydra's compose API, so their names and
+options are the command's (`overrides=["profiler.speed.warmup_steps=2"]`), and built,
+observed and reported by the same code as a `harness` job (harness.run.build,
+harness.run.observe, harness.run.finish). What the command sets itself (seed, precision,
+compile, the logger, repeats) stays the script's: result.json records what the Trainer ran.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+from omegaconf import DictConfig, open_dict
+from typing_extensions import override
+
+from harness.errors import ConfigError, HarnessError
+from harness.result.schema import RunResult
+from harness.run.record import RunRecord
+
+log = logging.getLogger(__name__)
+
+# Presets that need the `harness` command around the run, not only a Trainer.
+COMMAND_ONLY = {
+    "nsys": "it re-runs the whole command under `nsys profile`",
+    "pyspy": "it writes into the harness job's run directory",
+}
+
+
+@contextmanager
+def _hydra_for_compose() -> Iterator[None]:
+    """Room for compose(): a script that is itself a Hydra app has GlobalHydra in use."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    hydra = GlobalHydra.instance()
+    previous = hydra.hydra if hydra.is_initialized() else None
+    hydra.clear()
+    try:
+        yield
+    finally:
+        GlobalHydra.instance().clear()
+        if previous is not None:
+            GlobalHydra.instance().initialize(previous)
+
+
+@contextmanager
+def _hydra_config(cfg: DictConfig) -> Iterator[None]:
+    """`${hydra:runtime.output_dir}` in the presets' options resolves to the session's
+    directory while they are built; the script's own HydraConfig, if any, is put back."""
+    from hydra.core.hydra_config import HydraConfig
+
+    holder = HydraConfig.instance()
+    previous = holder.cfg
+    holder.set_config(cfg)
+    try:
+        yield
+    finally:
+        holder.cfg = previous
+
+
+def compose_presets(presets: Sequence[str], overrides: Sequence[str], output_dir: Path
+                    ) -> DictConfig:
+    """harness's config with `profiler=[presets]` and `overrides`, as the command composes it."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.cli_errors import describe
+    from harness.config.locations import conf_dir
+
+    wanted = [f"profiler=[{','.join(presets)}]", "logger=none", *overrides]
+    try:
+        with _hydra_for_compose(), initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            cfg = compose("config", overrides=wanted, return_hydra_config=True)
+    except Exception as err:  # Hydra's multi-line errors, in the command's one line
+        raise HarnessError(describe(err)[1]) from None
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(output_dir)
+        cfg.hydra.runtime.cwd = os.getcwd()
+    return cfg
+
+
+class _TrainerSeen(Callback):
+    """Remembers the Trainer the session's callbacks went into, and starts the device's
+    peak-memory counters when it sets up."""
+
+    def __init__(self) -> None:
+        self.trainer: Any = None
+
+    @override
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from harness.run import environment
+
+        if self.trainer is None:
+            environment.reset_peak_memory(trainer.strategy.root_device)
+        self.trainer = trainer
+
+
+class ProfileSession:
+    """harness's presets for a Trainer the user builds; `finish` writes reports/ and
+    result.json into `output_dir` (default outputs/DATE/TIME, as the command).
+
+    presets: names of conf/profiler presets ("speed", "memory", ...), or one name.
+    overrides: Hydra overrides, as on the command line ("profiler.speed.warmup_steps=2").
+    """
+
+    def __init__(self, presets: str | Sequence[str] = ("speed",), output_dir: str | Path | None = None,
+                 overrides: Sequence[str] = ()) -> None:
+        from harness.run import build, isolation
+        from harness.run.observe import BatchObserver
+        from harness.terminal import use_console
+
+        if not logging.getLogger().handlers:  # a plain script: print harness's lines and tables
+            use_console()
+        names = [presets] if isinstance(presets, str) else list(presets)
+        refused = [n for n in names if n in COMMAND_ONLY]
+        if refused:
+            raise ConfigError("presets", refused[0], "a preset that runs inside a Trainer:"
+                              f" {refused[0]} does not ({COMMAND_ONLY[refused[0]]})",
+                              f"run it with the command: harness profiler=[{refused[0]}]")
+        now = dt.datetime.now()
+        self.output_dir = Path(output_dir or f"outputs/{now:%Y-%m-%d}/{now:%H-%M-%S}").absolute()
+        self.overrides = [f"profiler=[{','.join(names)}]", *overrides]
+        self.cfg = compose_presets(names, overrides, self.output_dir)
+        with _hydra_config(self.cfg):
+            self.presets = build.build_presets(self.cfg)
+        self._observer = BatchObserver()
+        self._seen = _TrainerSeen()
+        self.record = RunRecord(self.output_dir, overrides=self.overrides)
+        self.result: RunResult = self.record.result
+        self.result.isolation = {"peak_rss_reset": isolation.reset_peak_rss()}
+        self._finished = False
+
+    @property
+    def callbacks(self) -> list[Callback]:
+        """For Trainer(callbacks=[*yours, *session.callbacks])."""
+        return [*self.presets.callbacks, self._observer, self._seen]
+
+    @property
+    def profiler(self) -> Any:
+        """For Trainer(profiler=session.profiler): the preset that is a Lightning Profiler
+        (pytorch, memory, simple, advanced), else None."""
+        return self.presets.profiler
+
+    def finish(self, trainer: Any = None) -> RunResult:
+        """Write reports/ and result.json for the Trainer the callbacks ran in; once."""
+        if self._finished:
+            return self.result
+        self._finished = True
+        trainer = trainer or self._seen.trainer
+        try:
+            self._record(trainer)
+        except BaseException as err:
+            self.record.fail(err)
+            raise
+        finally:
+            if trainer is None or trainer.is_global_zero:
+                self.record.write()
+        return self.result
+
+    def _record(self, trainer: Any) -> None:
+        from harness.run import environment
+        from harness.run.finish import record_trainer, write_reports
+        from harness.run.observe import check_what_ran
+
+        if trainer is None or self._seen.trainer is not trainer:
+            raise HarnessError("the session's callbacks never ran in a Trainer. Fix:"
+                               " Trainer(callbacks=[..., *session.callbacks],"
+                               " profiler=session.profiler), then fit or predict")
+        if self.profiler is not None and trainer.profiler is not self.profiler:
+            raise HarnessError(f"the Trainer has another profiler than the session's"
+                               f" ({type(self.profiler).__name__}), whose report is missing."
+                               " Fix: Trainer(profiler=session.profiler)")
+        result = self.result
+        record_trainer(result, trainer, trainer.precision)
+        module, datamodule = trainer.lightning_module, trainer.datamodule
+        result.model = _qualified(module)
+        result.data = _qualified(datamodule) if datamodule is not None else None
+        result.metrics.update(environment.peak_memory(trainer.strategy.root_device))
+        knobs = _knobs_of(self.cfg, trainer, self._observer)
+        result.knobs = {k: getattr(knobs, k) for k in ("batch_size", "precision",
+                                                          "lightning_precision", "mode")}
+        check_what_ran(result, knobs, self._observer, trainer.world_size, None)
+        if trainer.is_global_zero:
+            write_reports(self.presets.by_name, self.record)
+        if trainer.interrupted:
+            result.status, result.reason = "interrupted", "the Trainer was interrupted"
+        elif result.status == "running":
+            result.status = "ok"
+
+    def __enter__(self) -> ProfileSession:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if err is None:
+            self.finish()
+            return
+        if self._finished:
+            return
+        # As a failed `harness` job: the reports of what ran, then the error's status and
+        # reason; the script's own error is the one raised (not one of ours).
+        self._finished = True
+        trainer = self._seen.trainer
+        if trainer is not None:
+            try:
+                self._record(trainer)
+            except Exception as failed:  # noqa: BLE001 - the script's error matters more
+                log.warning("session: reports after the error incomplete: %s", failed)
+        self.record.fail(err)
+        if trainer is None or trainer.is_global_zero:
+            self.record.write()
+
+
+def _qualified(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _knobs_of(cfg: DictConfig, trainer: Any, observer: Any) -> Any:
+    """The knobs as the script ran them: read off the Trainer and the batches (the script,
+    not harness, chose them), so check_what_ran finds what ran and contradicts nothing."""
+    from harness.config.knobs import Knobs
+
+    sizes = {p: n for p, n in observer.examples_per_batch().items() if n is not None}
+    batch_size = next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),
+                      cfg.batch_size)
+    phases = set(observer.examples_per_batch())
+    if "train" in phases:
+        mode = "both" if "inference" in phases else "train"
+    else:
+        mode = "inference" if "inference" in phases else "validate"
+    return Knobs(batch_size=batch_size, precision=trainer.precision,
+                 lightning_precision=trainer.precision, compile=None,
+                 compile_module=cfg.compile_module, mode=mode, seed=cfg.seed, repeat=1,
+                 check_knobs=False)
