@@ -59,6 +59,7 @@ def _app(cfg: DictConfig) -> None:
 def main() -> None:
     """Entry point of the `harness` console script."""
     from harness.cli_errors import describe
+    from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
     from harness.terminal import use_console
 
@@ -67,6 +68,7 @@ def main() -> None:
     use_console()
     try:
         register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
+        register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
         _app()
     except SystemExit:
         raise
