@@ -19,7 +19,7 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.config.locations import conf_dir
-from harness.errors import ConfigError, HarnessError
+from harness.errors import HarnessError, output_error
 
 log = logging.getLogger("harness.cli")
 
@@ -30,7 +30,7 @@ def _app(cfg: DictConfig) -> None:
     from hydra.types import RunMode
 
     from harness.run.job import run_job
-    from harness.run.record import ERROR_LOG, classify_failure
+    from harness.run.record import classify_failure, saved_traceback
 
     job = HydraConfig.get()
     multirun = job.mode == RunMode.MULTIRUN
@@ -40,12 +40,16 @@ def _app(cfg: DictConfig) -> None:
     except HarnessError as err:
         log.error("%s", err)
         if not multirun:
-            sys.exit(2 if isinstance(err, ConfigError) else 1)
+            sys.exit(err.exit_status)
     except Exception as err:
-        status, reason = classify_failure(err)
-        log.error("%s: %s (traceback in %s)", status, reason, output_dir / ERROR_LOG)
+        unwritable = output_error(err)  # a report or log the disk refused
+        if unwritable is not None:
+            log.error("%s", unwritable)
+        else:
+            status, reason = classify_failure(err)
+            log.error("%s: %s (%s)", status, reason, saved_traceback(output_dir, err))
         if not multirun:
-            sys.exit(1)
+            sys.exit(unwritable.exit_status if unwritable else 1)
     else:
         if result.status == "invalid":  # measured, but not what the knobs say
             log.error("invalid: %s", result.reason)

@@ -17,6 +17,7 @@ here: rich loads only when a table is shown.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -66,6 +67,31 @@ class ConsoleHandler(logging.Handler):
             pass
         except Exception:
             self.handleError(record)
+
+
+class LogFile(logging.FileHandler):
+    """The run's log file (cli.log, sweep.log). A write that fails (disk full, file gone) is
+    said once, as one line on the terminal, and ends the file: logging's default is a
+    traceback on stderr for every record that follows."""
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None) -> None:
+        super().__init__(filename, mode=mode, encoding=encoding)
+        self.broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        err = sys.exc_info()[1]
+        why = getattr(err, "strerror", None) or err
+        print(f"{PREFIX}: warning: cannot write the log file {self.baseFilename} ({why});"
+              " messages from here on reach the terminal only", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            self.close()
 
 
 _console: Any = None
@@ -119,6 +145,6 @@ def log_file(path: Any) -> None:
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
         root.removeHandler(handler)
         handler.close()
-    handler = logging.FileHandler(path, mode="a")
+    handler = LogFile(path, mode="a")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     root.addHandler(handler)

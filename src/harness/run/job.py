@@ -46,9 +46,19 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
                 raise
         finally:
             if global_rank() == 0:
-                record.write()
+                _write(record)
                 _track(cfg, record, logger)
     return record.result
+
+
+def _write(record: RunRecord) -> None:
+    """result.json (an OutputError when the disk refuses it); its path is shown once the
+    run measured something."""
+    path = record.write()
+    if record.result.device is not None:
+        from harness.terminal import show
+
+        show(f"[bold]result:[/bold] {path}")
 
 
 def _build_logger(cfg: DictConfig) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from omegaconf import DictConfig
@@ -12,6 +13,7 @@ from harness.result.schema import Device
 from harness.run.record import RunRecord, classify_failure, write_error_log
 
 REPORTS_DIR = "reports"
+log = logging.getLogger(__name__)
 
 
 def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
@@ -142,8 +144,8 @@ def _write_reports(presets: dict[str, Any], record: RunRecord) -> None:
                 show(table)
         except Exception as err:  # one broken report must not lose the others
             result.report_errors[name] = first_line(err)
+            log.warning("%s: report not written: %s", name, first_line(err))
     if result.slurm:
         write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
     if reports_dir.is_dir():
         record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
-    show(f"[bold]result:[/bold] {record.path}")
