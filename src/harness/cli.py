@@ -29,6 +29,7 @@ def _app(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from harness.config.composed import as_typed
     from harness.run.job import run_job
     from harness.run.record import classify_failure, saved_traceback
 
@@ -36,7 +37,7 @@ def _app(cfg: DictConfig) -> None:
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
     try:
-        result = run_job(cfg, output_dir, list(job.overrides.task))
+        result = run_job(cfg, output_dir, as_typed(job.overrides.task))
     except HarnessError as err:
         log.error("%s", err)
         if not multirun:

@@ -1,28 +1,38 @@
-"""Check that every `_target_` imports before a run builds anything."""
+"""Check that every `_target_` imports, and that the model and data are Lightning's kinds,
+before a run builds anything."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 from omegaconf import DictConfig
 
+from harness.config.arguments import target_nodes
 from harness.errors import ConfigError
 
 REQUIRED_GROUPS = ("model", "data", "trainer")
 
 
-def _nodes_with_targets(cfg: DictConfig) -> Iterator[tuple[str, Any]]:
-    for group in ("model", "data", "trainer", "logger"):
-        node = cfg.get(group)
-        if isinstance(node, DictConfig) and "_target_" in node:
-            yield group, node._target_
-    presets = cfg.get("profiler")
-    if isinstance(presets, DictConfig):
-        for name, node in presets.items():
-            if isinstance(node, DictConfig) and "_target_" in node:
-                yield f"profiler.{name}", node._target_
+# What the model and data targets must be, checked on the class before anything is built.
+KINDS = {
+    "model": ("LightningModule", "point model._target_ at a LightningModule (pytorch_lightning"
+              " classes do not mix with lightning.pytorch)"),
+    "data": ("LightningDataModule", "point data._target_ at a LightningDataModule"),
+}
+
+
+def _check_kind(key: str, target: Any) -> None:
+    """A model (data) class that is no LightningModule (DataModule) is refused right after
+    import; a factory function is left to the check after it is built."""
+    if key not in KINDS or not isinstance(target, type):
+        return
+    import lightning.pytorch as pl
+
+    kind, fix = KINDS[key]
+    if not issubclass(target, getattr(pl, kind)):
+        raise ConfigError(f"{key}._target_", f"{target.__module__}.{target.__qualname__}",
+                          f"a lightning.pytorch.{kind} subclass", fix)
 
 
 def check_targets(cfg: DictConfig) -> None:
@@ -38,9 +48,10 @@ def check_targets(cfg: DictConfig) -> None:
                 f"{group}._target_", None, f"the class the '{group}' config builds",
                 f"choose a preset ({group}=...) or set {group}._target_=package.module.Class",
             )
-    for key, target in _nodes_with_targets(cfg):
+    for key, node in target_nodes(cfg):
+        target = node._target_
         try:
-            get_object(str(target))
+            found = get_object(str(target))
         except Exception as err:  # ImportError, AttributeError, or errors raised by user code
             cause = str(err.__cause__ or err).splitlines()[0]
             raise ConfigError(
@@ -48,3 +59,4 @@ def check_targets(cfg: DictConfig) -> None:
                 f"point {key}._target_ at package.module.Class and check that its package is"
                 " installed or on PYTHONPATH",
             ) from None
+        _check_kind(key, found)
