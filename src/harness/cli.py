@@ -75,9 +75,11 @@ def main() -> None:
         register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
         register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
         _app()
-    except SystemExit:
+    except SystemExit as err:
+        _end_unfinished_sweep(err)
         raise
     except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status
+        _end_unfinished_sweep(err)
         code, message = describe(err)
         log.error("%s", message)
         sys.exit(code)
@@ -87,6 +89,21 @@ def main() -> None:
     if outcome is not None and outcome.exit_code:  # every job of the sweep failed
         log.error("%s", outcome.message or "the sweep failed")
         sys.exit(outcome.exit_code)
+
+
+def _end_unfinished_sweep(err: BaseException) -> None:
+    """A multirun that stopped before Hydra's end of it (Ctrl-C, SIGTERM, a job that exited,
+    a setting refused at its start): the table of the jobs that finished, and the MLflow
+    parent run closed, KILLED when interrupted. The callbacks' modules are loaded only when
+    a multirun started."""
+    interrupted = isinstance(err, KeyboardInterrupt) or (
+        isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
+    comparison = sys.modules.get("harness.sweep.comparison_callback")
+    if comparison is not None:
+        comparison.end_interrupted()
+    parent = sys.modules.get("harness.tracking.parent_run")
+    if parent is not None:
+        parent.end_unfinished("KILLED" if interrupted else "FAILED")
 
 
 if __name__ == "__main__":
