@@ -62,7 +62,11 @@ class ConsoleHandler(logging.Handler):
             elif _under(record.name, _SHOWN) and record.levelno == logging.INFO:
                 print(record.getMessage(), flush=True)
             elif record.levelno >= logging.WARNING or verbose():
-                print(f"[{record.name}][{record.levelname}] {record.getMessage()}", flush=True)
+                # Another library's record: its first line (a driver's error can run to a
+                # hundred lines); the log file keeps all of it.
+                lines = record.getMessage().splitlines() or [""]
+                more = " [...]" if len(lines) > 1 else ""
+                print(f"[{record.name}][{record.levelname}] {lines[0]}{more}", flush=True)
         except BrokenPipeError:  # `| head` closed the pipe: nothing more to print
             pass
         except Exception:

@@ -80,6 +80,7 @@ class HarnessMLFlowLogger(Logger):
         tags: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        store_access.route_mlflow_logs()
         if importlib.util.find_spec("mlflow") is None:
             raise HarnessError("logger=mlflow needs the mlflow package."
                                " Fix: pip install 'mlflow>=3', or run with logger=none")

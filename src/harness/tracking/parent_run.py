@@ -52,6 +52,7 @@ class ParentRunCallback(Callback):
             return
         from harness.tracking import run_logging, store_access
 
+        store_access.route_mlflow_logs()
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         self.tracking_uri = str(settings.tracking_uri)
         try:
