@@ -48,25 +48,29 @@ def first_line(err: BaseException, with_type: bool = True) -> str:
 class OutputError(HarnessError):
     """A file or directory harness has to write cannot be: read-only, under a file, disk full."""
 
-    def __init__(self, err: OSError, path: object = None) -> None:
+    # What a `harness` run can do instead; other commands name their own option.
+    INSTEAD = "write elsewhere: hydra.run.dir=DIR (a sweep: hydra.sweep.dir=DIR)"
+
+    def __init__(self, err: OSError, path: object = None, instead: str = INSTEAD) -> None:
         name = path if path is not None else err.filename
         self.path = os.path.abspath(str(name)) if name else None
         full = err.errno in _NO_SPACE
         self.exit_status = FAILED_STATUS if full else CONFIG_STATUS
         if full:
-            fix = "free space on that disk (or raise the quota), or write elsewhere:"
+            fix = f"free space on that disk (or raise the quota), or {instead}"
         elif err.errno in (errno.ENOTDIR, errno.EEXIST):
-            fix = "a part of that path is a file, not a directory; write elsewhere:"
+            fix = f"a part of that path is a file, not a directory; {instead}"
         else:
-            fix = "run where you can write, or write elsewhere:"
-        super().__init__(f"cannot write {self.path or 'a file'}: {err.strerror or err}. Fix: {fix}"
-                         " hydra.run.dir=DIR (a sweep: hydra.sweep.dir=DIR)")
+            fix = f"make it writable, or {instead}"
+        super().__init__(f"cannot write {self.path or 'a file'}: {err.strerror or err}."
+                         f" Fix: {fix}")
 
 
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR)
 
 
-def output_error(err: BaseException, path: object = None) -> OutputError | None:
+def output_error(err: BaseException, path: object = None,
+                 instead: str = OutputError.INSTEAD) -> OutputError | None:
     """The OutputError for an OSError in `err` or its causes that says a path cannot be
     written (`path`: the file being written, when the error does not name it), else None."""
     seen: BaseException | None = err
@@ -75,6 +79,6 @@ def output_error(err: BaseException, path: object = None) -> OutputError | None:
             return seen
         if isinstance(seen, OSError) and (
                 seen.errno in _NO_SPACE or (seen.errno in _UNWRITABLE and (seen.filename or path))):
-            return OutputError(seen, path)
+            return OutputError(seen, path, instead)
         seen = seen.__cause__ or seen.__context__
     return None

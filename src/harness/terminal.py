@@ -106,7 +106,15 @@ def _rich_console() -> Any:
     if _console is None:
         from rich.console import Console
 
-        _console = Console(highlight=False)
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                # `| head` closed the pipe. rich's default exits with status 1, before
+                # files still to be written are; instead, stdout goes quiet and work goes on.
+                self.quiet = True
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+
+        _console = _Console(highlight=False)
     return _console
 
 

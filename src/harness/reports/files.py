@@ -37,8 +37,12 @@ def atomic_path(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
     exporter, matplotlib): renamed to `path` when the block ends, removed when it fails.
     `suffix` ends the temporary name, for tools that pick the format by it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    except OSError as err:
+        err.filename = str(path)  # the file asked for, not the temporary name
+        raise
     os.close(handle)
     try:
         yield Path(tmp)

@@ -8,6 +8,7 @@ with medians, min..max and the speed-ups as plain numbers.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +203,8 @@ def show_tables(comparison: Comparison) -> None:
         show(f"[dim]{line}[/dim]")
     for line in failures(comparison):
         show(f"[red]not ok[/red] {line}")
-    for line in comparison.problems:
-        show(f"[yellow]warning[/yellow] {line}")
+    for line in comparison.problems:  # on stderr: `| head` does not hide them
+        logging.getLogger(__name__).warning("%s", line)
 
 
 def _style(cell: str) -> str:
