@@ -23,6 +23,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     from harness.launch.ddp import prepare_ranks
     from harness.run import build, environment
     from harness.run.compile import compile_facts, compile_network
+    from harness.run.loss_watch import LossWatch
     from harness.run.observe import BatchObserver, check_what_ran
 
     result = record.result
@@ -30,8 +31,9 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
-    observer = BatchObserver()
-    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger, [observer])
+    observer, loss_watch = BatchObserver(), LossWatch()
+    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
+                                  [observer, loss_watch])
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
 
@@ -64,10 +66,21 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
             compiled = compile_facts(compile_before)
             result.metrics.update(compiled)
         check_what_ran(result, knobs, observer, trainer.world_size, compiled)
+        _flag_nonfinite_loss(result, loss_watch)
         if trainer.is_global_zero:
             _write_reports(presets.by_name, record)
         # Compiled graphs, caches and peak counters are reset before each measurement
         # (harness.run.isolation.start_clean), not here.
+
+
+def _flag_nonfinite_loss(result: Any, loss_watch: Any) -> None:
+    from harness.run.loss_watch import FLAG
+
+    if loss_watch.saw_nonfinite() and FLAG not in result.flags:
+        result.flags = sorted({*result.flags, FLAG})
+        log.warning("the training loss was NaN or infinite: the timings stand, but the model"
+                    " stopped learning (result.json flags: %s). Fix: lower model.lr, check the"
+                    " data, or try precision=fp32", FLAG)
 
 
 def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,

@@ -100,6 +100,9 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         errors = [j.result.phase_errors[phase] for j in usable
                   if j.result and phase in j.result.phase_errors]
         record[f"{phase}_error"] = errors[0] if errors else None
+    # A NaN or infinite training loss in any job of the point (result.json flag).
+    record["train_nonfinite_loss"] = any(j.result and "nonfinite_loss" in j.result.flags
+                                         for j in usable)
     rounds = {j.result.sweep_round for j in jobs if j.result and j.result.sweep_round is not None}
     record["rounds"] = len(rounds)
     return record

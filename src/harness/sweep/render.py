@@ -75,6 +75,10 @@ def legend(comparison: Comparison) -> list[str]:
            for phase in ("train", "inference") if f"{phase}_thin" in comparison.points):
         lines.append("thin: the phase has fewer measured steps than"
                      " profiler.speed.min_measured_steps: a figure on few samples.")
+    points = comparison.points
+    if "train_nonfinite_loss" in points and points["train_nonfinite_loss"].astype(bool).any():
+        lines.append("NaN loss: a training loss of the point was NaN or infinite (result.json"
+                     " flag nonfinite_loss): the timings stand, the model stopped learning.")
     if (comparison.points["status"] == "invalid").any():
         lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
                      " compile); its figures are in its result.json, not here. See below.")
@@ -126,6 +130,7 @@ def csv_columns(comparison: Comparison) -> list[str]:
     columns.append("memory_source")
     for phase in TABLE_PHASES:
         columns += [f"{phase}_thin", f"{phase}_error"]
+    columns.append("train_nonfinite_loss")
     for ratio in RATIOS:
         columns += [ratio, f"{ratio}_min", f"{ratio}_max", f"{ratio}_within_spread",
                     f"{ratio}_thin"]
