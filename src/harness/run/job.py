@@ -40,13 +40,7 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
     logger: Any = None
     with job_scope() as signals:
         try:
-            knobs = read_knobs(cfg)
-            record.result.knobs = knobs.as_dict()
-            record.result.sweep_round = sweep_round(cfg)
-            check_added_keys(overrides, cfg.keys())
-            check_trainer_keys(cfg)
-            check_targets(cfg)  # each imports; the model is a LightningModule class
-            check_arguments(cfg)  # each argument fits its constructor's type hints
+            knobs = check_config(cfg, overrides, record.result)
             logger = _build_logger(cfg)  # one tracking run per job, shared by its repeats
             _measure_repeats(cfg, knobs, record, logger)
             if record.result.status == "running":
@@ -60,6 +54,22 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
                 _write(record)
                 _track(cfg, record, logger)
     return record.result
+
+
+def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None = None) -> Knobs:
+    """Everything checked before compute is spent, each error a one-line ConfigError naming
+    the key: the knobs (recorded in `result` as soon as they are valid), `+key` typos, trainer
+    keys harness owns, the targets (importable, Lightning's kinds) and their arguments.
+    (Interpolations are checked before this, by check_resolves.)"""
+    knobs = read_knobs(cfg)
+    if result is not None:
+        result.knobs = knobs.as_dict()
+        result.sweep_round = sweep_round(cfg)
+    check_added_keys(overrides, cfg.keys())
+    check_trainer_keys(cfg)
+    check_targets(cfg)  # each imports; the model is a LightningModule class
+    check_arguments(cfg)  # each argument fits its constructor's type hints
+    return knobs
 
 
 def _write(record: RunRecord) -> None:

@@ -82,6 +82,14 @@ def _sqlite_problem(uri: str) -> str | None:
     return None
 
 
+def gone(uri: str) -> str | None:
+    """Why a sqlite store that was open is no longer there, or None."""
+    path = sqlite_path(uri)
+    if path is None or path.exists():
+        return None
+    return f"the store is gone: {path.resolve()} no longer exists"
+
+
 def route_mlflow_logs() -> None:
     """MLflow's own log lines go through harness's logging (the run's log file; the
     terminal shows a warning's first line), not MLflow's handler, which prints whole
