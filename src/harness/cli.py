@@ -100,7 +100,7 @@ def _end_unfinished_sweep(err: BaseException) -> None:
         isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
     comparison = sys.modules.get("harness.sweep.comparison_callback")
     if comparison is not None:
-        comparison.end_interrupted()
+        comparison.end_early(interrupted)
     parent = sys.modules.get("harness.tracking.parent_run")
     if parent is not None:
         parent.end_unfinished("KILLED" if interrupted else "FAILED")

@@ -108,7 +108,9 @@ def describe(err: BaseException) -> tuple[int, str]:
     if isinstance(err, MissingConfigException):
         return CONFIG_STATUS, _missing_option(str(err))
     if isinstance(err, OverrideParseException):
-        return CONFIG_STATUS, f"{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
+        override = getattr(err, "override", None)
+        where = f"cannot read the override {override!r}: " if override else ""
+        return CONFIG_STATUS, f"{where}{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
     if isinstance(err, (ConfigCompositionException, HydraException)):
         inner = err.__cause__
         if isinstance(inner, OmegaConfBaseException):

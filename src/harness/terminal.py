@@ -157,6 +157,9 @@ def log_file(path: Any) -> None:
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
         root.removeHandler(handler)
         handler.close()
-    handler = LogFile(path, mode="a")
+    try:
+        handler = LogFile(path, mode="a")
+    except OSError:  # an unwritable directory: the terminal still gets every line
+        return
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     root.addHandler(handler)

@@ -11,7 +11,7 @@ succeeded. The callback cannot exit itself without cutting short the callbacks
 after it, so it leaves its verdict in `outcome` for `harness.cli.main`.
 
 A sweep stopped before its end (Ctrl-C, SIGTERM) never reaches `on_multirun_end`:
-`harness.cli.main` calls `end_interrupted` instead, which writes the table of the jobs
+`harness.cli.main` calls `end_early` instead, which writes the table of the jobs
 that finished and says how to rebuild it once the rest have run.
 """
 
@@ -140,20 +140,24 @@ class ComparisonCallback(Callback):
         return statuses
 
 
-def end_interrupted() -> None:
-    """The sweep stopped before its end: the table of the jobs that finished, and the command
-    that rebuilds it (harness.cli.main calls this; Hydra does not)."""
+def end_early(interrupted: bool) -> None:
+    """The sweep stopped before its end (`interrupted`: by Ctrl-C or SIGTERM, else by an
+    error): the table of the jobs that finished, and the command that rebuilds it.
+    harness.cli.main calls this; Hydra does not."""
     global _running
     callback, _running = _running, None
     if callback is None or callback.sweep_dir is None:
         return
     restore_sigterm(callback._sigterm_before)
-    statuses = callback.write_comparison(callback.sweep_dir)
+    sweep_dir = callback.sweep_dir
+    if not any(p.is_dir() and p.name != ".submitit" for p in sweep_dir.glob("*")):
+        return  # stopped before its first job: no table to write
+    statuses = callback.write_comparison(sweep_dir)
     done = sum(status not in ("interrupted", "missing") for status in statuses)
-    log.warning("the sweep was interrupted: %s in %s. Rebuild the table once the rest have"
-                " run: harness-report %s",
+    log.warning("the sweep %s: %s in %s. Rebuild the table once the rest have run:"
+                " harness-report %s", "was interrupted" if interrupted else "stopped early",
                 f"the table shows the {done} job(s) that finished" if done
-                else "no job finished", callback.sweep_dir, callback.sweep_dir)
+                else "no job finished", sweep_dir, sweep_dir)
 
 
 def _statuses_on_disk(sweep_dir: Path) -> list[str]:
