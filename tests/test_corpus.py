@@ -132,6 +132,40 @@ def test_config_case(case, tmp_path):
         assert case.fix in line, line
 
 
+class _Sloppy:
+    """Hints as real code writes them."""
+
+    def __init__(self, name: str, lr: float = None, size: int = 1, where: Path | None = None,  # type: ignore[assignment]
+                 device: object = "cpu", **kwargs: object) -> None:
+        pass
+
+
+class _Strict(_Sloppy):
+    def __init__(self, depth: int = 2, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+
+
+@pytest.mark.parametrize(("values", "refused"), [
+    ({"name": 2024}, None),  # YAML's number for a str
+    ({"name": "a", "lr": None}, None),  # None where None is the default
+    ({"name": "a", "lr": "1e-3", "size": "8"}, None),  # an environment variable's strings
+    ({"name": "a", "where": "/tmp/x"}, None),  # a str for a Path
+    ({"name": "a", "size": 2.5}, "model.size"),
+    ({"name": "a", "depth": "deep"}, "model.depth"),  # the subclass's own argument
+    ({"name": "a", "lr": "fast"}, "model.lr"),  # reached through **kwargs
+    ({"name": "a", "anything": 1}, None),  # the base class takes **kwargs too
+])
+def test_the_argument_check_refuses_what_the_constructor_would(values, refused):
+    from harness.config.arguments import check_node
+    from harness.errors import ConfigError
+
+    if refused is None:
+        check_node("model", _Strict, OmegaConf.create(values))
+        return
+    with pytest.raises(ConfigError, match=rf"^{refused}="):
+        check_node("model", _Strict, OmegaConf.create(values))
+
+
 # -- a sweep's own settings, refused when it starts (Hydra only warns about a callback's error)
 
 @pytest.mark.parametrize(("what", "names", "fix"), [

@@ -4,7 +4,8 @@ What LightningCLI does through jsonargparse, for a Hydra config: each key of a `
 node must be a parameter of the class (or reach one through `**kwargs` passed on to a base
 class), and each value must fit the parameter's type hint. pydantic (a dependency already,
 for result.json) checks the value, in its lax mode: `lr=abc` for a float, `max_epochs=abc`
-for an int, `log_rates=maybe` for a bool are refused; 1 for a float or "1e-3" are not.
+for an int, `log_rates=maybe` for a bool are refused; 1 for a float, "1e-3" (an environment
+variable's value), a number for a str, or None where None is the default are not.
 
 Only leaves are checked: nested `_target_` nodes, lists and mappings are left to the
 constructor, and so are annotations pydantic cannot turn into a check (a torch.device, a
@@ -83,12 +84,16 @@ def _adapter(annotation: Any) -> Any:
 
 
 def _new_adapter(annotation: Any) -> Any:
-    from pydantic import TypeAdapter
+    from pydantic import ConfigDict, TypeAdapter
 
     try:
-        return TypeAdapter(annotation)
+        # YAML reads `name: 2024` as a number; a str parameter takes it all the same.
+        return TypeAdapter(annotation, config=ConfigDict(coerce_numbers_to_str=True))
     except Exception:  # PydanticSchemaGenerationError and kin: an arbitrary class
-        return None
+        try:
+            return TypeAdapter(annotation)  # a type with a config of its own
+        except Exception:
+            return None
 
 
 _cached_adapter = functools.lru_cache(maxsize=256)(_new_adapter)
@@ -150,6 +155,8 @@ def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = Fal
         annotation = params[name].annotation
         if annotation in (inspect.Parameter.empty, Any):
             continue
+        if value is None and params[name].default is None:
+            continue  # `lr: float = None`: None is what the parameter defaults to anyway
         adapter = _adapter(annotation)
         if adapter is None:
             continue
