@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness.config.arguments import check_arguments
 from harness.config.knobs import check_trainer_keys, read_knobs
 from harness.config.locations import conf_dir, sweeps_dir
 from harness.config.sweep_keys import swept_values
@@ -47,6 +48,7 @@ def test_every_profiler_preset_composes_and_builds(preset, tmp_path):
     cfg = composed(f"profiler=[{preset}]", tmp_path=tmp_path)
     read_knobs(cfg)
     check_targets(cfg)
+    check_arguments(cfg)  # every shipped argument fits its constructor's type hints
     nodes = cfg.profiler
     assert len(nodes) >= 1
     for name, node in nodes.items():
@@ -70,6 +72,7 @@ def test_presets_follow_one_naming_scheme():
 def test_model_data_and_trainer_options_build(group, tmp_path):
     for option in options(group):
         cfg = composed(f"{group}={option}", "logger=none", tmp_path=tmp_path)
+        check_arguments(cfg)
         kwargs = {"logger": False, "enable_progress_bar": False} if group == "trainer" else {}
         assert instantiate(cfg[group], **kwargs) is not None
 

@@ -121,7 +121,8 @@ def test_callbacks_that_do_not_import_are_refused_before_the_run(tmp_path):
 
 
 def test_the_start_directory_is_on_the_import_path(tmp_path, monkeypatch):
-    (tmp_path / "start_dir_module.py").write_text("class Here:\n    pass\n")
+    (tmp_path / "start_dir_module.py").write_text(
+        "import lightning.pytorch as pl\n\n\nclass Here(pl.LightningModule):\n    pass\n")
     cfg = composed("logger=none", tmp_path=tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     with open_dict(cfg):

@@ -101,7 +101,7 @@ def test_corrupt_result_is_reported_and_the_rest_still_shown(tmp_path):
     (root / "1" / "result.json").write_text('{"status": "ok", "metrics": {')
     done = report(str(root), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "1/result.json: unreadable" in done.stdout.replace("\n", "")
+    assert "1/result.json: unreadable" in done.stderr  # a warning: on stderr, one line
     md = (root / "comparison.md").read_text()
     assert "| 2 | 0.1000 | 20.0 | 25% | unreadable | unreadable | unreadable | unreadable |" in md
     assert "| 4 | 0.1000 | 40.0 | 25% | 0.0500 | 80.0 | 25% | 2.00x |" in md

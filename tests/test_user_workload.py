@@ -51,6 +51,7 @@ def test_target_that_is_not_a_lightning_module(harness):
     done = harness("model._target_=user_workload.NotAModule", "~model.dim", "~model.depth",
                    "~model.num_heads", "~model.mlp_ratio", "~model.dropout", "~model.lr")
     assert done.returncode != 0
-    assert "not a lightning.pytorch.LightningModule" in done.stderr
+    assert done.returncode == 2  # found on the class, before anything is built
+    assert "model._target_" in done.stderr and "LightningModule subclass" in done.stderr
     assert "Traceback" not in done.stderr
     assert done.result()["status"] == "failed"

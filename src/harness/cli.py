@@ -19,7 +19,7 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.config.locations import conf_dir
-from harness.errors import ConfigError, HarnessError
+from harness.errors import HarnessError, output_error
 
 log = logging.getLogger("harness.cli")
 
@@ -29,23 +29,28 @@ def _app(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from harness.config.composed import as_typed
     from harness.run.job import run_job
-    from harness.run.record import ERROR_LOG, classify_failure
+    from harness.run.record import classify_failure, saved_traceback
 
     job = HydraConfig.get()
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
     try:
-        result = run_job(cfg, output_dir, list(job.overrides.task))
+        result = run_job(cfg, output_dir, as_typed(job.overrides.task))
     except HarnessError as err:
         log.error("%s", err)
         if not multirun:
-            sys.exit(2 if isinstance(err, ConfigError) else 1)
+            sys.exit(err.exit_status)
     except Exception as err:
-        status, reason = classify_failure(err)
-        log.error("%s: %s (traceback in %s)", status, reason, output_dir / ERROR_LOG)
+        unwritable = output_error(err)  # a report or log the disk refused
+        if unwritable is not None:
+            log.error("%s", unwritable)
+        else:
+            status, reason = classify_failure(err)
+            log.error("%s: %s (%s)", status, reason, saved_traceback(output_dir, err))
         if not multirun:
-            sys.exit(1)
+            sys.exit(unwritable.exit_status if unwritable else 1)
     else:
         if result.status == "invalid":  # measured, but not what the knobs say
             log.error("invalid: %s", result.reason)
@@ -59,6 +64,7 @@ def _app(cfg: DictConfig) -> None:
 def main() -> None:
     """Entry point of the `harness` console script."""
     from harness.cli_errors import describe
+    from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
     from harness.terminal import use_console
 
@@ -67,10 +73,13 @@ def main() -> None:
     use_console()
     try:
         register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
+        register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
         _app()
-    except SystemExit:
+    except SystemExit as err:
+        _end_unfinished_sweep(err)
         raise
     except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status
+        _end_unfinished_sweep(err)
         code, message = describe(err)
         log.error("%s", message)
         sys.exit(code)
@@ -80,6 +89,21 @@ def main() -> None:
     if outcome is not None and outcome.exit_code:  # every job of the sweep failed
         log.error("%s", outcome.message or "the sweep failed")
         sys.exit(outcome.exit_code)
+
+
+def _end_unfinished_sweep(err: BaseException) -> None:
+    """A multirun that stopped before Hydra's end of it (Ctrl-C, SIGTERM, a job that exited,
+    a setting refused at its start): the table of the jobs that finished, and the MLflow
+    parent run closed, KILLED when interrupted. The callbacks' modules are loaded only when
+    a multirun started."""
+    interrupted = isinstance(err, KeyboardInterrupt) or (
+        isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
+    comparison = sys.modules.get("harness.sweep.comparison_callback")
+    if comparison is not None:
+        comparison.end_early(interrupted)
+    parent = sys.modules.get("harness.tracking.parent_run")
+    if parent is not None:
+        parent.end_unfinished("KILLED" if interrupted else "FAILED")
 
 
 if __name__ == "__main__":

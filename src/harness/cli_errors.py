@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import difflib
 import re
-import tempfile
-import traceback
-from pathlib import Path
 
-from harness.errors import ConfigError, HarnessError, first_line
+from harness.errors import CONFIG_STATUS, FAILED_STATUS, HarnessError, first_line, output_error
 
-CONFIG_STATUS, FAILED_STATUS, INTERRUPTED_STATUS = 2, 1, 130
+INTERRUPTED_STATUS = 130
 
 
 def _one_line(text: str) -> str:
@@ -103,13 +100,6 @@ def _null_group() -> str:
     return line + (f" Available options in '{group}': {', '.join(options)}" if options else "")
 
 
-def _traceback_file(err: BaseException) -> Path:
-    handle, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
-    with open(handle, "w") as out:
-        out.write("".join(traceback.format_exception(err)))
-    return Path(name)
-
-
 def describe(err: BaseException) -> tuple[int, str]:
     """(exit status, one line) for an exception that ended the `harness` command."""
     from hydra.errors import (
@@ -122,17 +112,20 @@ def describe(err: BaseException) -> tuple[int, str]:
 
     if isinstance(err, KeyboardInterrupt):
         return INTERRUPTED_STATUS, "interrupted (Ctrl-C)"
-    if isinstance(err, ConfigError):
-        return CONFIG_STATUS, str(err)
     if isinstance(err, HarnessError):
-        return FAILED_STATUS, str(err)
+        return err.exit_status, str(err)
     cause = err.__cause__ if isinstance(err.__cause__, HarnessError) else None
     if cause is not None:
         return describe(cause)
+    unwritable = output_error(err)  # the run or sweep directory, its log file, .hydra/
+    if unwritable is not None:
+        return unwritable.exit_status, str(unwritable)
     if isinstance(err, MissingConfigException):
         return CONFIG_STATUS, _missing_option(str(err))
     if isinstance(err, OverrideParseException):
-        return CONFIG_STATUS, f"{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
+        override = getattr(err, "override", None)
+        where = f"cannot read the override {override!r}: " if override else ""
+        return CONFIG_STATUS, f"{where}{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
     if isinstance(err, (ConfigCompositionException, HydraException)):
         inner = err.__cause__
         if isinstance(inner, OmegaConfBaseException):
@@ -145,5 +138,6 @@ def describe(err: BaseException) -> tuple[int, str]:
     if isinstance(err, ValueError) and "Only one of --run, --multirun" in str(err):
         return CONFIG_STATUS, (f"{_one_line(err)}. Fix: print one job's config without -m, e.g."
                                " harness --cfg job batch_size=1")
-    path = _traceback_file(err)
-    return FAILED_STATUS, f"{first_line(err)} (traceback in {path})"
+    from harness.run.record import temporary_traceback
+
+    return FAILED_STATUS, f"{first_line(err)} ({temporary_traceback(err)})"

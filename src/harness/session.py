@@ -120,7 +120,8 @@ class ProfileSession:
 
     def __init__(self, presets: str | Sequence[str] = ("speed",), output_dir: str | Path | None = None,
                  overrides: Sequence[str] = ()) -> None:
-        from harness.run import build, isolation
+        from harness import memory_peaks
+        from harness.run import build
         from harness.run.observe import BatchObserver
         from harness.terminal import use_console
 
@@ -142,7 +143,7 @@ class ProfileSession:
         self._seen = _TrainerSeen()
         self.record = RunRecord(self.output_dir, overrides=self.overrides)
         self.result: RunResult = self.record.result
-        self.result.isolation = {"peak_rss_reset": isolation.reset_peak_rss()}
+        self.result.isolation = {"peak_rss_reset": memory_peaks.reset()}
         self._finished = False
 
     @property
@@ -169,7 +170,9 @@ class ProfileSession:
             raise
         finally:
             if trainer is None or trainer.is_global_zero:
-                self.record.write()
+                from harness.terminal import show
+
+                show(f"[bold]result:[/bold] {self.record.write()}")
         return self.result
 
     def _record(self, trainer: Any) -> None:

@@ -17,6 +17,7 @@ here: rich loads only when a table is shown.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -61,11 +62,40 @@ class ConsoleHandler(logging.Handler):
             elif _under(record.name, _SHOWN) and record.levelno == logging.INFO:
                 print(record.getMessage(), flush=True)
             elif record.levelno >= logging.WARNING or verbose():
-                print(f"[{record.name}][{record.levelname}] {record.getMessage()}", flush=True)
+                # Another library's record: its first line (a driver's error can run to a
+                # hundred lines); the log file keeps all of it.
+                lines = record.getMessage().splitlines() or [""]
+                more = " [...]" if len(lines) > 1 else ""
+                print(f"[{record.name}][{record.levelname}] {lines[0]}{more}", flush=True)
         except BrokenPipeError:  # `| head` closed the pipe: nothing more to print
             pass
         except Exception:
             self.handleError(record)
+
+
+class LogFile(logging.FileHandler):
+    """The run's log file (cli.log, sweep.log). A write that fails (disk full, file gone) is
+    said once, as one line on the terminal, and ends the file: logging's default is a
+    traceback on stderr for every record that follows."""
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None) -> None:
+        super().__init__(filename, mode=mode, encoding=encoding)
+        self.broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        err = sys.exc_info()[1]
+        why = getattr(err, "strerror", None) or err
+        print(f"{PREFIX}: warning: cannot write the log file {self.baseFilename} ({why});"
+              " messages from here on reach the terminal only", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            self.close()
 
 
 _console: Any = None
@@ -76,7 +106,15 @@ def _rich_console() -> Any:
     if _console is None:
         from rich.console import Console
 
-        _console = Console(highlight=False)
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                # `| head` closed the pipe. rich's default exits with status 1, before
+                # files still to be written are; instead, stdout goes quiet and work goes on.
+                self.quiet = True
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+
+        _console = _Console(highlight=False)
     return _console
 
 
@@ -119,6 +157,9 @@ def log_file(path: Any) -> None:
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
         root.removeHandler(handler)
         handler.close()
-    handler = logging.FileHandler(path, mode="a")
+    try:
+        handler = LogFile(path, mode="a")
+    except OSError:  # an unwritable directory: the terminal still gets every line
+        return
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     root.addHandler(handler)

@@ -32,7 +32,9 @@ def swept_values_of(config: Any) -> dict[str, list[str]]:
     """The swept keys and values of a multirun's composed config (`config.hydra` present)."""
     hydra = config.hydra
     params = hydra.sweeper.get("params") if "sweeper" in hydra else None
-    return swept_values(list(hydra.overrides.task), params or {})
+    from harness.config.composed import as_typed
+
+    return swept_values(as_typed(hydra.overrides.task), params or {})
 
 
 def swept_keys_of(config: Any) -> list[str]:

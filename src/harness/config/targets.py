@@ -1,15 +1,16 @@
-"""Check that every `_target_` imports before a run builds anything."""
+"""Check that every `_target_` imports, and that the model and data are Lightning's kinds,
+before a run builds anything."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from collections.abc import Iterator
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from harness.config.arguments import target_nodes
 from harness.errors import ConfigError
 
 REQUIRED_GROUPS = ("model", "trainer")
@@ -47,36 +48,25 @@ def uses_own_dataloaders(cfg: Any) -> bool:
     return node is None or (isinstance(node, DictConfig) and len(node) == 0)
 
 
-def callback_nodes(node: Any, key: str = "trainer.callbacks") -> Iterator[tuple[str, DictConfig]]:
-    """(key, `_target_` node) of each callback in trainer.callbacks: one node, a list of them,
-    or a dict of named ones (lightning-hydra-template's `callbacks` group); null entries skipped."""
-    if isinstance(node, DictConfig) and "_target_" in node:
-        yield key, node
-    elif isinstance(node, DictConfig):
-        for name, child in node.items():
-            yield from callback_nodes(child, f"{key}.{name}")
-    elif isinstance(node, ListConfig):
-        for index, child in enumerate(node):
-            yield from callback_nodes(child, f"{key}[{index}]")
-    elif node is not None:
-        raise ConfigError(key, node, "a callback node with a _target_, a list or a dict of them",
-                          f"{key}=[{{_target_: lightning.pytorch.callbacks.LearningRateMonitor}}]")
+# What the model and data targets must be, checked on the class before anything is built.
+KINDS = {
+    "model": ("LightningModule", "point model._target_ at a LightningModule (pytorch_lightning"
+              " classes do not mix with lightning.pytorch)"),
+    "data": ("LightningDataModule", "point data._target_ at a LightningDataModule"),
+}
 
 
-def _nodes_with_targets(cfg: DictConfig) -> Iterator[tuple[str, Any]]:
-    for group in ("model", "data", "trainer", "logger"):
-        node = cfg.get(group)
-        if isinstance(node, DictConfig) and "_target_" in node:
-            yield group, node._target_
-    trainer = cfg.get("trainer")
-    if isinstance(trainer, DictConfig):
-        for key, node in callback_nodes(trainer.get("callbacks")):
-            yield key, node._target_
-    presets = cfg.get("profiler")
-    if isinstance(presets, DictConfig):
-        for name, node in presets.items():
-            if isinstance(node, DictConfig) and "_target_" in node:
-                yield f"profiler.{name}", node._target_
+def _check_kind(key: str, target: Any) -> None:
+    """A model (data) class that is no LightningModule (DataModule) is refused right after
+    import; a factory function is left to the check after it is built."""
+    if key not in KINDS or not isinstance(target, type):
+        return
+    import lightning.pytorch as pl
+
+    kind, fix = KINDS[key]
+    if not issubclass(target, getattr(pl, kind)):
+        raise ConfigError(f"{key}._target_", f"{target.__module__}.{target.__qualname__}",
+                          f"a lightning.pytorch.{kind} subclass", fix)
 
 
 def check_targets(cfg: DictConfig) -> None:
@@ -99,9 +89,10 @@ def check_targets(cfg: DictConfig) -> None:
             "choose a preset (data=...), set data._target_=package.module.Class, or data=none"
             " to run the module on its own dataloaders",
         )
-    for key, target in _nodes_with_targets(cfg):
+    for key, node in target_nodes(cfg):
+        target = node._target_
         try:
-            get_object(str(target))
+            found = get_object(str(target))
         except Exception as err:  # ImportError, AttributeError, or errors raised by user code
             cause = str(err.__cause__ or err).splitlines()[0]
             raise ConfigError(
@@ -109,3 +100,4 @@ def check_targets(cfg: DictConfig) -> None:
                 f"point {key}._target_ at package.module.Class and check that its package is"
                 f" installed, on PYTHONPATH or in the start directory {start}",
             ) from None
+        _check_kind(key, found)

@@ -33,12 +33,13 @@ def child_command(local_rank: int) -> tuple[Sequence[str], str]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_original_cwd
 
+    from harness.config.composed import as_typed
     from harness.launch.hydra_args import same_config_arguments
 
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
     command = [sys.executable, "-m", "harness.cli", *same_config_arguments(),
-               *hydra_cfg.overrides.task]
+               *as_typed(hydra_cfg.overrides.task)]
     command += [
         f'hydra.run.dir="{output_dir}"',
         "hydra.output_subdir=null",  # rank 0 already saved the config

@@ -44,14 +44,16 @@ def _end_process_group() -> None:
         dist.destroy_process_group()
 
 
-def handle_interruption(result: RunResult, output_dir: str, reason: str | None) -> bool:
+def handle_interruption(result: RunResult, output_dir: str, signals: InterruptionSignals) -> bool:
     """After a run stopped: True if it was stopped by a signal and the job should end normally.
 
     A signalled run is `interrupted` and says by which signal. In a submitit job (one process
     per job) that is how the job ends: it returns, so submitit stores a result at once and
-    the submitter moves on. Elsewhere the process exits with status 1 and no traceback; a
-    local sweep asked to stop must stop. False (not signalled): the caller re-raises.
+    the submitter moves on. Elsewhere the process exits with status 128 + the signal's number
+    (130 for Ctrl-C) and no traceback; a local sweep asked to stop must stop. False (not
+    signalled): the caller re-raises.
     """
+    reason = signals.reason
     if reason is None:
         return False
     result.status, result.reason = "interrupted", reason
@@ -59,4 +61,4 @@ def handle_interruption(result: RunResult, output_dir: str, reason: str | None) 
         log.info("%s (in %s)", reason, output_dir)
     if "SUBMITIT_EXECUTOR" in os.environ:
         return True
-    raise SystemExit(1)
+    raise SystemExit(signals.exit_status)

@@ -3,8 +3,8 @@
 SLURM sends SIGTERM before it kills a job (scancel, preemption, end of the time
 limit), and submitit asks SLURM for its own warning signal `signal_delay_s`
 seconds before the limit (`--signal=USR2@120`: SIGUSR2 unless the
-SUBMITIT_PREEMPT_SIGNAL environment variable names another). While a run is
-in progress both are turned into `RunInterrupted`, a KeyboardInterrupt:
+SUBMITIT_PREEMPT_SIGNAL environment variable names another); Ctrl-C is SIGINT. While
+a run is in progress all three are turned into `RunInterrupted`, a KeyboardInterrupt:
 Lightning answers it with its graceful shutdown (callbacks' on_exception,
 teardown, child ranks killed) and then `sys.exit(1)`, and the job's `finally`
 blocks write the reports and result.json with status `interrupted`.
@@ -52,9 +52,28 @@ class InterruptionSignals:
     def reason(self) -> str | None:
         if self.received is None:
             return None
-        why = ("scancel, preemption or shutdown" if self.received == "SIGTERM"
-               else "submitit's warning: time limit or preemption")
+        why = {"SIGTERM": "scancel, preemption or shutdown", "SIGINT": "Ctrl-C"}.get(
+            self.received, "submitit's warning: time limit or preemption")
         return f"interrupted by {self.received} ({why}); reports hold the steps measured so far"
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number."""
+        return 128 + signal.Signals[self.received].value if self.received else 1
+
+
+def stop_sweep_on_sigterm() -> Any:
+    """Between the jobs of a sweep run in this process, SIGTERM stops the sweep as Ctrl-C
+    does (a KeyboardInterrupt), so it can still write the table of the finished jobs.
+    Returns the handler it replaced (for restore_sigterm)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, InterruptionSignals().handle)
+
+
+def restore_sigterm(handler: Any) -> None:
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 @contextlib.contextmanager
@@ -64,7 +83,7 @@ def stop_on_signals() -> Iterator[InterruptionSignals]:
     if threading.current_thread() is not threading.main_thread():
         yield state  # signal handlers can only be installed from the main thread
         return
-    signums = {signal.SIGTERM, preemption_signal()}
+    signums = {signal.SIGTERM, signal.SIGINT, preemption_signal()}
     previous: dict[int, Any] = {s: signal.getsignal(s) for s in signums}
     for s in signums:
         signal.signal(s, state.handle)

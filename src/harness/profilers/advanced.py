@@ -19,7 +19,7 @@ from harness import private_api
 from harness.config.checks import one_of, positive_int
 from harness.errors import ConfigError
 from harness.profilers.reporting import ChecksBeforeLightningInit
-from harness.reports.files import write_json
+from harness.reports.files import write_json, write_text
 
 SORT_KEYS = ("cumulative", "tottime", "ncalls")
 
@@ -101,8 +101,7 @@ class AdvancedPreset(ChecksBeforeLightningInit, AdvancedProfiler):
             )
             lines.append(text.rstrip())
             lines.append("")
-        reports_dir.mkdir(parents=True, exist_ok=True)
-        (reports_dir / "advanced.txt").write_text("\n".join(lines) + "\n")
+        write_text(reports_dir / "advanced.txt", "\n".join(lines) + "\n")
         write_json(
             reports_dir / "advanced.json",
             {

@@ -115,7 +115,12 @@ class CommWindow:
         self.profiler.start()
 
     def step_ended(self, index: int) -> None:
-        if self.profiler is None or self.figures or index < self.start + self.steps - 1:
+        if index >= self.start + self.steps - 1:
+            self.close()
+
+    def close(self) -> None:
+        """Stop recording and split what was recorded (training may end inside the window)."""
+        if self.profiler is None:
             return
         self.profiler.stop()
         events = list(self.profiler.events())

@@ -103,6 +103,12 @@ class DiagnosePreset(Callback):
         self._gather_communication(trainer)
 
     @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        if self.comm is not None:
+            self.comm.close()  # a torch profiler left running would outlive the run
+
+    @override
     def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.batches.setdefault("inference", batch)
@@ -159,6 +165,7 @@ class DiagnosePreset(Callback):
 
         if self.comm is None:
             return
+        self.comm.close()  # a run shorter than the window: what it recorded
         mine = self.comm.figures
         if dist.is_available() and dist.is_initialized():
             gathered: list[Any] = [None] * dist.get_world_size()

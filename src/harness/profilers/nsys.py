@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 def _task_overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
+    from harness.config.composed import as_typed
+
     try:
-        return list(HydraConfig.get().overrides.task)
+        return as_typed(HydraConfig.get().overrides.task)
     except ValueError:  # not inside a Hydra job (tests that build the preset directly)
         return ["profiler=[speed,nsys]"]
 

@@ -21,7 +21,7 @@ from typing_extensions import override
 from harness import private_api
 from harness.config.checks import non_negative_int, positive_int
 from harness.profilers.window import StepWindow, check_window
-from harness.reports.files import write_json
+from harness.reports.files import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,8 @@ class SnapshotPreset(Callback):
     def _dump(self, name: str) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         path = self.output_dir / f"{name}-rank{self.rank}.pickle"
-        private_api.dump_memory_snapshot(str(path))
+        with atomic_path(path) as tmp:
+            private_api.dump_memory_snapshot(str(tmp))
         self.files.append(path.name)
         log.info("snapshot: wrote %s (open it at https://pytorch.org/memory_viz)", path)
 

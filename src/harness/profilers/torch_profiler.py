@@ -30,6 +30,7 @@ from harness.profilers import torch_reports
 from harness.profilers.reporting import ChecksBeforeLightningInit
 from harness.profilers.torch_events import SORT_COLUMNS, event_row, is_operator
 from harness.profilers.window import check_window
+from harness.reports.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -223,13 +224,15 @@ class PytorchPreset(ChecksBeforeLightningInit, PyTorchProfilerAccess):
         stem = f"{self.preset}-{phase}-rank{rank}"
         if self.export_trace:
             path = self.trace_dir / f"{stem}.pt.trace.json"
-            prof.export_chrome_trace(str(path))
+            with atomic_path(path) as tmp:
+                prof.export_chrome_trace(str(tmp))
             self.files.append(path.name)
         if self.memory_timeline and "memory" in self.reports:
             path = self.trace_dir / f"{stem}-memory-timeline.html"
             device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
             try:
-                prof.export_memory_timeline(str(path), device=device)
+                with atomic_path(path, suffix=".tmp.html") as tmp:  # format from the suffix
+                    prof.export_memory_timeline(str(tmp), device=device)
                 self.files.append(path.name)
             except Exception as err:  # the plot is an extra: never lose the report for it
                 log.warning("memory timeline not written: %s: %s", type(err).__name__, err)

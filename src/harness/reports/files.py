@@ -13,7 +13,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +31,38 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_text(path: Path, text: str) -> Path:
-    """Write `text` to `path` atomically, creating the parent directory."""
+@contextlib.contextmanager
+def atomic_path(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary name beside `path` for a tool that writes the file itself (a trace
+    exporter, matplotlib): renamed to `path` when the block ends, removed when it fails.
+    `suffix` ends the temporary name, for tools that pick the format by it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    except OSError as err:
+        err.filename = str(path)  # the file asked for, not the temporary name
+        raise
+    os.close(handle)
+    try:
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return path
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically, creating the parent directory."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as out:
+        out.write(data)
+    return Path(path)
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write `text` to `path` atomically, creating the parent directory."""
+    return write_bytes(path, text.encode())
 
 
 def write_json(path: Path, payload: Mapping[str, Any]) -> Path:

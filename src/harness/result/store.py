@@ -31,7 +31,7 @@ def write_result(run_dir: Path, result: RunResult) -> Path:
 def _why_unreadable(path: Path, text: str, err: json.JSONDecodeError) -> str:
     if not text.strip():
         return "empty file"
-    if err.pos >= len(text.rstrip()) - 1:
+    if err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string"):
         return f"truncated: the JSON ends early (line {err.lineno})"
     return f"not JSON: {err.msg} at line {err.lineno} column {err.colno}"
 

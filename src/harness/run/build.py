@@ -12,7 +12,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.profilers import Profiler
 from omegaconf import DictConfig, open_dict
 
-from harness.config.targets import callback_nodes, uses_own_dataloaders
+from harness.config.arguments import callback_nodes
+from harness.config.targets import uses_own_dataloaders
 from harness.errors import HarnessError, first_line
 
 

@@ -67,7 +67,6 @@ def write_reports(presets: dict[str, Any], record: RunRecord) -> None:
         write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
     if reports_dir.is_dir():
         record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
-    show(f"[bold]result:[/bold] {record.path}")
 
 
 def _diagnose(name: str, preset: Any, reports_dir: Any, result: RunResult) -> None:

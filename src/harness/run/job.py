@@ -7,8 +7,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from harness.config.arguments import check_arguments
+from harness.config.composed import check_added_keys, check_resolves
 from harness.config.knobs import Knobs, check_trainer_keys, read_knobs, sweep_round
 from harness.config.targets import check_targets
+from harness.errors import ConfigError
 from harness.launch.job_scope import handle_interruption, job_scope
 from harness.launch.nsys import relaunch_under_nsys
 from harness.launch.ranks import global_rank
@@ -23,32 +26,60 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
     result.json is written however the job ends; the exception, if any, is
     re-raised for the CLI to report.
     """
+    record = RunRecord(output_dir, overrides=overrides)
+    try:
+        check_resolves(cfg)  # before anything reads a value, the nsys relaunch included
+    except ConfigError as err:
+        record.fail(err)
+        _write(record)
+        raise
     relaunched = relaunch_under_nsys(cfg, output_dir, overrides)  # profiler=nsys
     if relaunched is not None:
         return relaunched
-    record = RunRecord(output_dir, overrides=overrides)
     record.result.slurm = slurm_metadata()
     logger: Any = None
     with job_scope() as signals:
         try:
-            knobs = read_knobs(cfg)
-            record.result.knobs = knobs.as_dict()
-            record.result.sweep_round = sweep_round(cfg)
-            check_trainer_keys(cfg)
-            check_targets(cfg)
+            knobs = check_config(cfg, overrides, record.result)
             logger = _build_logger(cfg)  # one tracking run per job, shared by its repeats
             _measure_repeats(cfg, knobs, record, logger)
             if record.result.status == "running":
                 record.result.status = "ok"
         except BaseException as err:
             record.fail(err)
-            if not handle_interruption(record.result, str(output_dir), signals.reason):
+            if not handle_interruption(record.result, str(output_dir), signals):
                 raise
         finally:
             if global_rank() == 0:
-                record.write()
+                _write(record)
                 _track(cfg, record, logger)
     return record.result
+
+
+def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None = None) -> Knobs:
+    """Everything checked before compute is spent, each error a one-line ConfigError naming
+    the key: the knobs (recorded in `result` as soon as they are valid), `+key` typos, trainer
+    keys harness owns, the targets (importable, Lightning's kinds) and their arguments.
+    (Interpolations are checked before this, by check_resolves.)"""
+    knobs = read_knobs(cfg)
+    if result is not None:
+        result.knobs = knobs.as_dict()
+        result.sweep_round = sweep_round(cfg)
+    check_added_keys(overrides, cfg.keys())
+    check_trainer_keys(cfg)
+    check_targets(cfg)  # each imports; the model is a LightningModule class
+    check_arguments(cfg)  # each argument fits its constructor's type hints
+    return knobs
+
+
+def _write(record: RunRecord) -> None:
+    """result.json (an OutputError when the disk refuses it); its path is shown once the
+    run measured something."""
+    path = record.write()
+    if record.result.device is not None:
+        from harness.terminal import show
+
+        show(f"[bold]result:[/bold] {path}")
 
 
 def _build_logger(cfg: DictConfig) -> Any:

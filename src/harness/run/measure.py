@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from omegaconf import DictConfig
@@ -9,6 +10,8 @@ from omegaconf import DictConfig
 from harness.config.knobs import Knobs
 from harness.errors import HarnessError, first_line
 from harness.run.record import RunRecord, classify_failure, write_error_log
+
+log = logging.getLogger(__name__)
 
 
 def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
@@ -19,6 +22,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     from harness.run import build, environment
     from harness.run.compile import compile_facts, compile_network
     from harness.run.finish import record_trainer, write_reports
+    from harness.run.loss_watch import LossWatch
     from harness.run.observe import BatchObserver, check_what_ran
 
     result = record.result
@@ -26,8 +30,9 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
-    observer = BatchObserver()
-    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger, [observer])
+    observer, loss_watch = BatchObserver(), LossWatch()
+    trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
+                                  [observer, loss_watch])
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
     record_trainer(result, trainer, knobs.lightning_precision)
@@ -50,10 +55,21 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
             compiled = compile_facts(compile_before)
             result.metrics.update(compiled)
         check_what_ran(result, knobs, observer, trainer.world_size, compiled)
+        _flag_nonfinite_loss(result, loss_watch)
         if trainer.is_global_zero:
             write_reports(presets.by_name, record)
         # Compiled graphs, caches and peak counters are reset before each measurement
         # (harness.run.isolation.start_clean), not here.
+
+
+def _flag_nonfinite_loss(result: Any, loss_watch: Any) -> None:
+    from harness.run.loss_watch import FLAG
+
+    if loss_watch.saw_nonfinite() and FLAG not in result.flags:
+        result.flags = sorted({*result.flags, FLAG})
+        log.warning("the training loss was NaN or infinite: the timings stand, but the model"
+                    " stopped learning (result.json flags: %s). Fix: lower model.lr, check the"
+                    " data, or try precision=fp32", FLAG)
 
 
 def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,

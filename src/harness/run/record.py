@@ -11,7 +11,7 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.errors import HarnessError, first_line
+from harness.errors import HarnessError, OutputError, first_line
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, write_result
 
@@ -40,6 +40,32 @@ def write_error_log(output_dir: Path, err: BaseException) -> Path:
     return write_text(output_dir / ERROR_LOG, "".join(traceback.format_exception(err)))
 
 
+def saved_traceback(output_dir: Path, err: BaseException) -> str:
+    """Where the traceback of `err` is, for a message: the run's error.log (written now if the
+    run did not write it), else a file in the temporary directory; or why it is nowhere."""
+    path = output_dir / ERROR_LOG
+    if path.is_file():
+        return f"traceback in {path}"
+    try:
+        return f"traceback in {write_error_log(output_dir, err)}"
+    except OSError:
+        return temporary_traceback(err)
+
+
+def temporary_traceback(err: BaseException) -> str:
+    """The traceback of `err` in a file of the temporary directory (there is no run
+    directory to hold it), for a message: where it is, or why it is nowhere."""
+    import tempfile
+
+    try:
+        handle, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
+        with open(handle, "w") as out:
+            out.write("".join(traceback.format_exception(err)))
+    except OSError as why:
+        return f"traceback not saved: {why.strerror or why}"
+    return f"traceback in {name}"
+
+
 class RunRecord:
     """The job's RunResult and where it goes; `write` may be called more than once."""
 
@@ -54,7 +80,10 @@ class RunRecord:
     def fail(self, err: BaseException) -> None:
         self.result.status, self.result.reason = classify_failure(err)
         if not isinstance(err, (HarnessError, KeyboardInterrupt, SystemExit)):
-            write_error_log(self.output_dir, err)
+            try:
+                write_error_log(self.output_dir, err)
+            except OSError:  # the disk is full: result.json says what it can, without it
+                return
             self.result.error_log = ERROR_LOG
 
     def add_reports(self, paths: list[Path]) -> None:
@@ -67,5 +96,9 @@ class RunRecord:
         return self.output_dir / RESULT_FILE
 
     def write(self) -> Path:
+        """result.json, or an OutputError naming it when it cannot be written."""
         self.result.duration_s = time.time() - self.started
-        return write_result(self.output_dir, self.result)
+        try:
+            return write_result(self.output_dir, self.result)
+        except OSError as err:
+            raise OutputError(err, self.path) from err

@@ -47,8 +47,10 @@ def missing_cell(point: Any, metric: str | None = None) -> str | None:
 
 
 def _thin(point: Any, metric: str) -> str:
+    """The cautions of a figure: `thin` (few measured steps), `NaN loss` (training)."""
     phase = _phase(metric)
-    return " thin" if phase and point.get(f"{phase}_thin") else ""
+    text = " thin" if phase and point.get(f"{phase}_thin") else ""
+    return text + (" NaN loss" if phase and point.get(f"{phase}_nonfinite_loss") else "")
 
 
 def value_cell(point: Any, metric: str) -> str:

@@ -18,6 +18,7 @@ from harness.result.store import RESULT_FILE, load_result
 
 MULTIRUN_FILE = "multirun.yaml"
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+HYDRA_FILE = Path(".hydra") / "hydra.yaml"
 # Overrides that say how a job was run rather than what it measured: Hydra's own, and
 # the measurement's repetition (the rounds sweeper's repeat=1 +sweep_round=<r>).
 NOT_SETTINGS = ("hydra.",)
@@ -161,4 +162,34 @@ def collect(root: Path) -> Collection:
         jobs.append(job)
         if problem:
             problems.append(problem)
-    return Collection(root, jobs, problems)
+    mixed = _mixed_sweeps(root, job_dirs)
+    return Collection(root, jobs, ([mixed] if mixed else []) + problems)
+
+
+def _sweep_of(job_dir: Path) -> str | None:
+    """The directory of the sweep that ran the job: the parent of the output directory
+    Hydra recorded in the job's .hydra/hydra.yaml (None for a single run or no record)."""
+    import yaml
+
+    try:
+        hydra = yaml.safe_load((job_dir / HYDRA_FILE).read_text())["hydra"]
+        if hydra["mode"] != "MULTIRUN":
+            return None
+        return str(Path(hydra["runtime"]["output_dir"]).parent)
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def _mixed_sweeps(root: Path, job_dirs: list[Path]) -> str | None:
+    """A warning when the jobs under `root` come from more than one sweep (a date directory
+    holding two sweeps, jobs copied together): their table would compare them as one."""
+    origins: dict[str, list[str]] = {}
+    for job_dir in job_dirs:
+        origin = _sweep_of(job_dir)
+        if origin is not None:
+            origins.setdefault(origin, []).append(str(job_dir.relative_to(root)))
+    if len(origins) < 2:
+        return None
+    listed = "; ".join(f"{origin}: {', '.join(jobs)}" for origin, jobs in origins.items())
+    return (f"{root} mixes the jobs of {len(origins)} sweeps ({listed}); the table compares"
+            " them as one. Fix: harness-report one sweep directory at a time")

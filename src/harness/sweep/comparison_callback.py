@@ -9,6 +9,10 @@ the keys and values the sweep varies, so a typo costs no compute.
 Exit-code rule: a multirun exits non-zero only when no job of the sweep
 succeeded. The callback cannot exit itself without cutting short the callbacks
 after it, so it leaves its verdict in `outcome` for `harness.cli.main`.
+
+A sweep stopped before its end (Ctrl-C, SIGTERM) never reaches `on_multirun_end`:
+`harness.cli.main` calls `end_early` instead, which writes the table of the jobs
+that finished and says how to rebuild it once the rest have run.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from omegaconf import DictConfig
 from typing_extensions import override
 
 from harness.config.checks import one_of
+from harness.launch.signals import restore_sigterm
 
 log = logging.getLogger(__name__)
 KEY = "hydra.callbacks.sweep_report"
@@ -36,6 +41,7 @@ class Outcome:
 
 
 outcome = Outcome()
+_running: ComparisonCallback | None = None  # the sweep whose jobs are being launched
 
 
 def verdict(statuses: list[str]) -> tuple[int, str | None]:
@@ -82,19 +88,43 @@ class ComparisonCallback(Callback):
         self.rows = rows
         self.baseline = baseline
         self.plot = plot
+        self.sweep_dir: Path | None = None
+        self._sigterm_before: Any = None
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.config.composed import as_typed, check_added_keys
         from harness.config.sweep_keys import swept_values_of
+        from harness.errors import ConfigError
+        from harness.launch.signals import stop_sweep_on_sigterm
 
+        global _running
         outcome.exit_code, outcome.message = 0, None
-        check_settings(self.rows, self.baseline, swept_values_of(config))
+        try:
+            # `+batchsize=1,2` would fail every job: said once, before the first.
+            check_added_keys(as_typed(config.hydra.overrides.task),
+                             [k for k in config if k != "hydra"])
+            check_settings(self.rows, self.baseline, swept_values_of(config))
+        except ConfigError as err:
+            log.error("%s", err)
+            # Hydra turns a callback's Exception into a warning and runs the sweep anyway.
+            raise SystemExit(err.exit_status) from None
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        _running = self
+        self._sigterm_before = stop_sweep_on_sigterm()
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global _running
+        _running = None
+        restore_sigterm(self._sigterm_before)
+        statuses = self.write_comparison(Path(str(config.hydra.sweep.dir)))
+        outcome.exit_code, outcome.message = verdict(statuses)
+
+    def write_comparison(self, sweep_dir: Path) -> list[str]:
+        """comparison.* and the table of the jobs in `sweep_dir`; their statuses."""
         from harness.terminal import log_file
 
-        sweep_dir = Path(str(config.hydra.sweep.dir))
         if sweep_dir.is_dir():
             log_file(sweep_dir / SWEEP_LOG)
         try:
@@ -107,7 +137,27 @@ class ComparisonCallback(Callback):
             log.warning("could not build the sweep comparison: %s. Rebuild it with:"
                         " harness-report %s", err, sweep_dir)
             statuses = _statuses_on_disk(sweep_dir)
-        outcome.exit_code, outcome.message = verdict(statuses)
+        return statuses
+
+
+def end_early(interrupted: bool) -> None:
+    """The sweep stopped before its end (`interrupted`: by Ctrl-C or SIGTERM, else by an
+    error): the table of the jobs that finished, and the command that rebuilds it.
+    harness.cli.main calls this; Hydra does not."""
+    global _running
+    callback, _running = _running, None
+    if callback is None or callback.sweep_dir is None:
+        return
+    restore_sigterm(callback._sigterm_before)
+    sweep_dir = callback.sweep_dir
+    if not any(p.is_dir() and p.name != ".submitit" for p in sweep_dir.glob("*")):
+        return  # stopped before its first job: no table to write
+    statuses = callback.write_comparison(sweep_dir)
+    done = sum(status not in ("interrupted", "missing") for status in statuses)
+    log.warning("the sweep %s: %s in %s. Rebuild the table once the rest have run:"
+                " harness-report %s", "was interrupted" if interrupted else "stopped early",
+                f"the table shows the {done} job(s) that finished" if done
+                else "no job finished", sweep_dir, sweep_dir)
 
 
 def _statuses_on_disk(sweep_dir: Path) -> list[str]:

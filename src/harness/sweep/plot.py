@@ -58,6 +58,9 @@ def write_png(comparison: Comparison, path: Path) -> Path | None:
         ax.legend(fontsize="small")
     fig.suptitle(f"{comparison.root.name}: baseline {comparison.baseline}", fontsize="medium")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    from harness.reports.files import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
     return path

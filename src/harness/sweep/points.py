@@ -106,6 +106,9 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         record[f"{phase}_error"] = errors[0] if errors else None
     bounds = [j.result.diagnosis.bound_by for j in usable if j.result and j.result.diagnosis]
     record["bound_by"] = max(set(bounds), key=bounds.count) if bounds else None
+    # A NaN or infinite training loss in any job of the point (result.json flag).
+    record["train_nonfinite_loss"] = any(j.result and "nonfinite_loss" in j.result.flags
+                                         for j in usable)
     rounds = {j.result.sweep_round for j in jobs if j.result and j.result.sweep_round is not None}
     record["rounds"] = len(rounds)
     return record

@@ -8,6 +8,7 @@ with medians, min..max and the speed-ups as plain numbers.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,10 @@ def legend(comparison: Comparison) -> list[str]:
            for phase in ("train", "inference") if f"{phase}_thin" in comparison.points):
         lines.append("thin: the phase has fewer measured steps than"
                      " profiler.speed.min_measured_steps: a figure on few samples.")
+    points = comparison.points
+    if "train_nonfinite_loss" in points and points["train_nonfinite_loss"].astype(bool).any():
+        lines.append("NaN loss: a training loss of the point was NaN or infinite (result.json"
+                     " flag nonfinite_loss): the timings stand, the model stopped learning.")
     if (comparison.points["status"] == "invalid").any():
         lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
                      " compile); its figures are in its result.json, not here. See below.")
@@ -125,6 +130,7 @@ def csv_columns(comparison: Comparison) -> list[str]:
     columns += ["memory_source", "bound_by"]
     for phase in TABLE_PHASES:
         columns += [f"{phase}_thin", f"{phase}_error"]
+    columns.append("train_nonfinite_loss")
     for ratio in RATIOS:
         columns += [ratio, f"{ratio}_min", f"{ratio}_max", f"{ratio}_within_spread",
                     f"{ratio}_thin"]
@@ -202,8 +208,8 @@ def show_tables(comparison: Comparison) -> None:
         show(f"[dim]{line}[/dim]")
     for line in failures(comparison):
         show(f"[red]not ok[/red] {line}")
-    for line in comparison.problems:
-        show(f"[yellow]warning[/yellow] {line}")
+    for line in comparison.problems:  # on stderr: `| head` does not hide them
+        logging.getLogger(__name__).warning("%s", line)
 
 
 def _style(cell: str) -> str:

@@ -12,9 +12,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, OutputError, output_error
+
+T = TypeVar("T")
 
 PROG = "harness-report"
 log = logging.getLogger(__name__)
@@ -25,7 +29,8 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Rebuild the comparison table of a sweep from its jobs' result.json files,"
         " or compare two sweeps or runs (B against A).",
-        epilog="Exit status: 0 done; 1 --fail-if-worse found a regression; 2 bad input.",
+        epilog="Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is"
+        " full); 2 bad input, or a directory it cannot write.",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
@@ -53,8 +58,9 @@ def _run(args: argparse.Namespace) -> int:
     from harness.terminal import show
 
     if len(args.dirs) == 1:
-        report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
-                     plot=not args.no_plot, write=not args.no_write)
+        _written(lambda: report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
+                                      plot=not args.no_plot, write=not args.no_write),
+                 "print the table only: --no-write")
         return 0
     if len(args.dirs) != 2:
         raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
@@ -65,11 +71,13 @@ def _run(args: argparse.Namespace) -> int:
     a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline) for d in args.dirs)
     for side, comp in (("A", a), ("B", b)):
         for problem in comp.problems:
-            show(f"[yellow]warning[/yellow] ({side}) {problem}")
+            log.warning("(%s) %s", side, problem)
     result = compare.diff(a, b)
+    if args.out:  # written first: a reader that stops early (`| head`) must not cost the files
+        written = _written(lambda: compare.write(result, args.out),
+                           "write elsewhere: --out DIR")
     compare.show_diff(result)
     if args.out:
-        written = compare.write(result, args.out)
         show("[bold]diff:[/bold] " + ", ".join(map(str, written)))
     if args.fail_if_worse is not None:
         worse = compare.regressions(result, args.fail_if_worse)
@@ -80,6 +88,17 @@ def _run(args: argparse.Namespace) -> int:
         if worse:
             return 1
     return 0
+
+
+def _written(write: Callable[[], T], instead: str) -> T:
+    """`write()`, with a file it cannot write said in one line naming it (exit 2)."""
+    try:
+        return write()
+    except OSError as err:
+        unwritable = output_error(err, instead=instead)
+        if unwritable is None:
+            raise
+        raise unwritable from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,7 +113,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         code = _run(args)
-    except HarnessError as err:
+    except OutputError as err:  # where to write: 2, or 1 for a full disk
+        log.error("%s", err)
+        sys.exit(err.exit_status)
+    except HarnessError as err:  # bad input: the directories, the settings
         log.error("%s", err)
         sys.exit(2)
     sys.exit(code)

@@ -27,6 +27,7 @@ from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
 
+from harness.config.composed import as_typed
 from harness.errors import ConfigError, HarnessError
 from harness.tracking import store_access
 from harness.tracking.experiments import PARENT_TAG, experiment_for, sweep_info
@@ -49,7 +50,7 @@ def _from_hydra_job() -> tuple[str, str | None]:
     if not HydraConfig.initialized():
         return "harness", None
     job = HydraConfig.get()
-    overrides = list(job.overrides.task)
+    overrides = as_typed(job.overrides.task)
     sweep: dict[str, Any] = {}
     if job.mode == RunMode.MULTIRUN:
         sweep = sweep_info(Path(str(job.sweep.dir)))
@@ -79,6 +80,7 @@ class HarnessMLFlowLogger(Logger):
         tags: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        store_access.route_mlflow_logs()
         if importlib.util.find_spec("mlflow") is None:
             raise HarnessError("logger=mlflow needs the mlflow package."
                                " Fix: pip install 'mlflow>=3', or run with logger=none")

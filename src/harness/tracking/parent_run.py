@@ -4,7 +4,9 @@ Hydra calls `on_multirun_start` before launching any job: the parent run is
 created then, and its id handed to the jobs through an environment variable
 (read by conf/logger/mlflow.yaml; launchers such as submitit copy the
 environment into each job) and a file in the sweep directory. At
-`on_multirun_end` the sweep's comparison files are logged to the parent.
+`on_multirun_end` the sweep's comparison files are logged to the parent. A sweep that
+stops before its end never reaches it: `harness.cli.main` calls `end_unfinished`, which
+logs what there is and closes the parent KILLED (interrupted) or FAILED.
 
 Importing this module is cheap: Hydra loads it at start-up of every run.
 """
@@ -50,6 +52,7 @@ class ParentRunCallback(Callback):
             return
         from harness.tracking import run_logging, store_access
 
+        store_access.route_mlflow_logs()
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         self.tracking_uri = str(settings.tracking_uri)
         try:
@@ -67,9 +70,17 @@ class ParentRunCallback(Callback):
                 run_logging.upload_hint(self.sweep_dir, self.tracking_uri))
             return
         os.environ[PARENT_ENV] = self.parent_run_id
+        global _open
+        _open = self
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.end("FINISHED")
+
+    def end(self, status: str) -> None:
+        """Log the sweep's files into the parent run and give it its end `status`."""
+        global _open
+        _open = None
         if self.parent_run_id is None or self.sweep_dir is None or self.tracking_uri is None:
             return
         from harness.tracking import store_access
@@ -78,7 +89,8 @@ class ParentRunCallback(Callback):
         try:
             from mlflow import MlflowClient
 
-            log_sweep_files(MlflowClient(self.tracking_uri), self.parent_run_id, self.sweep_dir)
+            log_sweep_files(MlflowClient(self.tracking_uri), self.parent_run_id, self.sweep_dir,
+                            status)
         except Exception as err:
             log.warning("MLflow: the sweep's comparison files were not logged to parent run %s"
                         " (%s); they are in %s", self.parent_run_id,
@@ -87,15 +99,26 @@ class ParentRunCallback(Callback):
             self.parent_run_id = None
 
 
+_open: ParentRunCallback | None = None  # the parent run of a sweep in progress
+
+
+def end_unfinished(status: str) -> None:
+    """Close the parent run of a sweep that stopped before Hydra's end of it (KILLED when
+    interrupted, FAILED when refused): never left RUNNING."""
+    if _open is not None:
+        _open.end(status)
+
+
 def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) -> str:
     from mlflow import MlflowClient
 
+    from harness.config.composed import as_typed
     from harness.config.sweep_keys import swept_keys_of
     from harness.tracking import store_access
 
     uri = str(settings.tracking_uri)
     client = MlflowClient(uri)
-    overrides = " ".join(config.hydra.overrides.task)
+    overrides = " ".join(as_typed(config.hydra.overrides.task))
     with store_access.creation_lock(uri):
         experiment_id = experiment_for(client, str(settings.experiment_name),
                                        settings.get("artifact_location"))
@@ -114,7 +137,8 @@ def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) ->
     return run.info.run_id
 
 
-def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path) -> None:
+def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
+                    status: str = "FINISHED") -> None:
     """Comparison table and plot, the sweep definition, job counts, then the end status."""
     from mlflow.entities import RunTag
 
@@ -133,7 +157,7 @@ def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path) -> None:
               for status in sorted(set(statuses))}
     client.log_batch(parent_run_id, tags=[
         RunTag("jobs", str(len(statuses))), *(RunTag(k, v) for k, v in counts.items())])
-    client.set_terminated(parent_run_id, "FINISHED")
+    client.set_terminated(parent_run_id, status)
 
 
 def job_statuses(sweep_dir: Path) -> list[str]:

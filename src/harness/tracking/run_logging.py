@@ -97,6 +97,8 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
             return
     except Exception as err:
         logger.fail(_missing(done), err)
+    if "the whole run" not in logger.not_logged:  # e.g. the last metrics' flush failed
+        logger.fail(_missing(done), logger.failure or "unknown")
     _report_failure(logger, result, run_dir, tracking)
 
 
@@ -108,11 +110,13 @@ def _missing(done: list[str]) -> str:
 def _report_failure(logger: Any, result: RunResult, run_dir: Path, tracking: Tracking) -> None:
     hint = upload_hint(run_dir, logger.tracking_uri)
     run = f" (run {logger.run_id} is incomplete)" if logger.run_id else ""
+    # A deleted sqlite file answers "readonly database": say what really happened.
+    failure = store_access.gone(logger.tracking_uri) or logger.failure
     log.warning(
         "MLflow tracking at %s failed (%s); not logged: %s%s. Reports are on disk in %s."
-        " Upload them later with: %s", logger.tracking_uri, logger.failure,
+        " Upload them later with: %s", logger.tracking_uri, failure,
         "; ".join(logger.not_logged), run, run_dir, hint)
-    tracking.logged, tracking.failure = False, logger.failure
+    tracking.logged, tracking.failure = False, failure
     tracking.not_logged, tracking.upload_command = list(logger.not_logged), hint
     result.tracking = tracking
     write_result(run_dir, result)

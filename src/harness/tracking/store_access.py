@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,13 +44,14 @@ def is_http(uri: str) -> bool:
 
 
 def probe(uri: str, timeout_s: float) -> str | None:
-    """Why an http(s) tracking server cannot be reached, or None if it answers.
+    """Why the store cannot take a run (an http(s) server that does not answer, a sqlite
+    file that cannot be written), or None if it can.
 
     Any HTTP answer counts as reachable (a server behind auth answers 401);
     only a refused connection, a DNS failure or a timeout does not.
     """
     if not is_http(uri):
-        return None
+        return _sqlite_problem(uri)
     import requests
 
     try:
@@ -57,6 +59,42 @@ def probe(uri: str, timeout_s: float) -> str | None:
     except requests.RequestException as err:
         return f"cannot reach {uri}: {type(err).__name__}"
     return None
+
+
+def _sqlite_problem(uri: str) -> str | None:
+    """Why a sqlite store cannot be written (read-only file or directory), checked by opening
+    it as sqlite would rather than asked of MLflow, which answers with a long traceback."""
+    path = sqlite_path(uri)
+    if path is None:
+        return None
+    import tempfile
+
+    try:
+        if path.exists():
+            with open(path, "r+b"):  # opened for writing, nothing written
+                pass
+        if path.parent.is_dir():  # sqlite writes its journal beside the database
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+    except OSError as err:
+        where = err.filename if isinstance(err.filename, str) else path
+        return f"the store is read-only ({where}: {err.strerror or err})"
+    return None
+
+
+def gone(uri: str) -> str | None:
+    """Why a sqlite store that was open is no longer there, or None."""
+    path = sqlite_path(uri)
+    if path is None or path.exists():
+        return None
+    return f"the store is gone: {path.resolve()} no longer exists"
+
+
+def route_mlflow_logs() -> None:
+    """MLflow's own log lines go through harness's logging (the run's log file; the
+    terminal shows a warning's first line), not MLflow's handler, which prints whole
+    SQLAlchemy tracebacks. Call before mlflow is imported."""
+    os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -99,7 +137,19 @@ def creation_lock(uri: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# The database driver's own line inside MLflow's message: "(sqlite3.OperationalError) ...".
+_DRIVER_LINE = re.compile(r"\((\w+\.\w+Error)\) ([^\n\[]+)")
+
+
 def short_reason(err: BaseException) -> str:
-    """One line about a tracking failure, without MLflow's multi-line detail."""
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
+    """One line about a tracking failure, without MLflow's multi-line detail: the database's
+    own error when there is one (MLflow's first line is often about SQLAlchemy's autoflush)."""
+    text = str(err).strip()
+    driver = _DRIVER_LINE.search(text)
+    if driver:
+        why = driver[2].strip()
+        if "readonly database" in why:
+            why = f"the store is read-only: {why}"
+        return f"{why} ({driver[1]})"
+    first = text.splitlines()[0] if text else ""
+    return f"{type(err).__name__}: {first[:200]}" if first else type(err).__name__

@@ -61,6 +61,7 @@ def _readable(run_dirs: list[Path]) -> tuple[dict[Path, RunResult], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     use_console(prefix=run_logging.UPLOAD_COMMAND)
+    store_access.route_mlflow_logs()
     args = _parser().parse_args(argv)
     path: Path = args.path.resolve()
     if (path / RESULT_FILE).is_file():

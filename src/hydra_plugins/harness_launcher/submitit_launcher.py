@@ -40,6 +40,10 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness.launch.output_dirs import register_resolver
+
+# A job process resolves its config's ${unique_dir:...} (from the cache the config carries).
+register_resolver()
 _INIT_KEYS = {"submitit_folder", "max_num_timeout"}
 
 # sbatch's message -> the hydra.launcher key to change
