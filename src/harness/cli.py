@@ -22,6 +22,8 @@ from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
 
 log = logging.getLogger("harness.cli")
+# How a job ended; in a sweep the job's progress line says it (harness.terminal).
+job_log = logging.getLogger("harness.cli.job")
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -35,35 +37,48 @@ def _app(cfg: DictConfig) -> None:
     job = HydraConfig.get()
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
+    _progress_bar(cfg, multirun)
     try:
         result = run_job(cfg, output_dir, list(job.overrides.task))
     except HarnessError as err:
-        log.error("%s", err)
+        job_log.error("%s", err)
         if not multirun:
             sys.exit(2 if isinstance(err, ConfigError) else 1)
     except Exception as err:
         status, reason = classify_failure(err)
-        log.error("%s: %s (traceback in %s)", status, reason, output_dir / ERROR_LOG)
+        job_log.error("%s: %s (traceback in %s)", status, reason, output_dir / ERROR_LOG)
         if not multirun:
             sys.exit(1)
     else:
         if result.status == "invalid":  # measured, but not what the knobs say
-            log.error("invalid: %s", result.reason)
+            job_log.error("invalid: %s", result.reason)
             if not multirun:
                 sys.exit(1)
         elif result.status == "partial":
-            log.warning("partial: %s", result.reason)
+            job_log.warning("partial: %s", result.reason)
     # In a sweep a failed job is recorded in its result.json and the sweep goes on.
+
+
+def _progress_bar(cfg: DictConfig, multirun: bool) -> None:
+    """trainer.enable_progress_bar=null: Lightning's bar in a single run; none in a sweep's
+    jobs, whose terminal shows one line each (harness.sweep.progress), unless verbose."""
+    from harness.terminal import verbose
+
+    trainer = cfg.get("trainer")
+    if isinstance(trainer, DictConfig) and "enable_progress_bar" in trainer and (
+            trainer.enable_progress_bar is None):
+        trainer.enable_progress_bar = not multirun or verbose()
 
 
 def main() -> None:
     """Entry point of the `harness` console script."""
     from harness.cli_errors import describe
     from harness.sweep.named import register_sweeps
-    from harness.terminal import use_console
+    from harness.terminal import quiet_libraries, use_console
 
     # Hydra would print its errors with a partial traceback; raised, they are said in one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    quiet_libraries()
     use_console()
     try:
         register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml

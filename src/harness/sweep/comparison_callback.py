@@ -25,7 +25,6 @@ from harness.config.checks import one_of
 
 log = logging.getLogger(__name__)
 KEY = "hydra.callbacks.sweep_report"
-SWEEP_LOG = "sweep.log"  # what the sweep itself said after its jobs (the table, warnings)
 
 
 class Outcome:
@@ -92,11 +91,7 @@ class ComparisonCallback(Callback):
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.terminal import log_file
-
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        if sweep_dir.is_dir():
-            log_file(sweep_dir / SWEEP_LOG)
         try:
             from harness.sweep.report import report_sweep
 
