@@ -186,6 +186,21 @@ def plain_text(renderable: Any, width: int = 120) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
+BINARY_UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
+
+
+def size(value: float | None, per: str = "") -> str:
+    """Bytes as a person reads them: 704698368 -> '672.1 MiB' (binary units, as `free -h`
+    and nvidia-smi count memory); `per='/s'` for a rate; '-' for None."""
+    if value is None:
+        return "-"
+    from rich.filesize import pick_unit_and_suffix
+
+    unit, suffix = pick_unit_and_suffix(int(abs(value)), BINARY_UNITS, 1024)
+    number = f"{value:,.0f}" if unit == 1 else f"{value / unit:,.1f}"
+    return f"{number} {suffix}{per}"
+
+
 def show(renderable: Any) -> None:
     """Show a table or a result line: rich on the terminal, plain text in the log."""
     logging.getLogger(OUTPUT).info(plain_text(renderable), extra={"renderable": renderable})
