@@ -58,6 +58,8 @@ def value_cell(point: Any, metric: str) -> str:
     if missing is not None:
         return missing
     value = point[metric]
+    if isinstance(value, str):  # a column of words: a verdict, a reason
+        return value
     if not is_finite_number(value):
         return "-"
     if metric == "peak_memory_bytes":
