@@ -239,3 +239,39 @@ def test_a_section_can_show_words(tmp_path):
     header, rows = markdown_table(section, comparison)
     assert header == ["batch_size", "fp32 bound by", "bf16 bound by"]
     assert rows == [["2", "data-bound", "compute-bound"], ["4", "compute-bound", "-"]]
+
+
+def test_the_plot_labels_axes_starts_at_zero_and_shows_speedups_and_spread(tmp_path):
+    from matplotlib.container import BarContainer
+
+    from harness.sweep.plot import figure
+
+    comparison = build(collect(_repeated(tmp_path / "sweep", {
+        "fp32": [100, 104, 98], "bf16": [150, 160, 155]})))
+    fig = figure(comparison)
+    top, bottom = fig.axes[:3], fig.axes[3:6]
+    assert [ax.get_ylabel() for ax in top] == [
+        "training throughput (examples/s)", "inference throughput (examples/s)",
+        "peak memory, process RSS (MiB)"]
+    assert [ax.get_ylabel() for ax in bottom] == [
+        "training speed-up vs fp32 (x)", "inference speed-up vs fp32 (x)",
+        "peak memory vs fp32 (x)"]
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
+    assert all(ax.get_xlabel() == "precision" for ax in fig.axes)  # one row: bars per variant
+    # a dashed line at 1.0 on every speed-up panel
+    assert all(any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())
+               for ax in bottom)
+    # error bars from the samples: bf16's training bar spans its 150..160
+    (bf16,) = [c for c in top[0].containers
+               if isinstance(c, BarContainer) and c.get_label() == "bf16"]
+    (segment,) = bf16.errorbar.lines[2][0].get_segments()
+    assert [float(y) for _, y in segment] == [150.0, 160.0]
+    name = fig._suptitle.get_text()
+    assert name.startswith(f"{tmp_path.name}/sweep (precision): device unknown")
+    assert "baseline: precision=fp32; points: median of each point's samples; bars: their" \
+        " min..max" in name
+
+    single = figure(build(collect(grid(tmp_path / "once"))))
+    assert "each point ran once" in single._suptitle.get_text()
+    assert single.axes[0].get_xlabel() == "batch_size"
+    assert not any(getattr(c, "has_yerr", False) for ax in single.axes for c in ax.containers)
