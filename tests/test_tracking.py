@@ -103,6 +103,8 @@ def test_default_store_holds_params_tags_rates_metrics_and_artifacts(tmp_path, m
     logged = _history(client, run_id, "training_rate")
     assert [s for s, _ in logged] == list(range(1, 13))
     assert [v for _, v in logged] == pytest.approx(on_disk, rel=1e-6)
+    examples = _history(client, run_id, "training_examples_rate")  # batch_size=4 per step
+    assert examples == [(step, pytest.approx(4 * value)) for step, value in logged]
     assert len(_history(client, run_id, "validation_rate")) == 4
     assert _history(client, run_id, "train_loss")  # the module's own self.log, same run
 
@@ -158,7 +160,11 @@ def test_unreachable_server_still_completes_with_one_warning_and_upload_works(tm
     run = _only_run(client)
     assert run.info.status == "FINISHED"
     assert run.data.params["batch_size"] == "4"
-    assert len(_history(client, run.info.run_id, "training_rate")) == 12
+    rates = _history(client, run.info.run_id, "training_rate")
+    assert len(rates) == 12
+    # examples/s beside it/s, as the live run logs it: batch_size 4 examples per step
+    assert _history(client, run.info.run_id, "training_examples_rate") == [
+        (step, pytest.approx(4 * value)) for step, value in rates]
     assert "reports/speed.json" in _artifacts(client, run.info.run_id)
 
 
@@ -436,7 +442,7 @@ def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_pa
 
     client = _client(uri)
     (parent,) = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id])
-    assert parent.info.run_name == "sweep batch_size=2,4 precision=fp32,bf16"
+    assert parent.info.run_name == "bs x precision (sweep)"
     assert parent.data.params == {"batch_size": "2,4", "precision": "fp32,bf16",
                                   "data.dim": "32", "repeat": "2"}
     figures = parent.data.metrics
@@ -461,14 +467,20 @@ def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_pa
 
 
 def test_child_runs_are_named_by_what_differs_first():
-    from harness.config.sweep_keys import job_label
+    from harness.config.sweep_keys import job_label, run_name, sweep_run_name
 
     swept = ["batch_size", "precision", "compile"]
-    assert job_label(["data.dim=32", "batch_size=16", "precision=bf16", "compile=true",
-                      "repeat=1", "+sweep_round=1"], swept) == (
-        "batch_size=16,bf16,compile=true,round 1")
-    assert job_label(["seed=3"], ["seed"]) == "seed=3"
-    assert job_label(["mode=train", "batch_size=8"], []) == "mode=train,batch_size=8"
+    job = ["data.dim=32", "batch_size=16", "precision=bf16", "compile=true", "repeat=1",
+           "+sweep_round=1"]
+    # MLflow's runs table shows ~14 characters of a child's name: short keys, no fixed ones
+    assert run_name(job, swept) == "bs=16 bf16 compile=true r1"
+    assert run_name(["seed=3"], ["seed"]) == "seed=3"
+    assert run_name(["data.seq_len=64"], ["data.seq_len"]) == "seq_len=64"
+    assert run_name(["mode=train", "batch_size=8"], []) == "mode=train,batch_size=8"
+    assert sweep_run_name(swept) == "bs x precision x compile (sweep)"
+    assert sweep_run_name(swept, "physicsnemo") == "physicsnemo (sweep)"
+    # the progress lines have room for the keys
+    assert job_label(job, swept) == "batch_size=16,bf16,compile=true,round 1"
 
 
 def test_links_open_the_training_view_of_the_run():

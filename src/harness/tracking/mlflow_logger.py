@@ -41,12 +41,12 @@ def _from_hydra_job() -> tuple[str, str | None]:
     """(run name, parent run id its sweep left in the sweep dir) of the current Hydra job.
 
     The name is the job's overrides; in a sweep only what tells the children apart, short
-    and led by it ("batch_size=8,bf16,round 1"): the UI cuts names at about 20 characters.
+    ("bs=8 bf16 r1"): the UI's runs table shows about 14 characters of a child's name.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness.config.sweep_keys import job_label
+    from harness.config.sweep_keys import run_name
 
     if not HydraConfig.initialized():
         return "harness", None
@@ -55,7 +55,7 @@ def _from_hydra_job() -> tuple[str, str | None]:
     if job.mode != RunMode.MULTIRUN:
         return ",".join(overrides)[:250] or "harness", None
     sweep = sweep_info(Path(str(job.sweep.dir)))
-    name = job_label(overrides, sweep.get("swept_keys") or [])
+    name = run_name(overrides, sweep.get("swept_keys") or [])
     return name[:250] or "harness", sweep.get("parent_run_id")
 
 

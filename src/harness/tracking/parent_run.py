@@ -96,11 +96,12 @@ class ParentRunCallback(Callback):
 
 
 def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) -> str:
-    """The parent run, named by what the sweep varies, its settings as params."""
+    """The parent run, named by what the sweep varies ('bs x precision (sweep)'), with its
+    settings as params ('batch_size': '2,4'): the children's param columns read the same."""
     from mlflow import MlflowClient
     from mlflow.entities import Param
 
-    from harness.config.sweep_keys import swept_values_of
+    from harness.config.sweep_keys import sweep_run_name, swept_values_of
     from harness.tracking import store_access
     from harness.tracking.sweep_summary import sweep_params
 
@@ -108,14 +109,13 @@ def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) ->
     client = MlflowClient(uri)
     task = list(config.hydra.overrides.task)
     swept = swept_values_of(config)
-    named = [o for o in task if o.startswith("sweep=")]
-    varied = " ".join([*named, *(f"{k}={','.join(v)}" for k, v in swept.items())])
+    named = next((o.split("=", 1)[1] for o in task if o.startswith("sweep=")), None)
     with store_access.creation_lock(uri):
         experiment_id = experiment_for(client, str(settings.experiment_name),
                                        settings.get("artifact_location"))
         run = client.create_run(
             experiment_id,
-            run_name=f"sweep {varied or sweep_dir.name}"[:250],
+            run_name=sweep_run_name(swept, named)[:250],
             tags={"sweep_dir": str(sweep_dir.resolve()), "sweep_overrides": " ".join(task),
                   "harness.kind": "sweep"},
         )
