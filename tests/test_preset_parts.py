@@ -178,3 +178,25 @@ def test_summary_of_a_compiled_network_uses_the_original_module():
         stats = torchinfo.summary(holder.net, input_data=[torch.randn(2, 8)], verbose=0)
     assert holder.net is compiled  # restored, never called: nothing was compiled
     assert stats.total_params == 8 * 4 + 4
+
+
+def test_system_table_gives_bytes_in_binary_units_and_every_row_its_unit():
+    from harness.profilers.system import SystemPreset, SystemSampler
+    from harness.terminal import plain_text
+
+    preset = SystemPreset(interval_s=1.0, gpus=False)
+    preset.sampler = SystemSampler(1.0, with_gpus=False)
+    sample = {"segment": 1, "t_s": 0.0, "process_cpu_pct": 150.0, "system_cpu_pct": 40.0,
+              "rss_bytes": 704_698_368, "children_rss_bytes": 3 * 2**30,
+              "disk_read_bytes_per_s": 512.0, "disk_write_bytes_per_s": 2.5 * 2**20}
+    preset.sampler.samples = [sample, {**sample, "rss_bytes": 600 * 2**20}]
+    (table,) = preset.console_tables()
+    text = plain_text(table)
+    assert "704,698,368" not in text
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]]
+            for line in text.splitlines() if line.count("│") == 4}
+    assert rows["process memory (resident set)"] == ["636.0 MiB", "672.1 MiB"]
+    assert rows["child processes' memory (dataloader workers)"] == ["3.0 GiB", "3.0 GiB"]
+    assert rows["disk read (all disks)"] == ["512 bytes/s", "512 bytes/s"]
+    assert rows["disk write (all disks)"] == ["2.5 MiB/s", "2.5 MiB/s"]
+    assert rows["process CPU, % of one core"] == ["150.00", "150.00"]

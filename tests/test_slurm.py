@@ -215,7 +215,7 @@ def test_rejected_requests_fail_alone_with_one_line_each(slurm_env, tmp_path):
     for num, needle in expected.items():
         assert jobs[num]["status"] == "failed"
         assert needle in jobs[num]["reason"] and "Fix:" in jobs[num]["reason"]
-        (line,) = [e for e in errors if f"#{num} " in e]
+        (line,) = [e for e in errors if f"job {num + 1}/5 " in e]
         assert needle in line
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import lightning.pytorch as pl
+import pytest
 from lightning.pytorch.loggers.logger import Logger
 
 from harness.profilers import speed
@@ -33,6 +34,7 @@ class SlowLogger(Logger):
         super().__init__()
         self.clock = clock
         self.logged: list[tuple[str, int]] = []
+        self.values: list[dict[str, float]] = []
 
     @property
     def name(self) -> str:
@@ -48,6 +50,7 @@ class SlowLogger(Logger):
     def log_metrics(self, metrics, step=None) -> None:
         self.clock.spent += SLOW_S
         self.logged.extend((key, step) for key in metrics)
+        self.values.append(dict(metrics))
 
 
 def test_a_slow_logger_is_not_charged_to_any_step(monkeypatch):
@@ -69,3 +72,8 @@ def test_a_slow_logger_is_not_charged_to_any_step(monkeypatch):
     for phase in ("train", "validation"):
         steps = monitor.timers[phase].steps
         assert max(s.step_s for s in steps) < SLOW_S and max(s.wait_s for s in steps) < SLOW_S
+    # beside each it/s, the step's examples/s: 2 examples per step, so twice the it/s
+    train = [v for v in logger.values if "training_rate" in v]
+    assert len(train) == 12
+    assert [v["training_examples_rate"] for v in train] == pytest.approx(
+        [2 * v["training_rate"] for v in train], rel=1e-12)

@@ -14,6 +14,8 @@ from sweep_files import metrics, write_job
 from harness.errors import HarnessError
 from harness.sweep.collect import collect
 from harness.sweep.compare import diff, regressions
+from harness.sweep.layout import Figure, Section, _fill, markdown_table, sections, terminal_table
+from harness.sweep.render import legend, write_all
 from harness.sweep.table import build
 
 
@@ -170,3 +172,106 @@ def test_report_cli_never_imports_torch(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "heavy: []" in done.stdout
     assert (root / "comparison.md").is_file()
+
+
+def _repeated(root: Path, speeds: dict[str, list[float]]) -> Path:
+    """batch_size=4 x precision, each point from repeats at these training examples/s."""
+    for n, (precision, values) in enumerate(speeds.items()):
+        per_repeat = [metrics(v, 50.0) for v in values]
+        write_job(root / str(n), ["batch_size=4", f"precision={precision}"],
+                  values=per_repeat[0], per_repeat=per_repeat)
+    return root
+
+
+def _terminal(comparison) -> dict[str, list[list[str]]]:
+    return {s.title: [*terminal_table(s, comparison)] for s in sections(comparison)}
+
+
+def test_the_best_variant_is_marked_only_beyond_the_noise_of_the_others(tmp_path):
+    # bf16's slowest (150) beats fp32's and fp16's fastest (104, 130): marked.
+    clear = build(collect(_repeated(tmp_path / "clear", {
+        "fp32": [100, 104, 98], "bf16": [150, 160, 155], "fp16": [99, 130, 101]})))
+    assert clear.points.set_index("precision")["train_best"].to_dict() == {
+        "fp32": False, "bf16": True, "fp16": False}
+    header, rows = _terminal(clear)["Training"]
+    assert header == ["run", "", "fp32", "bf16", "fp16"]  # one swept key: one row, "all"
+    assert rows[0][1] == "ex/s\ndata wait %\nspeed-up x"
+    assert rows[0][3].split("\n")[0] == "155.0 ±3% best"
+    assert "best" not in rows[0][2] + rows[0][4]
+    assert not clear.points["inference_best"].any()  # inference: all alike
+    # fp16's fastest sample (160) overlaps bf16's slowest (150): nobody is marked.
+    close = build(collect(_repeated(tmp_path / "close", {
+        "fp32": [100, 104, 98], "bf16": [150, 160, 155], "fp16": [99, 160, 101]})))
+    assert not close.points["train_best"].any()
+    # ran once: no noise known, nothing marked however far apart
+    once = build(collect(grid(tmp_path / "once")))
+    assert not once.points["train_best"].any()
+    md = tmp_path / "md"
+    md.mkdir()
+    write_all(clear, md, plot=False)
+    assert "| all | 0.0400 ±3% | 100.0 ±3% | 25% | 0.0258 ±3% | 155.0 ±3% best |" in (
+        md / "comparison.md").read_text()
+    assert any(line.startswith("best: the row's highest examples/s") for line in
+               legend(clear))
+
+
+def test_one_swept_key_gives_one_column_per_figure_with_units(tmp_path):
+    root = tmp_path / "sweep"
+    for n, bs in enumerate((2, 4)):
+        write_job(root / str(n), ["data.dim=32", f"batch_size={bs}"],
+                  values=metrics(10.0 * bs, 50.0 * bs, batch_size=bs))
+    comparison = build(collect(root))
+    tables = _terminal(comparison)
+    assert list(tables) == ["Training", "Inference", "Peak memory (process RSS)"]
+    header, rows = tables["Training"]
+    assert header == ["batch_size", "ex/s", "data wait %"]
+    assert rows == [["2", "20.0", "25%"], ["4", "40.0", "25%"]]
+    assert tables["Peak memory (process RSS)"][0] == ["batch_size", "peak MiB"]
+    assert [s.terminal_title for s in sections(comparison)] == [
+        "Training", "Inference", "Peak memory (process RSS)"]  # no "speed-up vs all"
+
+
+def test_a_section_can_show_words(tmp_path):
+    comparison = build(collect(grid(tmp_path / "sweep")))
+    comparison.points["verdict"] = ["data-bound", "compute-bound", "compute-bound", None]
+    section = _fill(Section("Diagnosis", "Diagnosis", [Figure("bound by", "verdict")]),
+                    comparison)
+    header, rows = markdown_table(section, comparison)
+    assert header == ["batch_size", "fp32 bound by", "bf16 bound by"]
+    assert rows == [["2", "data-bound", "compute-bound"], ["4", "compute-bound", "-"]]
+
+
+def test_the_plot_labels_axes_starts_at_zero_and_shows_speedups_and_spread(tmp_path):
+    from matplotlib.container import BarContainer
+
+    from harness.sweep.plot import figure
+
+    comparison = build(collect(_repeated(tmp_path / "sweep", {
+        "fp32": [100, 104, 98], "bf16": [150, 160, 155]})))
+    fig = figure(comparison)
+    top, bottom = fig.axes[:3], fig.axes[3:6]
+    assert [ax.get_ylabel() for ax in top] == [
+        "training throughput (examples/s)", "inference throughput (examples/s)",
+        "peak memory, process RSS (MiB)"]
+    assert [ax.get_ylabel() for ax in bottom] == [
+        "training speed-up vs fp32 (x)", "inference speed-up vs fp32 (x)",
+        "peak memory vs fp32 (x)"]
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
+    assert all(ax.get_xlabel() == "precision" for ax in fig.axes)  # one row: bars per variant
+    # a dashed line at 1.0 on every speed-up panel
+    assert all(any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())
+               for ax in bottom)
+    # error bars from the samples: bf16's training bar spans its 150..160
+    (bf16,) = [c for c in top[0].containers
+               if isinstance(c, BarContainer) and c.get_label() == "bf16"]
+    (segment,) = bf16.errorbar.lines[2][0].get_segments()
+    assert [float(y) for _, y in segment] == [150.0, 160.0]
+    name = fig._suptitle.get_text()
+    assert name.startswith(f"{tmp_path.name}/sweep (precision): device unknown")
+    assert "baseline: precision=fp32; points: median of each point's samples; bars: their" \
+        " min..max" in name
+
+    single = figure(build(collect(grid(tmp_path / "once"))))
+    assert "each point ran once" in single._suptitle.get_text()
+    assert single.axes[0].get_xlabel() == "batch_size"
+    assert not any(getattr(c, "has_yerr", False) for ax in single.axes for c in ax.containers)

@@ -103,6 +103,8 @@ def test_default_store_holds_params_tags_rates_metrics_and_artifacts(tmp_path, m
     logged = _history(client, run_id, "training_rate")
     assert [s for s, _ in logged] == list(range(1, 13))
     assert [v for _, v in logged] == pytest.approx(on_disk, rel=1e-6)
+    examples = _history(client, run_id, "training_examples_rate")  # batch_size=4 per step
+    assert examples == [(step, pytest.approx(4 * value)) for step, value in logged]
     assert len(_history(client, run_id, "validation_rate")) == 4
     assert _history(client, run_id, "train_loss")  # the module's own self.log, same run
 
@@ -158,7 +160,11 @@ def test_unreachable_server_still_completes_with_one_warning_and_upload_works(tm
     run = _only_run(client)
     assert run.info.status == "FINISHED"
     assert run.data.params["batch_size"] == "4"
-    assert len(_history(client, run.info.run_id, "training_rate")) == 12
+    rates = _history(client, run.info.run_id, "training_rate")
+    assert len(rates) == 12
+    # examples/s beside it/s, as the live run logs it: batch_size 4 examples per step
+    assert _history(client, run.info.run_id, "training_examples_rate") == [
+        (step, pytest.approx(4 * value)) for step, value in rates]
     assert "reports/speed.json" in _artifacts(client, run.info.run_id)
 
 
@@ -399,3 +405,92 @@ def test_repeats_of_a_job_log_into_its_one_run(tmp_path, monkeypatch):
     assert len(_history(client, run.info.run_id, "training_rate")) == 24
     assert run.data.metrics["train_examples_per_second"] == pytest.approx(
         done.result()["metrics"]["train_examples_per_second"])
+
+
+def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_path):
+    """In-process: the parent-run callback on a real store, around hand-made jobs."""
+    from omegaconf import OmegaConf
+    from sweep_files import metrics, write_job
+
+    from harness.sweep.report import report_sweep
+    from harness.tracking.parent_run import LOGGER_TARGET, ParentRunCallback
+
+    sweep, uri = tmp_path / "multirun" / "2026-11-22" / "10-00-00", f"sqlite:///{tmp_path / 's.db'}"
+    config = OmegaConf.create({
+        "logger": {"_target_": LOGGER_TARGET, "tracking_uri": uri, "experiment_name": "sweeps",
+                   "artifact_location": str(tmp_path / "artifacts"), "http_timeout_s": 10,
+                   "http_max_retries": 0, "probe_timeout_s": 1},
+        "hydra": {"sweep": {"dir": str(sweep)}, "sweeper": {"params": None},
+                  "overrides": {"task": ["data.dim=32", "batch_size=2,4", "precision=fp32,bf16",
+                                         "repeat=2"]}},
+    })
+    callback = ParentRunCallback()
+    callback.on_multirun_start(config)
+    # bf16 twice as fast in training, beyond noise; the same in inference
+    n = 0
+    for bs in (2, 4):
+        for precision, speed in (("fp32", 1.0), ("bf16", 2.0)):
+            for round_ in (0, 1):
+                values = metrics(10 * bs * speed * (1 + 0.01 * round_), 50 * bs * (1 + 0.01 * round_),
+                                 batch_size=bs)
+                write_job(sweep / str(n), ["data.dim=32", f"batch_size={bs}",
+                                           f"precision={precision}", "repeat=1",
+                                           f"+sweep_round={round_}"], values=values)
+                n += 1
+    report_sweep(sweep)
+    callback.on_multirun_end(config)
+
+    client = _client(uri)
+    (parent,) = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id])
+    assert parent.info.run_name == "bs x precision (sweep)"
+    assert parent.data.params == {"batch_size": "2,4", "precision": "fp32,bf16",
+                                  "data.dim": "32", "repeat": "2"}
+    figures = parent.data.metrics
+    # examples per iteration / the median s/it of two samples (harness.measured)
+    assert figures["best_train_examples_per_second"] == pytest.approx(2 / (1 / 80 + 1 / 80.8))
+    assert figures["baseline_train_examples_per_second"] == pytest.approx(
+        2 / (1 / 40 + 1 / 40.4))
+    assert figures["best_train_speedup"] == pytest.approx(2.0)
+    assert (figures["best_train_speedup_min"], figures["best_train_speedup_max"]) == (
+        pytest.approx(80 / 40.4), pytest.approx(80.8 / 40))
+    tags = parent.data.tags
+    assert tags["best_train"] == "batch_size=4, precision=bf16"
+    assert tags["best_train_speedup_noise"] == "beyond noise: the samples do not overlap"
+    # inference: a tie, so the baseline itself is best: 1.00x, no noise to qualify
+    assert tags["best_inference"] == "batch_size=4, precision=fp32"
+    assert figures["best_inference_speedup"] == 1.0 and "best_inference_speedup_noise" not in tags
+    assert tags["baseline"] == "precision=fp32"
+    assert tags["mlflow.note.content"].startswith("# Sweep comparison: 10-00-00")
+    assert "| 4 |" in tags["mlflow.note.content"]
+    assert "tables/comparison.json" in _artifacts(client, parent.info.run_id)
+    assert parent.info.status == "FINISHED"
+
+
+def test_child_runs_are_named_by_what_differs_first():
+    from harness.config.sweep_keys import job_label, run_name, sweep_run_name
+
+    swept = ["batch_size", "precision", "compile"]
+    job = ["data.dim=32", "batch_size=16", "precision=bf16", "compile=true", "repeat=1",
+           "+sweep_round=1"]
+    # MLflow's runs table shows ~14 characters of a child's name: short keys, no fixed ones
+    assert run_name(job, swept) == "bs=16 bf16 compile=true r1"
+    assert run_name(["seed=3"], ["seed"]) == "seed=3"
+    assert run_name(["data.seq_len=64"], ["data.seq_len"]) == "seq_len=64"
+    assert run_name(["mode=train", "batch_size=8"], []) == "mode=train,batch_size=8"
+    assert sweep_run_name(swept) == "bs x precision x compile (sweep)"
+    assert sweep_run_name(swept, "physicsnemo") == "physicsnemo (sweep)"
+    # the progress lines have room for the keys
+    assert job_label(job, swept) == "batch_size=16,bf16,compile=true,round 1"
+
+
+def test_links_open_the_training_view_of_the_run():
+    from harness.tracking.experiments import ui_link
+    from harness.tracking.run_logging import where_to_look
+
+    assert ui_link("http://h:5000/", "3", "abc") == (
+        "http://h:5000/#/experiments/3/runs/abc?workflowType=machine_learning")
+    assert where_to_look("http://h:5000", "3", None, what="sweep") == (
+        "mlflow: sweep http://h:5000/#/experiments/3/runs?workflowType=machine_learning")
+    local = where_to_look("sqlite:///mlflow.db", "1", "abc")
+    assert local.endswith(" ui` in " + str(Path.cwd()) + ", then http://127.0.0.1:5000/"
+                          "#/experiments/1/runs/abc?workflowType=machine_learning")

@@ -22,6 +22,8 @@ from harness.config.locations import conf_dir
 from harness.errors import HarnessError, output_error
 
 log = logging.getLogger("harness.cli")
+# How a job ended; in a sweep the job's progress line says it (harness.terminal).
+job_log = logging.getLogger("harness.cli.job")
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -36,29 +38,41 @@ def _app(cfg: DictConfig) -> None:
     job = HydraConfig.get()
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
+    _progress_bar(cfg, multirun)
     try:
         result = run_job(cfg, output_dir, as_typed(job.overrides.task))
     except HarnessError as err:
-        log.error("%s", err)
+        job_log.error("%s", err)
         if not multirun:
             sys.exit(err.exit_status)
     except Exception as err:
         unwritable = output_error(err)  # a report or log the disk refused
         if unwritable is not None:
-            log.error("%s", unwritable)
+            job_log.error("%s", unwritable)
         else:
             status, reason = classify_failure(err)
-            log.error("%s: %s (%s)", status, reason, saved_traceback(output_dir, err))
+            job_log.error("%s: %s (%s)", status, reason, saved_traceback(output_dir, err))
         if not multirun:
             sys.exit(unwritable.exit_status if unwritable else 1)
     else:
         if result.status == "invalid":  # measured, but not what the knobs say
-            log.error("invalid: %s", result.reason)
+            job_log.error("invalid: %s", result.reason)
             if not multirun:
                 sys.exit(1)
         elif result.status == "partial":
-            log.warning("partial: %s", result.reason)
+            job_log.warning("partial: %s", result.reason)
     # In a sweep a failed job is recorded in its result.json and the sweep goes on.
+
+
+def _progress_bar(cfg: DictConfig, multirun: bool) -> None:
+    """trainer.enable_progress_bar=null: Lightning's bar in a single run; none in a sweep's
+    jobs, whose terminal shows one line each (harness.sweep.progress), unless verbose."""
+    from harness.terminal import verbose
+
+    trainer = cfg.get("trainer")
+    if isinstance(trainer, DictConfig) and "enable_progress_bar" in trainer and (
+            trainer.enable_progress_bar is None):
+        trainer.enable_progress_bar = not multirun or verbose()
 
 
 def main() -> None:
@@ -66,10 +80,11 @@ def main() -> None:
     from harness.cli_errors import describe
     from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
-    from harness.terminal import use_console
+    from harness.terminal import quiet_libraries, use_console
 
     # Hydra would print its errors with a partial traceback; raised, they are said in one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    quiet_libraries()
     use_console()
     try:
         register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml

@@ -6,9 +6,15 @@ log file (`cli.log` in the run directory) and `ConsoleHandler`, which prints:
 
 - harness's own messages as one line on stderr: `harness: warning: ...`;
 - tables and results (`show`) with rich on stdout, and as plain text in the log;
-- other libraries' records (Lightning's INFO lines, say) as `[name][LEVEL] ...`
-  on stdout, warnings and errors only unless `HARNESS_VERBOSE=1` (the `verbose`
-  knob) asks for all of them: the job's log file keeps them either way.
+- other libraries' warnings and errors as `[name][LEVEL] ...` on stdout.
+
+What the terminal leaves to the log (all of it printed with `verbose=true`, the
+HARNESS_VERBOSE variable): other libraries' INFO lines (Lightning's banner and tips,
+MLflow creating its database), Python warnings (`quiet_libraries` routes them into
+logging: Lightning's `srun` hint, deprecations), Hydra's "Launching N jobs" lines
+(the sweep's progress lines say it better), and, while a job of an in-process sweep
+runs (`job_running`), the job's own tables and notes: the sweep prints one line per
+job instead, and each distinct warning once.
 
 Outside Hydra (harness-report, harness-mlflow-upload, a user's own script)
 `use_console()` installs the console handler once. Nothing heavy is imported
@@ -22,13 +28,22 @@ import io
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 PREFIX = "harness"
 OUTPUT = "harness.output"  # the logger of tables and results
 VERBOSE_ENV = "HARNESS_VERBOSE"
 _OWN = ("harness", "hydra_plugins.harness_launcher")
-_SHOWN = ("hydra",)  # other loggers whose INFO lines always show: Hydra's launch lines
+_SHOWN = ("hydra",)  # other loggers whose INFO lines show: Hydra's own messages
+# Log only, unless verbose: Python warnings (logging.captureWarnings), and the basic
+# launcher's "Launching N jobs locally" / "#0 : ..." lines, which the sweep's progress
+# lines (harness.sweep.progress) replace.
+_LOG_ONLY = ("py.warnings", "hydra._internal.core_plugins.basic_launcher")
+# The job's own ending ("failed: ..."), which the sweep's line for the job already says.
+_JOB_ENDING = ("harness.cli",)
+_SHOWN_MARK = "harness_shown"  # set on a record the console printed (for SweepLogHandler)
+FILE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # as in job_logging
 
 
 def _under(name: str, roots: tuple[str, ...]) -> bool:
@@ -40,7 +55,54 @@ def _own(record: logging.LogRecord) -> bool:
 
 
 def verbose() -> bool:
-    return os.environ.get(VERBOSE_ENV, "") not in ("", "0", "false")
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class _State:
+    """What the console handler has to know about the process: a job of an in-process
+    sweep is running; the warnings it printed (each once per sweep) and kept in the log."""
+
+    job_running = False
+    printed: set[str] = set()
+    hidden_warnings = 0
+    sweep_log: Path | None = None
+
+
+_state = _State()
+
+
+def job_running(running: bool) -> None:
+    """A job of an in-process sweep starts (True) or ends (False); see the module docstring."""
+    _state.job_running = running
+
+
+def hidden_warnings(reset: bool = False) -> int:
+    """Python warnings the terminal left to the log since the last reset."""
+    count = _state.hidden_warnings
+    if reset:
+        _state.hidden_warnings = 0
+    return count
+
+
+def shown(record: logging.LogRecord) -> bool:
+    """Whether the terminal prints `record` (the log file gets it anyway). While a job of a
+    sweep runs, a warning it prints is remembered, and not printed again."""
+    if verbose():
+        return True
+    if _under(record.name, _LOG_ONLY):
+        return False
+    own = _own(record)
+    if _state.job_running:
+        if record.levelno < logging.WARNING or _under(record.name, _JOB_ENDING):
+            return False
+        if record.getMessage() in _state.printed:  # the same warning from the next job
+            return False
+        _state.printed.add(record.getMessage())
+        return True
+    if getattr(record, "renderable", None) is not None or own:
+        return True
+    return record.levelno >= logging.WARNING or (
+        _under(record.name, _SHOWN) and record.levelno == logging.INFO)
 
 
 class ConsoleHandler(logging.Handler):
@@ -52,16 +114,21 @@ class ConsoleHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
+            if not shown(record):
+                if record.name == "py.warnings":
+                    _state.hidden_warnings += 1
+                return
+            setattr(record, _SHOWN_MARK, True)
             renderable = getattr(record, "renderable", None)
             if renderable is not None:
-                _rich_console().print(renderable)
-                return
-            if _own(record):
+                # A line of text is not cut at the terminal's width: a path stays one word.
+                _rich_console().print(renderable, soft_wrap=isinstance(renderable, str))
+            elif _own(record):
                 level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
                 print(f"{self.prefix}: {level}{record.getMessage()}", file=sys.stderr, flush=True)
             elif _under(record.name, _SHOWN) and record.levelno == logging.INFO:
                 print(record.getMessage(), flush=True)
-            elif record.levelno >= logging.WARNING or verbose():
+            else:
                 # Another library's record: its first line (a driver's error can run to a
                 # hundred lines); the log file keeps all of it.
                 lines = record.getMessage().splitlines() or [""]
@@ -96,6 +163,28 @@ class LogFile(logging.FileHandler):
               " messages from here on reach the terminal only", file=sys.stderr, flush=True)
         with contextlib.suppress(OSError):
             self.close()
+
+
+def _strip_newline(record: logging.LogRecord) -> bool:
+    """A Python warning is logged as warnings.formatwarning's text, which ends in a newline:
+    a blank line in the log after each one."""
+    if isinstance(record.msg, str):
+        record.msg = record.msg.rstrip()
+    return True
+
+
+def quiet_libraries() -> None:
+    """Route the libraries' own output into logging, so the log keeps it and the terminal
+    shows it only with verbose=true: Python warnings (Lightning's hints and deprecations)
+    through `logging.captureWarnings`; MLflow's messages (it prints "Creating initial
+    MLflow database tables" through a handler of its own unless told not to, before it
+    is imported); alembic's schema-migration INFO lines, dozens per new store, not at all."""
+    logging.captureWarnings(True)
+    warnings_log = logging.getLogger("py.warnings")
+    if _strip_newline not in warnings_log.filters:
+        warnings_log.addFilter(_strip_newline)
+    os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 _console: Any = None
@@ -135,6 +224,21 @@ def plain_text(renderable: Any, width: int = 120) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
+BINARY_UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
+
+
+def size(value: float | None, per: str = "") -> str:
+    """Bytes as a person reads them: 704698368 -> '672.1 MiB' (binary units, as `free -h`
+    and nvidia-smi count memory); `per='/s'` for a rate; '-' for None."""
+    if value is None:
+        return "-"
+    from rich.filesize import pick_unit_and_suffix
+
+    unit, suffix = pick_unit_and_suffix(int(abs(value)), BINARY_UNITS, 1024)
+    number = f"{value:,.0f}" if unit == 1 else f"{value / unit:,.1f}"
+    return f"{number} {suffix}{per}"
+
+
 def show(renderable: Any) -> None:
     """Show a table or a result line: rich on the terminal, plain text in the log."""
     logging.getLogger(OUTPUT).info(plain_text(renderable), extra={"renderable": renderable})
@@ -150,16 +254,36 @@ def use_console(prefix: str = PREFIX) -> None:
         root.setLevel(logging.INFO)
 
 
-def log_file(path: Any) -> None:
-    """From now on, the process's log file is `path` (a sweep's sweep.log after its jobs,
-    instead of the last job's cli.log), appended to."""
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
-        root.removeHandler(handler)
-        handler.close()
-    try:
-        handler = LogFile(path, mode="a")
-    except OSError:  # an unwritable directory: the terminal still gets every line
-        return
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-    root.addHandler(handler)
+def sweep_started(log_path: Path) -> None:
+    """A sweep starts: what this process prints goes to `log_path` (sweep.log) too, and each
+    warning of its jobs is printed once (harness.sweep.progress calls this)."""
+    _state.sweep_log = log_path
+    _state.printed.clear()
+
+
+def sweep_ended() -> None:
+    _state.sweep_log = None
+    _state.job_running = False
+
+
+class SweepLogHandler(logging.Handler):
+    """<sweep dir>/sweep.log: every line the terminal showed while the sweep ran (its
+    progress, its table, the jobs' warnings) and the sweep process's other records
+    (MLflow creating the parent run's store, say), none of a running job's own: those
+    are in the job's cli.log. Listed after the console handler in both logging configs,
+    so it sees whether the console printed a record. Opens the file per record: Hydra
+    reconfigures logging around every job, closing the handlers it finds."""
+
+    def __init__(self, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self.setFormatter(logging.Formatter(FILE_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        path = _state.sweep_log
+        if path is None or (_state.job_running and not getattr(record, _SHOWN_MARK, False)):
+            return
+        try:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)

@@ -16,6 +16,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def boolean(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false", f"{key}=true")
+    return value
+
+
 def non_negative_int(key: str, value: Any, example: object = 2, what: str = "an integer >= 0") -> int:
     if not _is_int(value) or value < 0:
         raise ConfigError(key, value, what, f"{key}={example}")

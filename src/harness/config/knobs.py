@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.config.checks import non_negative_int, positive_int
+from harness.config.checks import boolean, non_negative_int, positive_int
 from harness.errors import ConfigError
 
 # Our short names and Lightning's own spellings, mapped to Lightning's setting.
@@ -114,14 +114,8 @@ def read_knobs(cfg: Any) -> Knobs:
         mode=mode,
         seed=seed,
         repeat=positive_int("repeat", cfg.get("repeat", 1), 3, "a positive integer (runs of each point)"),
-        check_knobs=_boolean("check_knobs", cfg.get("check_knobs", True)),
+        check_knobs=boolean("check_knobs", cfg.get("check_knobs", True)),
     )
-
-
-def _boolean(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(key, value, "true or false", f"{key}=true")
-    return value
 
 
 # Trainer arguments harness fills in from its own keys: set there, they would be overwritten.

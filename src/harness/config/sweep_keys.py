@@ -39,3 +39,61 @@ def swept_values_of(config: Any) -> dict[str, list[str]]:
 
 def swept_keys_of(config: Any) -> list[str]:
     return list(swept_values_of(config))
+
+
+ROUND_KEY = "sweep_round"  # the round of a repeated sweep, in each job's overrides
+_NOT_BARE = ("true", "false", "null", "none", "(default)")
+
+
+def short_setting(key: str, value: str) -> str:
+    """'precision', 'bf16' -> 'bf16'; 'batch_size', '8' -> 'batch_size=8': a value that says
+    what it is (a word) stands alone; a number or a boolean needs its key."""
+    try:
+        float(value)
+    except ValueError:
+        if value.lower() not in _NOT_BARE:
+            return value
+    return f"{key}={value}"
+
+
+def job_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
+    """What tells a job of a sweep apart, short and led by what differs:
+    ['data.dim=32', 'batch_size=8', 'precision=bf16', '+sweep_round=1'] with batch_size and
+    precision swept -> 'batch_size=8,bf16,round 1'. All overrides when none is swept."""
+    settings: dict[str, str] = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        settings[key.lstrip("+~")] = value
+    swept = [key for key in swept if key in settings and key != ROUND_KEY]
+    parts = ([short_setting(key, settings[key]) for key in swept] if swept
+             else [f"{k}={v}" for k, v in settings.items() if k != ROUND_KEY])
+    if ROUND_KEY in settings:
+        parts.append(f"round {settings[ROUND_KEY]}")
+    return ",".join(parts)
+
+
+# MLflow's runs table shows about 14 characters of a child run's name: keys are shortened
+# there (the params columns hold them whole).
+SHORT_KEYS = {"batch_size": "bs", ROUND_KEY: "r"}
+
+
+def short_key(key: str) -> str:
+    """'batch_size' -> 'bs', 'data.seq_len' -> 'seq_len'."""
+    return SHORT_KEYS.get(key, key.rsplit(".", 1)[-1])
+
+
+def run_name(overrides: Iterable[str], swept: Iterable[str]) -> str:
+    """A sweep job's MLflow run name: what tells it apart, as short as it reads:
+    batch_size=8, precision=bf16, round 1 -> 'bs=8 bf16 r1'."""
+    settings = {k.lstrip("+~"): v for k, _, v in (o.partition("=") for o in overrides)}
+    swept = [key for key in swept if key in settings and key != ROUND_KEY]
+    parts = [short_setting(short_key(key), settings[key]) for key in swept]
+    if ROUND_KEY in settings:
+        parts.append(f"r{settings[ROUND_KEY]}")
+    return " ".join(parts) or job_label(overrides, [])
+
+
+def sweep_run_name(swept: Iterable[str], named: str | None = None) -> str:
+    """The sweep's parent run: 'bs x precision (sweep)', or 'physicsnemo (sweep)'."""
+    keys = " x ".join(short_key(key) for key in swept)
+    return f"{named or keys or 'sweep'} (sweep)"

@@ -35,9 +35,13 @@ from harness.reports.files import write_csv, write_report
 
 log = logging.getLogger(__name__)
 PHASES = ("train", "validation", "inference")
-RATE_METRIC = {
+RATE_METRIC = {  # iterations per second (it/s), per step
     "train": "training_rate", "validation": "validation_rate", "inference": "inference_rate"
 }
+# examples per second per step, comparable across batch sizes: the step's examples on this
+# rank x world size / its time (the headline figure sums the ranks' own measurements)
+EXAMPLES_RATE_METRIC = {phase: f"{metric.split('_')[0]}_examples_rate"
+                        for phase, metric in RATE_METRIC.items()}
 
 
 def count_examples(batch: Any) -> int | None:
@@ -117,8 +121,11 @@ class SpeedPreset(Callback):
             done = self._rates_logged[phase]
             for record, step in zip(steps[done:], self._rate_steps[phase][done:], strict=True):
                 if record.step_s > 0:
+                    rates = {RATE_METRIC[phase]: 1.0 / record.step_s,
+                             EXAMPLES_RATE_METRIC[phase]:
+                                 record.examples * self.world_size / record.step_s}
                     for logger in trainer.loggers:
-                        logger.log_metrics({RATE_METRIC[phase]: 1.0 / record.step_s}, step=step)
+                        logger.log_metrics(rates, step=step)
             self._rates_logged[phase] = len(steps)
 
     @override

@@ -36,6 +36,17 @@ CPU_FIELDS = (
     "disk_read_bytes_per_s",
     "disk_write_bytes_per_s",
 )
+# The system table's rows: what each measure is, with its unit (bytes are scaled per cell).
+CPU_LABELS = {
+    "process_cpu_pct": "process CPU, % of one core",
+    "system_cpu_pct": "system CPU, % of all cores",
+    "rss_bytes": "process memory (resident set)",
+    "children_rss_bytes": "child processes' memory (dataloader workers)",
+    "disk_read_bytes_per_s": "disk read (all disks)",
+    "disk_write_bytes_per_s": "disk write (all disks)",
+}
+GPU_LABELS = {"utilization_pct": "utilisation, %", "memory_used_bytes": "memory used",
+              "power_w": "power, W"}
 
 
 class SystemSampler:
@@ -275,21 +286,25 @@ class SystemPreset(Callback):
             table.add_column(column, justify="left" if column == "measure" else "right")
         for key in CPU_FIELDS:
             stats = figures.get(key) or {}
-            table.add_row(key, _fmt(stats.get("mean")), _fmt(stats.get("max")))
+            table.add_row(CPU_LABELS[key], _fmt(key, stats.get("mean")), _fmt(key, stats.get("max")))
         for gpu in figures.get("gpus") or []:
             for key in GPU_FIELDS:
-                table.add_row(
-                    f"gpu{gpu['index']} {key}", _fmt(gpu[key]["mean"]), _fmt(gpu[key]["max"])
-                )
-            table.add_row(
-                f"gpu{gpu['index']} energy Wh ({gpu['energy_method']})", _fmt(gpu["energy_wh"]), ""
-            )
+                table.add_row(f"gpu{gpu['index']} {GPU_LABELS[key]}", _fmt(key, gpu[key]["mean"]),
+                              _fmt(key, gpu[key]["max"]))
+            table.add_row(f"gpu{gpu['index']} energy, Wh ({gpu['energy_method']})",
+                          _fmt("energy_wh", gpu["energy_wh"]), "")
         if figures.get("gpu_note"):
             table.caption = figures["gpu_note"]
         return [table]
 
 
-def _fmt(value: float | None) -> str:
+def _fmt(key: str, value: float | None) -> str:
+    from harness.terminal import size
+
     if value is None:
         return "-"
+    if key.endswith("_bytes_per_s"):
+        return size(value, "/s")
+    if key.endswith("_bytes"):
+        return size(value)
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.2f}"

@@ -100,6 +100,8 @@ def write_memory(preset: Any, reports_dir: Path) -> dict[str, Any]:
 def console_tables(preset: Any) -> list[Any]:
     from rich.table import Table
 
+    from harness.terminal import size
+
     tables = []
     for window in preset.windows:
         if "ops" in preset.reports:
@@ -120,17 +122,18 @@ def console_tables(preset: Any) -> list[Any]:
                 )
             tables.append(table)
         if "memory" in preset.reports:
-            table = Table(title=f"Memory, {window['phase']}: top 10 operators (bytes)")
+            table = Table(title=f"Memory, {window['phase']}: top 10 operators (allocated;"
+                          " negative: freed)")
             for name in ("operator", "calls", "self CPU", "CPU", "self device", "device"):
                 table.add_column(name, justify="left" if name == "operator" else "right")
             for row in memory_rows(window["rows"], 10):
                 table.add_row(
                     row["name"][:60],
                     str(row["calls"]),
-                    f"{row['self_cpu_memory_bytes']:,}",
-                    f"{row['cpu_memory_bytes']:,}",
-                    f"{row['self_device_memory_bytes']:,}",
-                    f"{row['device_memory_bytes']:,}",
+                    size(row["self_cpu_memory_bytes"]),
+                    size(row["cpu_memory_bytes"]),
+                    size(row["self_device_memory_bytes"]),
+                    size(row["device_memory_bytes"]),
                 )
             tables.append(table)
     return tables

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.config.sweep_keys import short_setting
 from harness.measured import is_finite_number
 from harness.sweep.points import USABLE
-from harness.sweep.table import DEFAULT, Comparison
+from harness.sweep.table import Comparison
 
 CELL_FOR_STATUS = {
     "invalid": "invalid",
@@ -59,7 +60,7 @@ def value_cell(point: Any, metric: str) -> str:
     if missing is not None:
         return missing
     value = point[metric]
-    if isinstance(value, str):  # a verdict (bound_by)
+    if isinstance(value, str):  # a column of words: a verdict, a reason
         return value
     if not is_finite_number(value):
         return "-"
@@ -103,10 +104,4 @@ def short_label(comparison: Comparison, label: str) -> str:
     """'precision=bf16, compile=true' -> 'bf16 compile=true': bare words stand alone."""
     if not comparison.variant_keys:
         return ""
-    parts = []
-    for part in label.split(", "):
-        key, _, value = part.partition("=")
-        bare = not _numeric(value) and value.lower() not in (
-            "true", "false", "null", "none") and value != DEFAULT
-        parts.append(value if bare else f"{key}={value}")
-    return " ".join(parts)
+    return " ".join(short_setting(*part.split("=", 1)) for part in label.split(", "))

@@ -30,7 +30,6 @@ from harness.launch.signals import restore_sigterm
 
 log = logging.getLogger(__name__)
 KEY = "hydra.callbacks.sweep_report"
-SWEEP_LOG = "sweep.log"  # what the sweep itself said after its jobs (the table, warnings)
 
 
 class Outcome:
@@ -122,11 +121,8 @@ class ComparisonCallback(Callback):
         outcome.exit_code, outcome.message = verdict(statuses)
 
     def write_comparison(self, sweep_dir: Path) -> list[str]:
-        """comparison.* and the table of the jobs in `sweep_dir`; their statuses."""
-        from harness.terminal import log_file
-
-        if sweep_dir.is_dir():
-            log_file(sweep_dir / SWEEP_LOG)
+        """comparison.* and the table of the jobs in `sweep_dir`; their statuses. (What it
+        prints also lands in sweep.log: harness.sweep.progress.)"""
         try:
             from harness.sweep.report import report_sweep
 

@@ -146,3 +146,24 @@ def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
         for suffix, values in columns.items():
             # object dtype keeps True / False / None (not numpy bools, not NaN)
             frame[f"{ratio}{suffix}"] = pd.Series(values, index=frame.index, dtype=object)
+
+
+def add_best(frame: pd.DataFrame) -> None:
+    """`<phase>_best`: per row, True for the variant with the highest examples/s when it is
+    beyond noise, its lowest sample above every other variant's highest. Each point must
+    have a spread (repeats or rounds): a point that ran once has no known noise, so no
+    variant of its row is called best."""
+    import pandas as pd
+
+    for phase in TABLE_PHASES:
+        metric = f"{phase}_examples_per_second"
+        best = pd.Series(False, index=frame.index, dtype=object)
+        usable = frame[frame["status"].isin(USABLE) & frame[metric].map(is_finite_number)]
+        for _, group in usable.groupby("row", sort=False):
+            if len(group) < 2 or (group["samples"] <= 1).any():
+                continue
+            top = group[metric].astype(float).idxmax()
+            others = group.drop(index=top)
+            if float(group.at[top, f"{metric}_min"]) > float(others[f"{metric}_max"].max()):
+                best[top] = True
+        frame[f"{phase}_best"] = best

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep.cells import CELL_FOR_STATUS
-from harness.sweep.layout import markdown_table, sections, terminal_table
+from harness.sweep.layout import BEST, markdown_table, sections, terminal_table
 from harness.sweep.points import METRIC_NAMES, METRICS, RATIOS, TABLE_PHASES
 from harness.sweep.table import DEFAULT, Comparison
 
@@ -47,15 +47,20 @@ def _preamble(comparison: Comparison) -> list[str]:
 
 def legend(comparison: Comparison) -> list[str]:
     lines = [
-        "s/it: seconds per iteration (median over the samples of the point); ex/s: examples"
-        " per iteration / s/it; wait: share of each iteration spent waiting for the next"
-        " batch. Warm-up steps excluded.",
+        "s/it: seconds per iteration (median over the samples of the point; comparison.md"
+        " and .csv); ex/s: examples per second, examples per iteration / s/it; data wait:"
+        " share of each iteration spent waiting for the next batch. Warm-up steps excluded.",
     ]
     if len(comparison.variants) > 1:
         lines.append(
             f"speed-up: the variant's examples/s divided by the baseline's ({comparison.baseline})"
             f" at the same {comparison.row_key or 'row'}; above 1.00x is faster."
             " vs base: peak memory divided by the baseline's."
+        )
+        lines.append(
+            f"{BEST}: the {comparison.row_key or 'row'}'s highest examples/s, marked only when"
+            " its slowest sample beat every other variant's fastest (never when the points"
+            " ran once: their noise is unknown)."
         )
     if comparison.rounds > 1:
         lines.append(
@@ -129,7 +134,7 @@ def csv_columns(comparison: Comparison) -> list[str]:
         columns += [name, f"{name}_min", f"{name}_max"]
     columns += ["memory_source", "bound_by"]
     for phase in TABLE_PHASES:
-        columns += [f"{phase}_thin", f"{phase}_error"]
+        columns += [f"{phase}_thin", f"{phase}_error", f"{phase}_best"]
     columns.append("train_nonfinite_loss")
     for ratio in RATIOS:
         columns += [ratio, f"{ratio}_min", f"{ratio}_max", f"{ratio}_within_spread",
@@ -164,6 +169,8 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "within_spread": "true when the ratio's range holds 1.0: the samples overlap, the"
                          " difference is within noise (null: ran once, unknown)",
         "thin": "<phase>_thin: fewer measured steps than profiler.speed.min_measured_steps",
+        "best": "<phase>_best: the row's highest examples/s, its lowest sample above every"
+                " other variant's highest (false when any point of the row ran once)",
         "invalid": "status invalid: what ran contradicts a knob; no figures here",
         "points": to_records(comparison),
         "failures": failures(comparison),
@@ -199,8 +206,9 @@ def show_tables(comparison: Comparison) -> None:
     for section in sections(comparison):
         header, rows = terminal_table(section, comparison)
         table = Table(title=section.terminal_title, show_lines=True)
-        for column in header:
-            table.add_column(column, justify="right")
+        for n, column in enumerate(header):
+            # the column naming a cell's stacked figures reads left to right
+            table.add_column(column, justify="left" if n == 1 and not column else "right")
         for cells in rows:
             table.add_row(*[_style(c) for c in cells])
         show(table)
@@ -217,4 +225,5 @@ def _style(cell: str) -> str:
 
     if cell in CELL_FOR_STATUS.values():
         return f"[bold red]{cell}[/bold red]"
-    return escape(cell)
+    return "\n".join(f"[bold green]{escape(line)}[/bold green]" if line.endswith(f" {BEST}")
+                     else escape(line) for line in cell.split("\n"))

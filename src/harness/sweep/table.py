@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
 from harness.sweep.collect import Collection, JobResult
-from harness.sweep.points import METRIC_NAMES, add_ratios, point
+from harness.sweep.points import METRIC_NAMES, add_best, add_ratios, point
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,6 +178,7 @@ def build(collection: Collection, rows: str | None = None,
     if "memory_source" not in frame:
         frame["memory_source"] = None
     add_ratios(frame, chosen)
+    add_best(frame)
 
     row_values = sorted({str(r) for r in frame["row"]}, key=_sort_key)
     order = {v: i for i, v in enumerate(variants)}

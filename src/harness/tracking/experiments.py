@@ -10,9 +10,21 @@ from typing import Any
 PARENT_ENV = "HARNESS_MLFLOW_PARENT_RUN_ID"
 PARENT_FILE = "mlflow_parent_run.json"
 PARENT_TAG = "mlflow.parentRunId"
-# MLflow 3 files an experiment under a kind; without one its UI opens the GenAI view.
+# MLflow 3 files an experiment under a kind: "Machine learning" (model training) or GenAI.
+# The 3.17 UI does not read it yet (its sidebar toggle decides the view, GenAI by default),
+# but it is the tag the UI writes, and the one a later UI follows (mlflow/mlflow#24493).
 KIND_TAG = "mlflow.experimentKind"
 KIND = "custom_model_development"
+# What opens the classic runs view in MLflow 3.17, whatever the toggle says: the UI's
+# workflowType parameter, inside its #-route (before the # it is ignored).
+TRAINING_VIEW = "workflowType=machine_learning"
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+
+def ui_link(base: str, experiment_id: str | None, run_id: str | None = None) -> str:
+    """The page of a run (or of the experiment's runs) in MLflow's training view."""
+    route = f"#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
+    return f"{base.rstrip('/')}/{route}?{TRAINING_VIEW}"
 
 
 def experiment_for(client: Any, name: str, artifact_location: str | None) -> str:

@@ -41,24 +41,23 @@ _NOT_A_METRIC_CHAR = re.compile(r"[^a-zA-Z0-9_/. -]+")
 def _from_hydra_job() -> tuple[str, str | None]:
     """(run name, parent run id its sweep left in the sweep dir) of the current Hydra job.
 
-    The name is the job's overrides; in a sweep only the swept ones
-    ("batch_size=8,precision=bf16"), which is what tells the children apart.
+    The name is the job's overrides; in a sweep only what tells the children apart, short
+    ("bs=8 bf16 r1"): the UI's runs table shows about 14 characters of a child's name.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from harness.config.sweep_keys import run_name
+
     if not HydraConfig.initialized():
         return "harness", None
     job = HydraConfig.get()
-    overrides = as_typed(job.overrides.task)
-    sweep: dict[str, Any] = {}
-    if job.mode == RunMode.MULTIRUN:
-        sweep = sweep_info(Path(str(job.sweep.dir)))
-        swept = set(sweep.get("swept_keys") or [])
-        rounds = [o.split("=", 1)[1] for o in overrides if o.startswith("+sweep_round=")]
-        overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in swept] or overrides
-        overrides += [f"round {r}" for r in rounds]
-    return ",".join(overrides)[:250] or "harness", sweep.get("parent_run_id")
+    overrides = as_typed(job.overrides.task)  # a ${...} in an override stays as written
+    if job.mode != RunMode.MULTIRUN:
+        return ",".join(overrides)[:250] or "harness", None
+    sweep = sweep_info(Path(str(job.sweep.dir)))
+    name = run_name(overrides, sweep.get("swept_keys") or [])
+    return name[:250] or "harness", sweep.get("parent_run_id")
 
 
 class HarnessMLFlowLogger(Logger):

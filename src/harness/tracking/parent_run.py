@@ -13,8 +13,10 @@ Importing this module is cheap: Hydra loads it at start-up of every run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +85,19 @@ class ParentRunCallback(Callback):
         _open = None
         if self.parent_run_id is None or self.sweep_dir is None or self.tracking_uri is None:
             return
+        from harness.terminal import show
         from harness.tracking import store_access
+        from harness.tracking.run_logging import where_to_look
 
         os.environ.pop(PARENT_ENV, None)
         try:
             from mlflow import MlflowClient
 
-            log_sweep_files(MlflowClient(self.tracking_uri), self.parent_run_id, self.sweep_dir,
-                            status)
+            client = MlflowClient(self.tracking_uri)
+            log_sweep_files(client, self.parent_run_id, self.sweep_dir, status)
+            experiment = client.get_run(self.parent_run_id).info.experiment_id
+            show(where_to_look(self.tracking_uri, experiment, self.parent_run_id,
+                               what="sweep run"))
         except Exception as err:
             log.warning("MLflow: the sweep's comparison files were not logged to parent run %s"
                         " (%s); they are in %s", self.parent_run_id,
@@ -110,39 +117,50 @@ def end_unfinished(status: str) -> None:
 
 
 def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) -> str:
+    """The parent run, named by what the sweep varies ('bs x precision (sweep)'), with its
+    settings as params ('batch_size': '2,4'): the children's param columns read the same."""
     from mlflow import MlflowClient
+    from mlflow.entities import Param
 
     from harness.config.composed import as_typed
-    from harness.config.sweep_keys import swept_keys_of
+    from harness.config.sweep_keys import sweep_run_name, swept_values_of
     from harness.tracking import store_access
+    from harness.tracking.sweep_summary import sweep_params
 
     uri = str(settings.tracking_uri)
     client = MlflowClient(uri)
-    overrides = " ".join(as_typed(config.hydra.overrides.task))
+    task = as_typed(config.hydra.overrides.task)  # a ${...} in an override stays as written
+    swept = swept_values_of(config)
+    named = next((o.split("=", 1)[1] for o in task if o.startswith("sweep=")), None)
     with store_access.creation_lock(uri):
         experiment_id = experiment_for(client, str(settings.experiment_name),
                                        settings.get("artifact_location"))
         run = client.create_run(
             experiment_id,
-            run_name=f"sweep {overrides}"[:250] if overrides else f"sweep {sweep_dir.name}",
-            tags={"sweep_dir": str(sweep_dir.resolve()), "sweep_overrides": overrides,
+            run_name=sweep_run_name(swept, named)[:250],
+            tags={"sweep_dir": str(sweep_dir.resolve()), "sweep_overrides": " ".join(task),
                   "harness.kind": "sweep"},
         )
+    params = [Param(k, v) for k, v in sweep_params(task, swept).items()]
+    for start in range(0, len(params), 100):
+        client.log_batch(run.info.run_id, params=params[start:start + 100])
     write_sweep_info(sweep_dir, {
         "parent_run_id": run.info.run_id,
         "experiment_id": experiment_id,
         "tracking_uri": store_access.absolute_uri(uri),
-        "swept_keys": swept_keys_of(config),
+        "swept_keys": list(swept),
     })
     return run.info.run_id
 
 
 def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
                     status: str = "FINISHED") -> None:
-    """Comparison table and plot, the sweep definition, job counts, then the end status."""
-    from mlflow.entities import RunTag
+    """Comparison table and plot, the best and baseline figures, the table as the run's
+    description, the sweep definition, job counts, then the end `status`."""
+    from mlflow.entities import Metric, RunTag
 
     from harness.tracking.run_logging import read_table
+    from harness.tracking.sweep_summary import NOTE_TAG, best_and_baseline, note
 
     for name in (*COMPARISON_FILES, *SWEEP_FILES):
         path = sweep_dir / name
@@ -152,11 +170,23 @@ def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
     frame = read_table(table) if table.is_file() else None
     if frame is not None:
         client.log_table(parent_run_id, frame, "tables/comparison.json")
+    tags: dict[str, str] = {}
+    summary = sweep_dir / "comparison.json"
+    if summary.is_file():
+        comparison = json.loads(summary.read_text())
+        metrics, tags = best_and_baseline(comparison)
+        tags["baseline"] = str(comparison.get("baseline"))
+        now_ms = int(time.time() * 1000)
+        client.log_batch(parent_run_id, metrics=[Metric(k, v, now_ms, 0)
+                                                 for k, v in metrics.items()])
+    markdown = sweep_dir / "comparison.md"
+    if markdown.is_file():
+        tags[NOTE_TAG] = note(markdown.read_text())
     statuses = job_statuses(sweep_dir)
-    counts = {f"jobs_{status}": str(sum(s == status for s in statuses))
-              for status in sorted(set(statuses))}
-    client.log_batch(parent_run_id, tags=[
-        RunTag("jobs", str(len(statuses))), *(RunTag(k, v) for k, v in counts.items())])
+    tags.update({f"jobs_{job_status}": str(sum(s == job_status for s in statuses))
+                 for job_status in sorted(set(statuses))})
+    tags["jobs"] = str(len(statuses))
+    client.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     client.set_terminated(parent_run_id, status)
 
 

@@ -48,16 +48,22 @@ def command_as_typed(name: str) -> str:
     return str(beside) if beside.exists() else name
 
 
-def where_to_look(uri: str, experiment_id: str | None, run_id: str | None) -> str:
-    """One line telling the user where the run is and how to open it."""
+def where_to_look(uri: str, experiment_id: str | None, run_id: str | None,
+                  what: str = "run") -> str:
+    """One line telling the user where the run is and how to open it, in the training view
+    (MLflow 3 opens experiments in its GenAI view unless the link asks otherwise)."""
+    from harness.tracking.experiments import LOCAL_UI, ui_link
+
     if store_access.is_http(uri):
-        return (f"mlflow: run {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
-                "?workflowType=machine_learning")
+        return f"mlflow: {what} {ui_link(uri, experiment_id, run_id)}"
     mlflow = command_as_typed("mlflow")
     path = store_access.sqlite_path(uri)
     if path is not None and not path.is_absolute() and path.parent == Path("."):
-        return f"mlflow: run {run_id} in {uri} (open it: `{mlflow} ui` in {Path.cwd()})"
-    return f"mlflow: run {run_id} in {uri} (open it: {mlflow} ui --backend-store-uri {uri})"
+        serve = f"`{mlflow} ui` in {Path.cwd()}"
+    else:
+        serve = f"`{mlflow} ui --backend-store-uri {uri}`"
+    return (f"mlflow: {what} {run_id} in {uri}; to open it: {serve}, then"
+            f" {ui_link(LOCAL_UI, experiment_id, run_id)}")
 
 
 def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) -> None:

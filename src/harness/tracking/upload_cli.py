@@ -175,7 +175,9 @@ def _config(run_dir: Path) -> dict[str, Any]:
 
 
 def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: RunResult) -> None:
-    """training_rate / validation_rate / inference_rate per step, from speed_steps.csv."""
+    """training_rate / validation_rate / inference_rate per step (it/s), and beside each its
+    examples/s (training_examples_rate...: examples x world size / step time, as the live
+    run logs it), from speed_steps.csv."""
     steps_file = run_dir / "reports" / "speed_steps.csv"
     if not steps_file.is_file():
         return
@@ -191,6 +193,7 @@ def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: RunResult) 
         start_ms = int(dt.datetime.fromisoformat(str(result.started_at)).timestamp() * 1000)
     except (TypeError, ValueError):
         start_ms = run_logging._now_ms()
+    world = result.device.world_size if result.device and result.device.world_size else 1
     metrics = []
     for phase, rows in frame.groupby("phase", sort=False):
         column = next((c for c in RATE_COLUMNS if c in rows and rows[c].notna().any()), None)
@@ -202,6 +205,10 @@ def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: RunResult) 
                 # The live run steps training_rate by global_step, which counts from 1.
                 step = int(row["step"]) + (1 if phase == "train" else 0)
                 metrics.append(Metric(column, float(row[column]), start_ms + int(offset), step))
+                if "examples" in row and pd.notna(row["examples"]):
+                    examples = float(row[column]) * float(row["examples"]) * world
+                    metrics.append(Metric(column.replace("_rate", "_examples_rate"), examples,
+                                          start_ms + int(offset), step))
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start:start + 1000])
 

@@ -35,11 +35,14 @@ class RoundsSweeper(BasicSweeper):
     """BasicSweeper whose job list holds `repeat` rounds of the grid (module docstring)."""
 
     def split_arguments(self, overrides: list[Any], max_batch_size: int | None) -> list[Any]:
+        from harness.sweep.progress import announce_jobs
+
         batches = BasicSweeper.split_arguments(overrides, None)
+        jobs = [job for batch in batches for job in batch]
         rounds = self._rounds(overrides)
-        if rounds <= 1:
-            return BasicSweeper.split_arguments(overrides, max_batch_size)
-        jobs = in_rounds([job for batch in batches for job in batch], rounds)
+        if rounds > 1:
+            jobs = in_rounds(jobs, rounds)
+        announce_jobs(len(jobs))  # the "job k/N" of the sweep's progress lines
         size = max_batch_size if max_batch_size and max_batch_size > 0 else len(jobs)
         return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 

@@ -13,11 +13,15 @@ three ways:
    directly). Jobs with equal settings go into one array, so a sweep that only
    varies the run's own knobs is still a single array.
 2. A request SLURM rejects (no such partition, more CPUs than a node has, GPUs
-   on a node without any...) fails the jobs of that array only: sbatch's error
-   is printed as one line, each of those jobs gets a result.json with status
-   `failed` and that reason, and the other arrays still run.
+   on a node without any...) fails the jobs of that array only: each of those jobs
+   gets a result.json with status `failed` and sbatch's error as its reason, said in
+   the job's one line, and the other arrays still run.
 3. A job that ends without a result (cancelled, preempted, timed out, killed)
    is reported in one line and does not stop the collection of the others.
+
+Each job is named as in the in-process sweep's progress lines (harness.sweep.progress):
+`job 3/6 batch_size=8,bf16`, with one line when it is submitted and one when it is
+collected (status, examples/s, data wait, elapsed and ETA).
 """
 
 from __future__ import annotations
@@ -64,10 +68,6 @@ _FIXES = (
 log = logging.getLogger(__name__)
 
 
-def _say(message: str) -> None:
-    log.error("%s", message)
-
-
 def one_line(text: str) -> str:
     """The line of a submitit/sbatch error that says what went wrong."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
@@ -94,12 +94,16 @@ class _Job:
         self.overrides = list(overrides)
         self.config = config
         self.output_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
-        self.label = f"#{idx}"
+        self.number = idx + 1
+        self.label = ""
+        self.name = f"job {self.number}"
 
-    def name_by(self, common: set[str]) -> None:
-        """Label the job by the overrides that set it apart from the rest of the sweep."""
-        own = [o for o in filter_overrides(self.overrides) if o not in common]
-        self.label = f"#{self.idx} ({' '.join(own)})" if own else f"#{self.idx}"
+    def name_by(self, swept: list[str], total: int | None) -> None:
+        """Name the job by what sets it apart from the rest of the sweep."""
+        from harness.config.sweep_keys import job_label
+
+        self.label = job_label(filter_overrides(self.overrides), swept)
+        self.name = f"job {self.number}{f'/{total}' if total else ''} {self.label}".strip()
 
     def record_failure(self, reason: str) -> None:
         """result.json for a job that never produced one: the sweep's table still lists it."""
@@ -111,19 +115,19 @@ class _Job:
         write_result(self.output_dir, RunResult(
             status="failed", reason=reason, overrides=filter_overrides(self.overrides)))
 
-    def say_how_it_ended(self) -> None:
-        """One line on the submitter's terminal for a job that did not end `ok`."""
+    def say_how_it_ended(self, seconds: float | None = None) -> None:
+        """The job's line in the sweep's progress: status, figures, elapsed and ETA (an
+        error line, with the reason, for a job that measured nothing)."""
         from harness.errors import HarnessError
         from harness.result.store import load_result
+        from harness.sweep.progress import current
 
-        try:
-            result = load_result(self.output_dir)
-        except HarnessError:
-            return
-        if result.status == "interrupted":
-            log.info("job %s: %s", self.label, result.reason)
-        elif result.status != "ok":
-            _say(f"job {self.label}: {result.status}: {result.reason}")
+        if seconds is None:
+            try:
+                seconds = load_result(self.output_dir).duration_s or 0.0
+            except HarnessError:
+                seconds = 0.0
+        current().finished(self.number, self.label, self.output_dir, seconds)
 
     def stand_in(self) -> JobReturn:
         """What Hydra gets for a job that did not run: completed, so the sweep goes on."""
@@ -141,16 +145,21 @@ class _HarnessMixin(BaseSubmititLauncher):
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        log.info("%s sweep of %d job(s) in %s", self._EXECUTOR, len(job_overrides), sweep_dir)
+        from harness.config.sweep_keys import swept_keys_of
+        from harness.sweep.progress import current
+
+        log.info("%s executor: %d job(s) to submit; each job's output is in %s/<job>/ and"
+                 " %s/.submitit/", self._EXECUTOR, len(job_overrides), sweep_dir, sweep_dir)
         returns: dict[int, JobReturn] = {}
         groups: dict[str, tuple[dict[str, Any], list[_Job]]] = {}
         jobs = [self._prepare(initial_job_idx + n, o) for n, o in enumerate(job_overrides)]
-        common = set.intersection(*(set(job.overrides) for job in jobs))
+        swept = swept_keys_of(self.config)
         for job in jobs:
-            job.name_by(common)
+            job.name_by(swept, current().total or len(job_overrides))
             params = self._job_params(job)
             if params is None:
                 returns[job.idx] = job.stand_in()
+                job.say_how_it_ended(0.0)
                 continue
             key = json.dumps(params, sort_keys=True, default=str)
             groups.setdefault(key, (params, []))[1].append(job)
@@ -161,7 +170,9 @@ class _HarnessMixin(BaseSubmititLauncher):
         for params, jobs in groups.values():
             handles = self._submit(params, jobs)
             if handles is None:
-                returns.update({job.idx: job.stand_in() for job in jobs})
+                for job in jobs:
+                    returns[job.idx] = job.stand_in()
+                    job.say_how_it_ended(0.0)
                 continue
             for job, handle in zip(jobs, handles, strict=True):
                 returns[job.idx] = self._collect(job, handle)
@@ -179,23 +190,21 @@ class _HarnessMixin(BaseSubmititLauncher):
         try:
             params = OmegaConf.to_container(job.config.hydra.launcher, resolve=True)
         except Exception as err:
-            reason = f"hydra.launcher settings of job {job.label}: {one_line(str(err))}"
-            _say(reason)
-            job.record_failure(reason)
+            job.record_failure(f"hydra.launcher settings of {job.name}: {one_line(str(err))}")
             return None
         assert isinstance(params, dict)
         params.pop("_target_", None)
         mismatch = _devices_mismatch(params, job.config) if self._EXECUTOR == "slurm" else None
         if mismatch:
-            reason = f"job {job.label} not submitted: {mismatch}"
-            _say(reason)
-            job.record_failure(reason)
+            job.record_failure(f"not submitted: {mismatch}")
             return None
         return params
 
     def _submit(self, params: dict[str, Any], jobs: list[_Job]) -> list[Any] | None:
-        """Submit `jobs` as one array with `params`; None (and one line) if the cluster refuses."""
+        """Submit `jobs` as one array with `params`; None if the cluster refuses."""
         import submitit
+
+        from harness.sweep.progress import current
 
         init = {"folder": params["submitit_folder"]}
         if "max_num_timeout" in params:
@@ -217,14 +226,13 @@ class _HarnessMixin(BaseSubmititLauncher):
                 handles = executor.map_array(self, *zip(*job_params, strict=True))
         except Exception as err:
             message = one_line(str(err) or captured.getvalue())
-            labels = ", ".join(job.label for job in jobs)
             reason = f"sbatch rejected the job: {message}. Fix: {fix_for(message)}"
-            _say(f"{reason} [job(s) {labels}]")
             for job in jobs:
                 job.record_failure(reason)
             return None
         for job, handle in zip(jobs, handles, strict=True):
-            log.info("job %s submitted as %s job %s", job.label, self._EXECUTOR, handle.job_id)
+            current().starting(job.number, job.label,
+                               f"submitted as {self._EXECUTOR} job {handle.job_id}")
         return handles
 
     def _collect(self, job: _Job, handle: Any) -> JobReturn:
@@ -234,10 +242,9 @@ class _HarnessMixin(BaseSubmititLauncher):
             return ret
         except Exception as err:
             state = getattr(handle, "state", "?")
-            reason = (f"{self._EXECUTOR} job {handle.job_id} ended without a result"
-                      f" (state {state}): {one_line(str(err))}")
-            _say(f"job {job.label}: {reason}")
-            job.record_failure(reason)
+            job.record_failure(f"{self._EXECUTOR} job {handle.job_id} ended without a result"
+                               f" (state {state}): {one_line(str(err))}")
+            job.say_how_it_ended(0.0)
             return job.stand_in()
 
 
