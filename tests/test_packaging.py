@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
@@ -41,12 +42,14 @@ def test_wheel_runs_from_a_fresh_venv(tmp_path):
     work = tmp_path / "elsewhere"  # not the repository: the config must come from the wheel
     work.mkdir()
     harness = env_dir / "bin" / "harness"
+    # Nothing but the wheel: a PYTHONPATH of the test run would put a source tree first.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     job = subprocess.run([str(harness), "--cfg", "job", "batch_size=3"], cwd=work,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env=clean)
     assert job.returncode == 0, job.stderr
     assert "batch_size: 3" in job.stdout
     assert "harness.workload.model.TransformerModule" in job.stdout
     info = subprocess.run([str(harness), "--info", "searchpath"], cwd=work,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=clean)
     assert info.returncode == 0, info.stderr
     assert str(env_dir) in info.stdout and "harness/conf" in info.stdout
