@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -173,8 +174,9 @@ def test_preemption_signal_flushes_partial_reports(slurm_env, tmp_path):
             subprocess.run(["scancel", "-n", name], env=slurm_env, timeout=30)
     log = (tmp_path / "submitter.log").read_text()
     assert "Traceback" not in log
-    # the job ended normally after flushing, so the submitter heard of it at once
-    assert "harness: job #0: interrupted by SIGUSR2" in log
+    # the job ended normally after flushing, so the submitter heard of it at once: its
+    # progress line says how (harness.sweep.progress)
+    assert re.search(r"harness: error: job 1/1 .*: interrupted: .*; interrupted by SIGUSR2", log), log
 
     (result,) = job_results(sweep_dir(tmp_path)).values()
     assert result["status"] == "interrupted"

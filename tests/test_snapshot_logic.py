@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +20,11 @@ def cuda_log(monkeypatch):
         calls.append(("stop",) if enabled is None else ("start", max_entries))
 
     def dump(path):
-        calls.append(("dump", path.rsplit("/", 1)[-1]))
+        # Snapshots are dumped under a temporary name (reports.files.atomic_path) and renamed
+        # when complete: the log keeps the name the file ends up with.
+        name = path.rsplit("/", 1)[-1]
+        final = re.fullmatch(r"\.(.+)\.[^.]+\.tmp", name)
+        calls.append(("dump", final.group(1) if final else name))
         open(path, "wb").close()
 
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)

@@ -275,3 +275,27 @@ def test_the_plot_labels_axes_starts_at_zero_and_shows_speedups_and_spread(tmp_p
     assert "each point ran once" in single._suptitle.get_text()
     assert single.axes[0].get_xlabel() == "batch_size"
     assert not any(getattr(c, "has_yerr", False) for ax in single.axes for c in ax.containers)
+
+
+def test_memory_headroom_from_the_slope_of_memory_against_batch(tmp_path):
+    from harness.sweep.headroom import largest_batches
+
+    root = tmp_path / "sweep"
+    for n, bs in enumerate((2, 4, 8)):  # 100 MiB fixed + 50 MiB per example, exactly
+        job = write_job(root / str(n), [f"batch_size={bs}"],
+                        values=metrics(10.0 * bs, 50.0 * bs, rss_mib=100 + 50 * bs, batch_size=bs))
+        result = json.loads((job / "result.json").read_text())
+        result["device"] = {"accelerator": "cuda", "device_name": "x", "device_count": 1,
+                            "memory_bytes": 1024 * 2**20}  # 1 GiB
+        (job / "result.json").write_text(json.dumps(result))
+    comparison = build(collect(root))
+    fit = largest_batches(comparison)["all"]
+    assert fit["bytes_per_example"] == pytest.approx(50 * 2**20)
+    assert fit["fixed_bytes"] == pytest.approx(100 * 2**20)
+    # 90 % of 1024 MiB = 921.6 MiB; (921.6 - 100) / 50 = 16.4 -> 16
+    assert fit["largest_batch_size"] == 16
+    done = report(str(root), cwd=tmp_path)
+    assert "batch_size up to ~16 should fit" in (root / "comparison.md").read_text()
+    assert json.loads((root / "comparison.json").read_text())["headroom"]["all"][
+        "largest_batch_size"] == 16
+    assert done.returncode == 0

@@ -96,7 +96,7 @@ def test_a_failing_job_is_a_cell_and_the_sweep_goes_on(tmp_path):
     assert rows["4"]["status"] == "failed" and rows["2"]["status"] == "ok"
     md = (root / "comparison.md").read_text()
     assert "| batch_size | s/it | ex/s |" in md
-    assert md.count("| 4 | failed | failed |") == 2  # training and inference tables
+    assert md.count("| 4 | failed | failed |") == 3  # training, inference and diagnosis tables
     assert "deliberate failure at batch size 4" in md
 
 

@@ -285,5 +285,9 @@ class SweepLogHandler(logging.Handler):
         try:
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write(self.format(record) + "\n")
+        except OSError:
+            # An unwritable sweep directory: the sweep itself says so in one line (an
+            # OutputError); sweep.log is given up rather than a traceback per record.
+            _state.sweep_log = None
         except Exception:
             self.handleError(record)

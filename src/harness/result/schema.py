@@ -36,6 +36,8 @@ class Device(_Record):
     device_name: str = Field(description="the GPU's name (CUDA), else the CPU model")
     device_count: int = Field(description="devices of that type visible to the process")
     world_size: int = Field(1, description="processes (ranks) of the run")
+    memory_bytes: int | None = Field(None, description="the GPU's memory (CUDA), else the"
+                                     " machine's RAM")
 
 
 class Repeats(_Record):

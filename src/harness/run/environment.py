@@ -31,13 +31,19 @@ def cpu_name() -> str:
 
 
 def device_info(device: torch.device) -> dict[str, Any]:
+    """What the run ran on; `memory_bytes` is the GPU's memory (CUDA), else the machine's RAM:
+    what the peak memory figures are held against."""
     if device.type == "cuda":
         return {
             "accelerator": "cuda",
             "device_name": torch.cuda.get_device_name(device),
             "device_count": torch.cuda.device_count(),
+            "memory_bytes": torch.cuda.get_device_properties(device).total_memory,
         }
-    return {"accelerator": device.type, "device_name": cpu_name(), "device_count": 1}
+    import psutil
+
+    return {"accelerator": device.type, "device_name": cpu_name(), "device_count": 1,
+            "memory_bytes": psutil.virtual_memory().total}
 
 
 def versions() -> dict[str, str | None]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep.cells import CELL_FOR_STATUS
+from harness.sweep.headroom import headroom_lines, largest_batches
 from harness.sweep.layout import BEST, markdown_table, sections, terminal_table
 from harness.sweep.points import METRIC_NAMES, METRICS, RATIOS, TABLE_PHASES
 from harness.sweep.table import DEFAULT, Comparison
@@ -87,7 +88,7 @@ def legend(comparison: Comparison) -> list[str]:
     if (comparison.points["status"] == "invalid").any():
         lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
                      " compile); its figures are in its result.json, not here. See below.")
-    return lines
+    return lines + headroom_lines(comparison)
 
 
 def failures(comparison: Comparison) -> list[str]:
@@ -172,6 +173,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "best": "<phase>_best: the row's highest examples/s, its lowest sample above every"
                 " other variant's highest (false when any point of the row ran once)",
         "invalid": "status invalid: what ran contradicts a knob; no figures here",
+        "headroom": largest_batches(comparison),
         "points": to_records(comparison),
         "failures": failures(comparison),
         "problems": comparison.problems,

@@ -209,6 +209,7 @@ def _context(jobs: list[JobResult]) -> dict[str, Any]:
                 "accelerator": result.device.accelerator,
                 "device_name": result.device.device_name,
                 "world_size": result.device.world_size,
+                "memory_bytes": result.device.memory_bytes,
                 "torch": result.versions.get("torch"),
                 "lightning": result.versions.get("lightning"),
                 "host": result.host,
