@@ -72,6 +72,13 @@ def test_compile_counters_count_graphs_breaks_and_seconds():
     compiled(torch.ones(3))
     assert private_api.compiled_graphs() == 2
     assert private_api.graph_breaks() >= 1
+    private_api.reset_compile_counters()
+
+    def reads_back(x):  # Tensor.item() breaks the graph too, counted elsewhere by torch
+        return x * 2 if x.sum().item() > 0 else x
+
+    torch.compile(reads_back, backend="eager")(torch.ones(3))
+    assert private_api.graph_breaks() >= 1
     assert private_api.compile_seconds() > before
     private_api.reset_compile_counters()
     assert private_api.compiled_graphs() == 0 and private_api.graph_breaks() == 0

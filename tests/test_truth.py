@@ -104,7 +104,7 @@ def test_repeat_3_figures_agree_with_each_other(harness):
 
 def _drifting_sweep(cwd: Path, order: str, origin: float) -> dict[str, dict[str, str]]:
     done = run_harness(
-        cwd, MULTIRUN, *FAST, "mode=train", "data.train_batches=8",
+        cwd, MULTIRUN, *FAST, "mode=train", "data.train_batches=8", "profiler=[speed]",
         "profiler.speed.warmup_steps=2", "model._target_=drifting_module.DriftingModule",
         "+model.base_s=0.02", "+model.rate=0.5", f"+point={order}", "repeat=3",
         env={"HARNESS_TEST_DRIFT_T0": str(origin)}, fast=False,

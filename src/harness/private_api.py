@@ -102,10 +102,12 @@ def reset_compile_counters() -> None:
 
 
 def graph_breaks() -> int:
-    """Graph breaks TorchDynamo met since the last reset (`counters['graph_break']`)."""
+    """Graph breaks TorchDynamo met since the counters were zeroed (`counters`): an explicit
+    `torch._dynamo.graph_break()` counts under 'graph_break', an unsupported call (a
+    `Tensor.item()`, say) under 'unimplemented' (torch 2.13)."""
     from torch._dynamo.utils import counters
 
-    return int(sum(counters["graph_break"].values()))
+    return int(sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values()))
 
 
 def inductor_cxx() -> tuple[str, ...]:

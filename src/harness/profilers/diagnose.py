@@ -40,10 +40,10 @@ PHASES = ("train", "inference")
 class DiagnosePreset(Callback):
     """Runs the extra passes and writes reports/diagnosis.{json,md}; see the module docstring."""
 
-    def __init__(self, steps: int = 3, warmup: int = 1, when: str = "end", flops: bool = True,
+    def __init__(self, steps: int = 3, warmup: int = 0, when: str = "end", flops: bool = True,
                  peak_tflops: float | None = None, communication_steps: int = 3) -> None:
         self.steps = positive_int("profiler.diagnose.steps", steps, 3)
-        self.warmup = non_negative_int("profiler.diagnose.warmup", warmup, 1)
+        self.warmup = non_negative_int("profiler.diagnose.warmup", warmup, 0)
         self.when = one_of("profiler.diagnose.when", when, WHEN)
         self.count_flops = bool(flops)
         self.peak_tflops = None if peak_tflops is None else positive_number(
@@ -75,7 +75,8 @@ class DiagnosePreset(Callback):
                 self.notes.append("communication not split: the pytorch/memory preset holds"
                                   " the torch profiler (run diagnose without it)")
             else:
-                self.comm = CommWindow(self.warmup, self.communication_steps)
+                # From the third step: the first ones build DDP's buckets and warm caches.
+                self.comm = CommWindow(2, self.communication_steps)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
