@@ -1,6 +1,8 @@
 """A workload with planted costs, to check the diagnose preset against a known truth.
 
-Each batch fetch sleeps `fetch_s` (in the loader, main process), each training step sleeps
+Each batch fetch sleeps `fetch_s` (in the loader's process: the main one, or with
+`num_workers` each worker, so the pipeline delivers a batch per fetch_s / num_workers at
+steady state), each training step sleeps
 `step_s` (inside training_step, so the model-alone pass sees it too), and the optional
 callback sleeps `callback_s` after each training step (Lightning's loop, not the model).
 Plug in with `model._target_=planted.PlantedModule data._target_=planted.PlantedData`
@@ -10,37 +12,39 @@ Plug in with `model._target_=planted.PlantedModule data._target_=planted.Planted
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, Dataset
 
 
-class SleepyBatches(IterableDataset):
+class SleepyBatches(Dataset):
+    """Whole batches, each taking `fetch_s` to make."""
+
     def __init__(self, batches: int, batch_size: int, fetch_s: float) -> None:
         self.batches, self.batch_size, self.fetch_s = batches, batch_size, fetch_s
 
     def __len__(self) -> int:
         return self.batches
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for _ in range(self.batches):
-            time.sleep(self.fetch_s)
-            yield torch.randn(self.batch_size, 8), torch.randn(self.batch_size, 1)
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.fetch_s)
+        return torch.randn(self.batch_size, 8), torch.randn(self.batch_size, 1)
 
 
 class PlantedData(pl.LightningDataModule):
-    def __init__(self, batch_size: int = 4, batches: int = 24, fetch_s: float = 0.0) -> None:
+    def __init__(self, batch_size: int = 4, batches: int = 24, fetch_s: float = 0.0,
+                 num_workers: int = 0) -> None:
         super().__init__()
         self.batch_size, self.batches, self.fetch_s = batch_size, batches, fetch_s
+        self.num_workers = num_workers
 
     def _loader(self) -> DataLoader:
         return DataLoader(SleepyBatches(self.batches, self.batch_size, self.fetch_s),
-                          batch_size=None)
+                          batch_size=None, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader()

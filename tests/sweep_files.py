@@ -17,8 +17,8 @@ def metrics(train: float, inference: float, rss_mib: float = 500.0,
         "train_seconds_per_iteration": batch_size / train,
         "inference_examples_per_second": inference,
         "inference_seconds_per_iteration": batch_size / inference,
-        "train_dataloader_wait_share": 0.25,
-        "inference_dataloader_wait_share": 0.1,
+        "train_between_steps_share": 0.25,
+        "inference_between_steps_share": 0.1,
     }
 
 

@@ -126,3 +126,16 @@ def test_sweep_end_settings_are_checked_against_the_sweep():
         check_settings(None, "precision=fp8", swept)
     with pytest.raises(ConfigError, match=r"sweep_report\.baseline.*column keys \(precision\)"):
         check_settings(None, "compile=true", swept)
+
+
+def test_the_logger_flushes_before_the_speed_preset_restarts_its_clock(tmp_path, monkeypatch):
+    # After a mid-epoch validation the speed preset restarts the training clock in its
+    # on_validation_end; a flush in a later callback would count into the next step.
+    from harness.run import build
+
+    monkeypatch.chdir(tmp_path)
+    cfg = composed("logger=mlflow", "profiler=[speed]", tmp_path=tmp_path)
+    trainer = build.build_trainer(cfg, "32-true", build.build_presets(cfg),
+                                  build.build_logger(cfg), [])
+    kinds = [type(c).__name__ for c in trainer.callbacks]
+    assert kinds.index("FlushBetweenSteps") < kinds.index("SpeedPreset")

@@ -92,6 +92,15 @@ def test_planted_bottlenecks_are_named(tmp_path):
     assert compute["bound_by"] == "compute"
     assert compute["train_compute_share"] > 0.8
 
+    # 4 workers at 80 ms a batch: the pipeline delivers one per 20 ms, the step needs 2 ms.
+    # Its prefetch buffer empties at once; the loader pass must time the steady state.
+    workers, step_s = _diagnosis(tmp_path, "workers", "+data.fetch_s=0.08",
+                                 "+data.num_workers=4", "+model.step_s=0.002")
+    assert workers["bound_by"] == "data", workers["verdict"]
+    assert workers["train_loader_step_s"] == pytest.approx(0.020, rel=0.35)
+    assert workers["train_data_share"] > 0.7
+    assert "num_workers" not in workers["findings"][0]["next_step"]  # it has them
+
     host, _ = _diagnosis(tmp_path, "host", "+profiler.slow._target_=planted.SlowCallback",
                       "+profiler.slow.callback_s=0.03")
     assert host["bound_by"] == "host"
@@ -125,9 +134,97 @@ def test_ddp_splits_communication_from_compute_per_rank(tmp_path):
                        "trainer.accelerator=cpu", "mode=train", "profiler=[speed,diagnose]",
                        "profiler.speed.warmup_steps=1", fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = done.result()["diagnosis"]["communication_by_rank"]
+    diagnosis = done.result()["diagnosis"]
+    ranks = diagnosis["communication_by_rank"]
     assert len(ranks) == 2
+    # warm-up 1 cannot hold the window: said, not hidden
+    assert any("warmup_steps >=" in note for note in diagnosis["passes"]["notes"])
     for rank in ranks:
         assert rank["communication_s"] > 0 and rank["compute_s"] > 0
         assert rank["window_s"] >= max(rank["communication_s"], rank["compute_s"])
         assert 0 <= rank["overlap_s"] <= min(rank["communication_s"], rank["compute_s"])
+
+
+def test_every_step_finding_names_the_bound_and_ranks_by_share():
+    from harness.profilers.findings import phase_findings, ranked, run_findings
+
+    # A compute bound below 50% still gets its finding, ahead of the smaller host share.
+    figures = {"shares": {"data": 0.17, "compute": 0.46, "communication": 0.0, "host": 0.37}}
+    step = phase_findings("train", figures, {"accelerator": "cpu"})
+    run = run_findings({"precision_note": "asked for fp16, Lightning used bf16-mixed"})
+    kinds = [f.kind for f in ranked(step, run)]
+    assert kinds == ["compute-bound", "host-bound", "precision"]
+    assert [f.score for f in step] == [0.37, 0.46] and run[0].score is None
+
+
+def test_the_verdict_names_the_phase_it_describes():
+    from harness.profilers.findings import verdict
+
+    figures = {"shares": {"data": 0.0, "compute": 0.9, "communication": 0.0, "host": 0.1}}
+    assert "of each inference step is forward (predict_step" in verdict(
+        "compute", figures, "inference")
+    assert "of each training step is forward, backward and optimizer" in verdict(
+        "compute", figures, "train")
+
+
+def test_the_loader_pass_leaves_the_rng_as_it_found_it():
+    from types import SimpleNamespace
+
+    from harness.profilers.solo_passes import loader_alone, rng_restored
+
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"),
+                                                       batch_to_device=lambda batch: batch))
+    loader = torch.utils.data.DataLoader(torch.arange(40.0), batch_size=4, shuffle=True)
+    before = torch.random.get_rng_state()
+    loader_alone(trainer, loader, 3, 0)  # a shuffled loader draws its order from the RNG
+    assert not torch.equal(before, torch.random.get_rng_state())
+    import random
+
+    import numpy
+
+    before = torch.random.get_rng_state()
+    python_next, numpy_next = random.Random(), numpy.random.get_state()
+    python_next.setstate(random.getstate())
+    with rng_restored():
+        found, batch = loader_alone(trainer, loader, 3, 0)
+        random.random(), numpy.random.rand()  # an augmentation drawing from the others
+    assert torch.equal(before, torch.random.get_rng_state())
+    assert random.random() == python_next.random()
+    assert numpy.random.get_state()[2] == numpy_next[2]
+    assert (numpy.random.get_state()[1] == numpy_next[1]).all()
+    assert found.steps == 3 and found.examples == 4 and batch.shape == (4,)
+
+
+def test_the_communication_window_ends_inside_the_speed_warmup():
+    from types import SimpleNamespace
+
+    from harness.profilers.diagnose import DiagnosePreset
+    from harness.profilers.speed import SpeedPreset
+
+    def start(warmup: int) -> tuple[int, list[str]]:
+        diagnose = DiagnosePreset(communication_steps=3)
+        trainer = SimpleNamespace(callbacks=[SpeedPreset(warmup_steps=warmup), diagnose])
+        return diagnose._comm_start(trainer), diagnose.notes
+
+    # Steps [start, start+3) recorded; stopping lands in step start+3, which must be warm-up.
+    assert start(10) == (2, [])
+    assert start(5) == (1, [])
+    assert start(4) == (0, [])  # the least warm-up that keeps the window out
+    first, notes = start(3)
+    assert first == 0 and "profiler.speed.warmup_steps >= 4" in notes[0]
+
+
+def test_the_model_pass_copies_no_sharded_or_oversized_state():
+    from lightning.pytorch.strategies import FSDPStrategy, SingleDeviceStrategy
+
+    from harness.profilers.solo_passes import copy_refused
+
+    model = torch.nn.Linear(256, 256)  # 257 x 256 float32 = 263,168 bytes
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 256)).sum().backward()
+    optimizer.step()  # Adam's two moments: the copy is now about 3x the parameters
+    single = SingleDeviceStrategy(torch.device("cpu"))
+    assert copy_refused(single, model, [optimizer], 10 * 2**20) is None
+    assert "more than half" in copy_refused(single, model, [optimizer], 1_500_000)
+    assert copy_refused(single, model, [], 1_500_000) is None
+    assert "FSDPStrategy" in copy_refused(FSDPStrategy(), model, [], 10 * 2**30)

@@ -71,3 +71,11 @@ def test_signals_interrupt_the_run_and_handlers_are_restored(monkeypatch):
     assert state.received == "SIGUSR2"
     assert state.reason.startswith("interrupted by SIGUSR2")
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_new_dir_gives_each_caller_its_own_directory(tmp_path):
+    from harness.launch.output_dirs import new_dir
+
+    first, second = new_dir(tmp_path / "12-00-00"), new_dir(tmp_path / "12-00-00")
+    assert first == tmp_path / "12-00-00" and second == tmp_path / "12-00-00_2"
+    assert first.is_dir() and second.is_dir()

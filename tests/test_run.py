@@ -31,7 +31,7 @@ def test_default_run_writes_result_and_speed_report(harness):
         # examples/s must be batch_size x world size / seconds per iteration
         assert math.isclose(figures["examples_per_second"], 4 * 1 / s_per_it, rel_tol=1e-9)
         assert figures["median_step_s"] <= figures["p90_step_s"]
-        assert 0 <= figures["dataloader_wait_share"] < 1
+        assert 0 <= figures["between_steps_share"] < 1
         assert result["metrics"][f"{phase}_examples_per_second"] == figures["examples_per_second"]
     assert speed["inference_mode"] is True
 

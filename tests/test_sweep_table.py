@@ -195,7 +195,7 @@ def test_the_best_variant_is_marked_only_beyond_the_noise_of_the_others(tmp_path
         "fp32": False, "bf16": True, "fp16": False}
     header, rows = _terminal(clear)["Training"]
     assert header == ["run", "", "fp32", "bf16", "fp16"]  # one swept key: one row, "all"
-    assert rows[0][1] == "ex/s\ndata wait %\nspeed-up x"
+    assert rows[0][1] == "ex/s\nbetween steps %\nspeed-up x"
     assert rows[0][3].split("\n")[0] == "155.0 ±3% best"
     assert "best" not in rows[0][2] + rows[0][4]
     assert not clear.points["inference_best"].any()  # inference: all alike
@@ -224,7 +224,7 @@ def test_one_swept_key_gives_one_column_per_figure_with_units(tmp_path):
     tables = _terminal(comparison)
     assert list(tables) == ["Training", "Inference", "Peak memory (process RSS)"]
     header, rows = tables["Training"]
-    assert header == ["batch_size", "ex/s", "data wait %"]
+    assert header == ["batch_size", "ex/s", "between steps %"]
     assert rows == [["2", "20.0", "25%"], ["4", "40.0", "25%"]]
     assert tables["Peak memory (process RSS)"][0] == ["batch_size", "peak MiB"]
     assert [s.terminal_title for s in sections(comparison)] == [
@@ -299,3 +299,39 @@ def test_memory_headroom_from_the_slope_of_memory_against_batch(tmp_path):
     assert json.loads((root / "comparison.json").read_text())["headroom"]["all"][
         "largest_batch_size"] == 16
     assert done.returncode == 0
+
+
+def _memory_sweep(root, rss_by_batch: dict[int, list[float]], memory_mib: int) -> object:
+    """Jobs whose repeats peaked at the given RSS (MiB), on a 'GPU' of `memory_mib`."""
+    for n, (bs, rss) in enumerate(rss_by_batch.items()):
+        per_repeat = [metrics(10.0 * bs, 50.0 * bs, rss_mib=r, batch_size=bs) for r in rss]
+        job = write_job(root / str(n), [f"batch_size={bs}"], per_repeat=per_repeat,
+                        values=metrics(10.0 * bs, 50.0 * bs, rss_mib=sorted(rss)[len(rss) // 2],
+                                       batch_size=bs))
+        result = json.loads((job / "result.json").read_text())
+        result["device"] = {"accelerator": "cuda", "device_name": "x", "device_count": 1,
+                            "memory_bytes": memory_mib * 2**20}
+        (job / "result.json").write_text(json.dumps(result))
+    return build(collect(root))
+
+
+def test_memory_headroom_is_not_read_off_noise_nor_far_past_the_data(tmp_path):
+    from harness.sweep.headroom import headroom_lines, largest_batches
+
+    # 33 MiB of growth between the sizes, 40 MiB between repeats of one size: noise.
+    noisy = _memory_sweep(tmp_path / "noisy", {8: [1000, 1040], 16: [1033, 1060]}, 64 * 1024)
+    assert largest_batches(noisy) == {}
+    # A clear 10 MiB per example, but 1 TiB would fit far more than 4x the largest size.
+    far_sweep = _memory_sweep(tmp_path / "far", {8: [180, 181], 16: [260, 261]}, 2**20)
+    far = largest_batches(far_sweep)["all"]
+    assert far["bytes_per_example"] == pytest.approx(10 * 2**20)
+    assert far["at_least"] is True and far["largest_batch_size"] == 64
+    assert "batch_size up to more than 64 (the line, 4x past" in headroom_lines(far_sweep)[0]
+
+
+def test_the_bound_over_rounds_is_the_majority_and_a_tie_names_both():
+    from harness.sweep.points import majority
+
+    assert majority(["compute", "host", "compute"]) == "compute"
+    assert majority(["host", "compute"]) == "host/compute"
+    assert majority([]) is None

@@ -55,8 +55,8 @@ def test_every_cell_of_the_csv_matches_the_jobs_results(grid):
             assert float(row[ratio]) == pytest.approx(expected, rel=1e-9)
     md = (root / "comparison.md").read_text()
     assert "Fixed (not swept): data.train_batches=8" in md  # not repeated in the rows
-    assert ("| batch_size | fp32 s/it | fp32 ex/s | fp32 data wait % | bf16 s/it | bf16 ex/s"
-            " | bf16 data wait % | bf16 speed-up x |") in md  # every header with its unit
+    assert ("| batch_size | fp32 s/it | fp32 ex/s | fp32 between steps % | bf16 s/it | bf16 ex/s"
+            " | bf16 between steps % | bf16 speed-up x |") in md  # every header with its unit
     assert (root / "comparison.png").read_bytes()[:4] == b"\x89PNG"
     payload = json.loads((root / "comparison.json").read_text())
     assert payload["row_key"] == "batch_size" and payload["variant_keys"] == ["precision"]

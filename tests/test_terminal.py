@@ -120,8 +120,8 @@ def test_progress_counts_jobs_and_estimates_what_is_left(tmp_path, caplog):
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert lines == [
         ("INFO", "job 1/3 batch_size=2: running (elapsed 0.0 s)"),
-        ("INFO", "job 1/3 batch_size=2: ok: train 20.0 ex/s (data wait 25%), inference 100.0"
-                 " ex/s (data wait 10%) [10.0 s; elapsed 10.0 s, ETA ~20.0 s]"),
+        ("INFO", "job 1/3 batch_size=2: ok: train 20.0 ex/s (between steps 25%), inference 100.0"
+                 " ex/s (between steps 10%) [10.0 s; elapsed 10.0 s, ETA ~20.0 s]"),
         ("INFO", "job 2/3 batch_size=4: running (elapsed 10.0 s, ETA ~20.0 s)"),
         ("ERROR", "job 2/3 batch_size=4: oom; out of memory: CUDA out of memory"
                   f" (see {failed}/) [30.0 s; elapsed 40.0 s, ETA ~20.0 s]"),  # mean 20 s, 1 left
@@ -157,7 +157,7 @@ def test_the_callback_names_jobs_by_what_differs_and_keeps_their_output_off_the_
     callback.on_multirun_end(_job_config(sweep, 0, []))
     err = capsys.readouterr().err
     assert "job 1/2 batch_size=2,bf16: running" in err
-    assert "job 2/2 batch_size=4,fp32: ok: train 20.0 ex/s (data wait 25%)" in err
+    assert "job 2/2 batch_size=4,fp32: ok: train 20.0 ex/s (between steps 25%)" in err
     assert re.search(r"sweep done: 2 job\(s\) in [\d.]+ s \(2 ok\)", err)
     assert "Speed table" not in err and "Speed table" in logged.read_text()
     sweep_log = (sweep / "sweep.log").read_text()

@@ -84,6 +84,9 @@ def test_default_store_holds_params_tags_rates_metrics_and_artifacts(tmp_path, m
     assert params["precision"] == "fp16"
     assert params["knobs.lightning_precision"] == "16-mixed"
     assert params["precision_used"] == "bf16-mixed"  # CPU runs fp16 as bf16
+    assert "what ran: precision=fp16 but Lightning ran bf16-mixed" in done.stderr
+    assert params["observed.examples_per_batch.train"] == "4"
+    assert params["observed.examples_source"] == "batches"
     assert params["compile"] == "False"
     assert params["model._target_"] == "harness.workload.model.TransformerModule"
     assert params["data.train_batches"] == "12"
@@ -370,6 +373,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
 
 
 def test_store_access_and_sweep_helpers(tmp_path):
+    from harness.config.checks import parsed_number
     from harness.config.sweep_keys import swept_keys
     from harness.errors import ConfigError
     from harness.tracking import store_access
@@ -377,10 +381,12 @@ def test_store_access_and_sweep_helpers(tmp_path):
     assert swept_keys(["batch_size=4,16", "mode=train", "seed=range(3)",
                        "hydra/launcher=submitit_local"]) == ["batch_size", "seed"]
 
-    assert store_access.positive_number("logger.http_max_retries", "2", integer=True,
-                                        allow_zero=True) == 2
+    assert parsed_number("logger.http_max_retries", "2", integer=True, allow_zero=True) == 2
     with pytest.raises(ConfigError, match=r"logger.flush_every_s='soon' is not valid"):
-        store_access.positive_number("logger.flush_every_s", "soon")
+        parsed_number("logger.flush_every_s", "soon")
+    for endless in ("nan", "inf"):
+        with pytest.raises(ConfigError, match="logger.flush_every_s"):
+            parsed_number("logger.flush_every_s", endless)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -480,7 +486,7 @@ def test_child_runs_are_named_by_what_differs_first():
     assert sweep_run_name(swept) == "bs x precision x compile (sweep)"
     assert sweep_run_name(swept, "physicsnemo") == "physicsnemo (sweep)"
     # the progress lines have room for the keys
-    assert job_label(job, swept) == "batch_size=16,bf16,compile=true,round 1"
+    assert job_label(job, swept) == "batch_size=16,bf16,compile=true (round 1)"
 
 
 def test_links_open_the_training_view_of_the_run():

@@ -100,6 +100,14 @@ def test_repeat_3_figures_agree_with_each_other(harness):
     times = [r["train_seconds_per_iteration"] for r in spread["per_repeat"]]
     assert time_ == sorted(times)[1]  # the median repeat's s/it
     assert spread["min"]["train_examples_per_second"] == pytest.approx(4 / max(times))
+    # one diagnosis, of the pooled figures: its step is the median's, its shares add up
+    out = done.stdout + done.stderr
+    assert out.count("diagnosis:") == 1 and "repeat 3/3" in out
+    found = result["diagnosis"]
+    assert found["train_step_s"] == time_
+    assert sum(found[f"train_{b}_share"] for b in ("data", "compute", "communication",
+                                                   "host")) == pytest.approx(1)
+    assert metrics["train_host_share"] == found["train_host_share"]
 
 
 def _drifting_sweep(cwd: Path, order: str, origin: float) -> dict[str, dict[str, str]]:
@@ -144,6 +152,18 @@ def test_inference_failing_after_training_keeps_the_training_figures(harness):
     assert "harness: warning: partial: training measured; inference failed" in done.stderr
 
 
+
+def test_a_partial_run_whose_warmup_swallowed_training_failed(tmp_path):
+    # Warm-up swallowed every training step and inference failed: nothing was measured.
+    done = run_harness(tmp_path, *TINY, "batch_size=8", "profiler.speed.warmup_steps=1000",
+                       "logger=none", fast=False)
+    assert done.returncode == 1
+    result = done.result()
+    assert result["status"] == "failed", result["reason"]
+    assert result["reason"].startswith("nothing measured: every training step was warm-up")
+    assert "has no predict_step" in result["reason"]
+
+
 def test_a_partial_job_shows_its_training_figures_in_the_table(tmp_path):
     done = run_harness(tmp_path, MULTIRUN, *TINY, "batch_size=8,12", "trainer.enable_progress_bar=false",
                        "logger=none", "profiler.speed.warmup_steps=2", fast=False)
@@ -165,3 +185,26 @@ def test_inference_without_any_data_says_so(harness):
     why = done.result()["phase_errors"]["inference"]
     assert why.startswith("inference has no data: TrainOnlyData has neither a predict_dataloader")
     assert "predict_step" not in why  # the fix matches the cause
+
+
+def test_a_knob_set_in_a_config_file_is_checked_like_one_set_on_the_command_line(tmp_path):
+    from test_config_compose import composed
+
+    from harness.config.knobs import read_knobs
+    from harness.result.schema import RunResult
+    from harness.run.observe import BatchObserver, check_what_ran
+
+    def status_after(*overrides: str, seen: int) -> RunResult:
+        knobs = read_knobs(composed(*overrides, tmp_path=tmp_path))
+        observer = BatchObserver()
+        observer.sizes["train"][seen] = 5
+        result = RunResult(status="running", overrides=[], data="user_data.Loader")
+        check_what_ran(result, knobs, observer, world_size=1, compiled=None)
+        return result
+
+    # batch_size 64 from a config file (no override recorded): the 128 that ran contradicts it
+    assert status_after("batch_size=64", seen=128).status == "invalid"
+    # harness's default nobody set: a note only
+    left = status_after(seen=128)
+    assert left.status == "running" and "batch_size=32 but train batches hold 128" in (
+        left.observed.notes[0])

@@ -55,8 +55,8 @@ def _app(cfg: DictConfig) -> None:
         if not multirun:
             sys.exit(unwritable.exit_status if unwritable else 1)
     else:
-        if result.status == "invalid":  # measured, but not what the knobs say
-            job_log.error("invalid: %s", result.reason)
+        if result.status in ("invalid", "failed"):  # measured not what the knobs say, or nothing
+            job_log.error("%s: %s", result.status, result.reason)
             if not multirun:
                 sys.exit(1)
         elif result.status == "partial":

@@ -14,7 +14,9 @@ import math
 import statistics
 from typing import Any
 
-PHASES = ("train", "validation", "inference")
+PHASES = ("train", "validation", "inference")  # what the speed preset times
+MAIN_PHASES = ("train", "inference")  # what comparisons and diagnoses report
+USABLE = ("ok", "partial")  # run statuses whose figures measure the asked point
 
 
 def is_finite_number(value: Any) -> bool:

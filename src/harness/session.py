@@ -121,6 +121,7 @@ class ProfileSession:
     def __init__(self, presets: str | Sequence[str] = ("speed",), output_dir: str | Path | None = None,
                  overrides: Sequence[str] = ()) -> None:
         from harness import memory_peaks
+        from harness.launch.output_dirs import new_dir
         from harness.run import build
         from harness.run.observe import BatchObserver
         from harness.terminal import use_console
@@ -134,7 +135,8 @@ class ProfileSession:
                               f" {refused[0]} does not ({COMMAND_ONLY[refused[0]]})",
                               f"run it with the command: harness profiler=[{refused[0]}]")
         now = dt.datetime.now()
-        self.output_dir = Path(output_dir or f"outputs/{now:%Y-%m-%d}/{now:%H-%M-%S}").absolute()
+        self.output_dir = (Path(output_dir) if output_dir
+                           else new_dir(f"outputs/{now:%Y-%m-%d}/{now:%H-%M-%S}")).absolute()
         self.overrides = [f"profiler=[{','.join(names)}]", *overrides]
         self.cfg = compose_presets(names, overrides, self.output_dir)
         with _hydra_config(self.cfg):

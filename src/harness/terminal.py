@@ -28,6 +28,7 @@ import io
 import logging
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,14 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+@dataclass
 class _State:
     """What the console handler has to know about the process: a job of an in-process
     sweep is running; the warnings it printed (each once per sweep) and kept in the log."""
 
-    job_running = False
-    printed: set[str] = set()
-    hidden_warnings = 0
+    job_running: bool = False
+    printed: set[str] = field(default_factory=set)
+    hidden_warnings: int = 0
     sweep_log: Path | None = None
 
 
@@ -264,6 +266,7 @@ def sweep_started(log_path: Path) -> None:
 def sweep_ended() -> None:
     _state.sweep_log = None
     _state.job_running = False
+    _state.printed.clear()
 
 
 class SweepLogHandler(logging.Handler):

@@ -6,6 +6,7 @@ though Python counts it as an int (`steps: true` is a mistake, not 1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,9 +36,25 @@ def positive_int(key: str, value: Any, example: object = 1, what: str = "a posit
 
 
 def positive_number(key: str, value: Any, example: object = 1.0, what: str = "a number > 0") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0):
         raise ConfigError(key, value, what, f"{key}={example}")
     return float(value)
+
+
+def parsed_number(key: str, value: object, integer: bool = False, allow_zero: bool = False,
+                  example: object = 10) -> float:
+    """`value` as a finite number > 0 (>= 0 with allow_zero), strings parsed: settings read
+    from environment variables (${oc.env:...}) arrive as strings."""
+    try:
+        number = int(str(value)) if integer else float(str(value))
+    except ValueError:
+        number = None
+    if (isinstance(value, bool) or number is None or not math.isfinite(number) or number < 0
+            or (number == 0 and not allow_zero)):
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(key, value, f"{kind} {'>=' if allow_zero else '>'} 0", f"{key}={example}")
+    return number
 
 
 def one_of(key: str, value: Any, allowed: Sequence[str], example: object = None) -> Any:

@@ -29,8 +29,9 @@ def check_resolves(cfg: DictConfig) -> None:
     not as data.batch_size, which refers to it. The `hydra` node is Hydra's own."""
     from omegaconf.errors import OmegaConfBaseException
 
+    written = OmegaConf.to_container(cfg, resolve=False)
     keys = [str(k) for k in cfg if k != "hydra"]
-    scalars_first = sorted(keys, key=lambda k: OmegaConf.is_config(cfg._get_node(k)))
+    scalars_first = sorted(keys, key=lambda k: isinstance(written.get(k), (dict, list)))
     for key in scalars_first:
         try:
             value = cfg[key]
@@ -39,19 +40,17 @@ def check_resolves(cfg: DictConfig) -> None:
         except OmegaConfBaseException as err:
             where = str(getattr(err, "full_key", None) or key)
             raise ConfigError(
-                where, _raw(cfg, where), f"a value that resolves, but {first_line(err, False)}",
+                where, _raw(written, where), f"a value that resolves, but {first_line(err, False)}",
                 f"give {where} a value, or an interpolation ${{...}} of a key that exists",
             ) from None
 
 
-def _raw(cfg: DictConfig, key: str) -> Any:
-    """The value of `key` as written (the interpolation itself), unresolved."""
-    node: Any = cfg
+def _raw(written: dict[str, Any], key: str) -> Any:
+    """The value of `key` as written (the interpolation itself) in the unresolved config."""
+    node: Any = written
     for part in key.split("."):
-        node = node._get_node(part) if isinstance(node, (DictConfig, ListConfig)) else None
-        if node is None:
-            return None
-    return node._value()
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def check_added_keys(overrides: Iterable[str], keys: Iterable[str]) -> None:

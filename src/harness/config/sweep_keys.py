@@ -59,7 +59,7 @@ def short_setting(key: str, value: str) -> str:
 def job_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
     """What tells a job of a sweep apart, short and led by what differs:
     ['data.dim=32', 'batch_size=8', 'precision=bf16', '+sweep_round=1'] with batch_size and
-    precision swept -> 'batch_size=8,bf16,round 1'. All overrides when none is swept."""
+    precision swept -> 'batch_size=8,bf16 (round 1)'. All overrides when none is swept."""
     settings: dict[str, str] = {}
     for override in overrides:
         key, _, value = override.partition("=")
@@ -67,9 +67,10 @@ def job_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
     swept = [key for key in swept if key in settings and key != ROUND_KEY]
     parts = ([short_setting(key, settings[key]) for key in swept] if swept
              else [f"{k}={v}" for k, v in settings.items() if k != ROUND_KEY])
+    label = ",".join(parts)
     if ROUND_KEY in settings:
-        parts.append(f"round {settings[ROUND_KEY]}")
-    return ",".join(parts)
+        label += f" (round {settings[ROUND_KEY]})"
+    return label
 
 
 # MLflow's runs table shows about 14 characters of a child run's name: keys are shortened

@@ -28,6 +28,12 @@ def unique_dir(path: str) -> str:
     return _claimed[path]
 
 
+def new_dir(path: str | Path) -> Path:
+    """A directory created now for this caller alone: `path`, or `path_2`, ... (each call
+    claims another; `unique_dir` gives one directory per name and process)."""
+    return Path(_claim(Path(path)))
+
+
 def _claim(base: Path) -> str:
     try:
         base.parent.mkdir(parents=True, exist_ok=True)

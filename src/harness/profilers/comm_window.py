@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from harness.profilers.window import StepWindow
+
 COLLECTIVE = re.compile(r"nccl|gloo:|c10d::|all_?reduce|all_?gather|broadcast|reduce_?scatter",
                         re.IGNORECASE)
 # Rows that span others (annotations, module and step ranges): they would cover everything.
@@ -95,16 +97,20 @@ def split_window(events: list[Any]) -> dict[str, float]:
 
 
 class CommWindow:
-    """Records training steps [start, start + steps) of this rank with the torch profiler."""
+    """Records training steps [start, start + steps) of this rank with the torch profiler.
+
+    `step_starts`/`step_ended` go in on_train_batch_start/end; `finish` reads the events
+    after training: parsing them takes long enough to distort a timed step.
+    """
 
     def __init__(self, start: int, steps: int) -> None:
-        self.start, self.steps = start, steps
+        self.window = StepWindow(start, steps)
         self.profiler: Any = None
-        self.figures: dict[str, float] = {}
+        self.recording = False
         self.note: str | None = None
 
-    def step_starts(self, index: int, device: Any) -> None:
-        if index != self.start or self.profiler is not None:
+    def step_starts(self, device: Any) -> None:
+        if not self.window.opens_now() or self.profiler is not None:
             return
         import torch
 
@@ -113,18 +119,26 @@ class CommWindow:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.profiler = torch.profiler.profile(activities=activities)
         self.profiler.start()
+        self.recording = True
 
-    def step_ended(self, index: int) -> None:
-        if index >= self.start + self.steps - 1:
-            self.close()
+    def step_ended(self) -> None:
+        if self.window.step_done():
+            self.stop()
 
-    def close(self) -> None:
-        """Stop recording and split what was recorded (training may end inside the window)."""
+    def stop(self) -> None:
+        """Stop recording (training may end, or fail, inside the window)."""
+        if self.recording:
+            self.profiler.stop()
+            self.recording = False
+
+    def finish(self) -> dict[str, float]:
+        """The window's split (split_window); {} when nothing was recorded."""
+        self.stop()
         if self.profiler is None:
-            return
-        self.profiler.stop()
+            return {}
         events = list(self.profiler.events())
         self.profiler = None
-        self.figures = split_window(events)
-        if not self.figures:
+        figures = split_window(events)
+        if not figures:
             self.note = "communication window: the profiler recorded no event"
+        return figures

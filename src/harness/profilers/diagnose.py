@@ -10,7 +10,9 @@ reports/diagnosis.{json,md}, result.json's `diagnosis` and one verdict line.
 
 The passes' cost is measured and reported; they run outside every timed step, their memory
 is kept out of the run's peaks (harness.memory_peaks) and the model, optimizer and RNG
-states are restored after them (solo_passes.state_restored).
+states are restored after them (solo_passes.state_restored, rng_restored). The
+communication window ends inside the speed preset's warm-up and its events are read after
+training, so neither lands in a measured step.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import psutil
 import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from harness import memory_peaks
 from harness.config.checks import non_negative_int, one_of, positive_int, positive_number
+from harness.measured import MAIN_PHASES
 from harness.profilers import findings as rules
 from harness.profilers import solo_passes
 from harness.profilers.comm_window import CommWindow
@@ -34,7 +38,6 @@ from harness.profilers.flops import CONVENTION
 from harness.reports.files import write_json, write_text
 
 WHEN = ("end", "start")
-PHASES = ("train", "inference")
 
 
 class DiagnosePreset(Callback):
@@ -50,14 +53,12 @@ class DiagnosePreset(Callback):
             "profiler.diagnose.peak_tflops", peak_tflops, 989.4, "a number of TFLOP/s > 0")
         self.communication_steps = positive_int("profiler.diagnose.communication_steps",
                                                 communication_steps, 3)
-        self.batches: dict[str, Any] = {}
         self.passes: dict[str, dict[str, solo_passes.PassResult]] = {}
         self.cost_s = 0.0
         self.notes: list[str] = []
         self.comm: CommWindow | None = None
         self.comm_by_rank: list[dict[str, float]] = []
         self.context: dict[str, Any] = {}
-        self._train_steps = 0
 
     # -- capturing a batch, opening the communication window ----------------------------
     @override
@@ -75,8 +76,24 @@ class DiagnosePreset(Callback):
                 self.notes.append("communication not split: the pytorch/memory preset holds"
                                   " the torch profiler (run diagnose without it)")
             else:
-                # From the third step: the first ones build DDP's buckets and warm caches.
-                self.comm = CommWindow(2, self.communication_steps)
+                self.comm = CommWindow(self._comm_start(trainer), self.communication_steps)
+
+    def _comm_start(self, trainer: pl.Trainer) -> int:
+        """The window's first step: the third (the first ones build DDP's buckets and warm
+        caches), or earlier so that stopping the profiler, which collects its trace, lands in
+        a step the speed preset leaves out as warm-up."""
+        from harness.profilers.speed import SpeedPreset
+
+        warmups = [c.warmup_steps for c in trainer.callbacks if isinstance(c, SpeedPreset)]
+        if not warmups:
+            return 2
+        start = min(2, max(0, warmups[0] - self.communication_steps - 1))
+        if start + self.communication_steps + 1 > warmups[0]:
+            self.notes.append(
+                f"the communication window (from step {start}, {self.communication_steps} steps)"
+                " reaches into the speed preset's measured steps: profiler.speed.warmup_steps >="
+                f" {self.communication_steps + 1} keeps it out")
+        return start
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -86,16 +103,14 @@ class DiagnosePreset(Callback):
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: Any, batch_idx: int) -> None:
-        self.batches.setdefault("train", batch)
         if self.comm is not None:
-            self.comm.step_starts(self._train_steps, trainer.strategy.root_device)
+            self.comm.step_starts(trainer.strategy.root_device)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.comm is not None:
-            self.comm.step_ended(self._train_steps)
-        self._train_steps += 1
+            self.comm.step_ended()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -107,12 +122,7 @@ class DiagnosePreset(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
         if self.comm is not None:
-            self.comm.close()  # a torch profiler left running would outlive the run
-
-    @override
-    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                               batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.batches.setdefault("inference", batch)
+            self.comm.stop()  # a torch profiler left running would outlive the run
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -125,30 +135,38 @@ class DiagnosePreset(Callback):
             return
         device = trainer.strategy.root_device
         started = time.perf_counter()
-        with memory_peaks.excluded(device) as excluded:
+        # The loader pass draws from the global RNG (samplers, worker seeds): restored, so
+        # with when=start the measured run sees the data order it would see without it.
+        with memory_peaks.excluded(device) as excluded, solo_passes.rng_restored():
             if not excluded:
                 self.notes.append("the passes' memory counts in peak_rss_bytes (no"
                                   " /proc/self/clear_refs here)")
-            found = {"loader": solo_passes.loader_alone(trainer, loader, self.steps, self.warmup)}
+            loader_pass, batch = solo_passes.loader_alone(trainer, loader, self.steps,
+                                                          self.warmup)
             self._note_loader(loader)
-            batch = self.batches.get(phase)
-            if batch is None and phase == "train":  # when=start: no step ran yet
-                batch = _first_batch(trainer, loader)
-            found["model"] = self._model_pass(phase, trainer, module, batch)
+            # The model pass runs on the loader pass's last batch, already on the device:
+            # no batch is held through the measured steps.
+            found = {"loader": loader_pass,
+                     "model": self._model_pass(phase, trainer, module, batch)}
         self.passes[phase] = found
         self.cost_s += time.perf_counter() - started
-        self.batches.pop(phase, None)  # no device memory held past the pass
 
     def _model_pass(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
                     batch: Any) -> solo_passes.PassResult:
         if batch is None:
-            return solo_passes.PassResult(None, 0, None, "model-alone pass: no batch")
+            return solo_passes.PassResult(None, 0, None, "model-alone pass: no batch (the"
+                                          " loader pass was skipped or got none)")
+        refused = solo_passes.copy_refused(
+            trainer.strategy, module, list(trainer.optimizers) if phase == "train" else [],
+            psutil.virtual_memory().available)
+        if refused:
+            return solo_passes.PassResult(None, 0, None, f"model-alone pass skipped: {refused}")
         if phase == "train":
             if not module.automatic_optimization:
                 self.notes.append("manual optimization: the model-alone pass runs"
                                   " training_step only (it steps its optimizers itself)")
-            step = solo_passes.training_step_fn(trainer, module, batch)
-            counted = solo_passes.forward_backward_fn(trainer, module, batch)
+            step = solo_passes.training_step_fn(trainer, module, batch, optimizer_step=True)
+            counted = solo_passes.training_step_fn(trainer, module, batch, optimizer_step=False)
         else:
             step = counted = solo_passes.predict_step_fn(trainer, module, batch)
         return solo_passes.model_alone(trainer, module, step, batch, self.steps, self.warmup,
@@ -166,8 +184,9 @@ class DiagnosePreset(Callback):
 
         if self.comm is None:
             return
-        self.comm.close()  # a run shorter than the window: what it recorded
-        mine = self.comm.figures
+        mine = self.comm.finish()  # a run shorter than the window: what it recorded
+        if self.comm.note:
+            self.notes.append(self.comm.note)
         if dist.is_available() and dist.is_initialized():
             gathered: list[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, mine)
@@ -198,9 +217,9 @@ class DiagnosePreset(Callback):
         if not found:
             return {"note": f"no {phase} passes ran"}
         loader, model = found["loader"], found["model"]
-        wait = metrics.get(f"{phase}_dataloader_wait_share")
+        between = metrics.get(f"{phase}_between_steps_share")
         comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
-        part = rules.shares(step_s, wait * step_s if wait is not None and step_s else None,
+        part = rules.shares(step_s, between * step_s if between is not None and step_s else None,
                             loader.step_s, model.step_s, comm)
         peak, _ = self._peak(precision)
         world = self.context.get("world_size", 1)
@@ -223,22 +242,22 @@ class DiagnosePreset(Callback):
         """(metrics for result.json, the `diagnosis` object); writes reports/diagnosis.*."""
         metrics = result.metrics
         phases = {phase: self.phase_figures(phase, metrics, result.precision_used)
-                  for phase in PHASES if phase in self.passes}
-        train = phases.get("train") or phases.get("inference") or {}
-        bound = rules.bound_by(train.get("shares"))
+                  for phase in MAIN_PHASES if phase in self.passes}
+        main = "train" if "train" in phases else "inference"
+        bound = rules.bound_by(phases.get(main, {}).get("shares"))
         self.context.update(
             precision_note=result.precision_note, flags=list(result.flags),
             graph_breaks=metrics.get("graph_breaks"),
             peak_device_reserved_bytes=metrics.get("peak_device_reserved_bytes"),
             p90_over_median=_ratio(metrics.get("train_p90_step_s"),
                                    metrics.get("train_median_step_s")))
-        ranked = sorted([f for phase, figures in phases.items()
-                         for f in rules.phase_findings(phase, figures, self.context)]
-                        + rules.run_findings(self.context), key=lambda f: -f.score)
+        ranked = rules.ranked([f for phase, figures in phases.items()
+                               for f in rules.phase_findings(phase, figures, self.context)],
+                              rules.run_findings(self.context))
         _, peak_source = self._peak(result.precision_used)
         diagnosis = {
             "bound_by": bound,
-            "verdict": rules.verdict(bound, train),
+            "verdict": rules.verdict(bound, phases.get(main, {}), main),
             **{f"{phase}_{key}": value for phase, figures in phases.items()
                for key, value in _flat(figures).items()},
             "peak_source": peak_source,
@@ -252,7 +271,7 @@ class DiagnosePreset(Callback):
                        "notes": self.notes},
         }
         self._write(reports_dir, diagnosis)
-        numbers = {k: v for k, v in diagnosis.items() if k.startswith(PHASES)
+        numbers = {k: v for k, v in diagnosis.items() if k.startswith(MAIN_PHASES)
                    and isinstance(v, (int, float)) and not isinstance(v, bool)}
         return {**numbers, "diagnose_cost_s": self.cost_s}, diagnosis
 
@@ -261,9 +280,10 @@ class DiagnosePreset(Callback):
             "report": "diagnose",
             "what": "what the run is bound by, the shares of its step, FLOPs and MFU, ranked"
                     " findings with a next step each",
-            "expected_overhead": f"{self.steps + self.warmup} loader batches and as many model"
-                                 " steps per phase after it was measured, plus one counted"
-                                 " step: see passes.cost_s",
+            "expected_overhead": f"per phase: the loader's prefetch buffer, {self.warmup} +"
+                                 f" max({self.steps}, num_workers) loader batches and"
+                                 f" {self.warmup + self.steps} model steps after it was"
+                                 " measured, plus one counted step: see passes.cost_s",
             **diagnosis})
         lines = ["# Diagnosis", "", f"**{diagnosis['verdict']}**", ""]
         for n, finding in enumerate(diagnosis["findings"], 1):
@@ -289,11 +309,3 @@ def _flat(figures: dict[str, Any]) -> dict[str, Any]:
     for bound, share in (figures.get("shares") or {}).items():
         out[f"{bound}_share"] = share
     return out
-
-
-def _first_batch(trainer: pl.Trainer, loader: Any) -> Any:
-    """A batch of `loader` on the device (when=start: before any training step)."""
-    if loader is None or isinstance(loader, (list, dict)):
-        return None
-    batch = next(iter(loader), None)
-    return None if batch is None else trainer.strategy.batch_to_device(batch)

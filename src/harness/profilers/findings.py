@@ -23,7 +23,7 @@ MIN_SHARE = 0.25  # a share this large gets its own finding
 @dataclass
 class Finding:
     kind: str
-    score: float  # 0..1, what ranks the findings: mostly the share of the step it costs
+    score: float | None  # the share of the step it costs; None: a finding about the run
     message: str
     next_step: str
 
@@ -31,12 +31,12 @@ class Finding:
         return asdict(self)
 
 
-def shares(step_s: float | None, wait_s: float | None, loader_s: float | None,
+def shares(step_s: float | None, between_s: float | None, loader_s: float | None,
            model_s: float | None, exposed_comm_s: float = 0.0) -> dict[str, float] | None:
     """The step's shares (module docstring), or None without an end-to-end step time."""
     if not step_s or step_s <= 0:
         return None
-    data = min(wait_s or 0.0, loader_s if loader_s is not None else wait_s or 0.0)
+    data = min(between_s or 0.0, loader_s if loader_s is not None else between_s or 0.0)
     compute = min(model_s or 0.0, max(step_s - data - exposed_comm_s, 0.0))
     comm = min(exposed_comm_s, max(step_s - data - compute, 0.0))
     host = max(step_s - data - compute - comm, 0.0)
@@ -72,23 +72,34 @@ def _data_fix(loader: dict[str, Any], on_gpu: bool) -> str:
     return "; ".join(steps)
 
 
+def _work(phase: str) -> str:
+    return ("forward, backward and optimizer" if phase == "train"
+            else "forward (predict_step, no gradients)")
+
+
 def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any]) -> list[Finding]:
-    """Findings about one phase's step (train or inference)."""
+    """Findings about one phase's step (train or inference): one for the share it is bound by
+    and one for every other share of at least MIN_SHARE, each scored by its share."""
     found: list[Finding] = []
     part = figures.get("shares")
     if not part:
         return found
+    bound = bound_by(part)
     name = "training" if phase == "train" else "inference"
     loader, model = figures.get("loader_examples_per_second"), figures.get(
         "model_examples_per_second")
     on_gpu = context.get("accelerator") == "cuda"
-    if part["data"] >= MIN_SHARE:
+
+    def notable(share: str) -> bool:
+        return part[share] >= MIN_SHARE or bound == share
+
+    if notable("data"):
         found.append(Finding(
             "data-bound", part["data"],
             f"{_pct(part['data'])} of each {name} step waits for the next batch; the loader"
             f" alone delivers {_rate(loader)}, the model alone {_rate(model)}",
             _data_fix(context.get("loader", {}), on_gpu)))
-    if part["host"] >= MIN_SHARE:
+    if notable("host"):
         found.append(Finding(
             "host-bound", part["host"],
             f"{_pct(part['host'])} of each {name} step is outside the model and the data:"
@@ -97,7 +108,7 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
             "a larger batch amortises it; compile=true"
             + (" (compile=reduce-overhead adds CUDA graphs)" if on_gpu else "")
             + "; profiler=simple shows which hook or callback takes the time"))
-    if part["communication"] >= MIN_SHARE:
+    if notable("communication"):
         found.append(Finding(
             "communication-bound", part["communication"],
             f"{_pct(part['communication'])} of each {name} step is collectives not hidden"
@@ -105,33 +116,40 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
             "a larger batch per rank, gradient accumulation, fewer ranks per node, or"
             " DDP's bucket_cap_mb and gradient_as_bucket_view"))
     mfu = figures.get("mfu")
-    if part["compute"] >= 0.5:
+    if notable("compute"):
         if on_gpu and mfu is not None and mfu < 0.3:
             found.append(Finding(
-                "low-mfu", part["compute"] * (1 - mfu),
-                f"the {name} step is the model's own compute ({_pct(part['compute'])}), at"
+                "low-mfu", part["compute"],
+                f"{_pct(part['compute'])} of each {name} step is the model's own compute, at"
                 f" {_pct(mfu)} MFU of the device's {figures.get('peak_tflops')} TFLOP/s",
                 "bf16 precision, a larger batch, compile=true, fused kernels (e.g."
                 " scaled_dot_product_attention)"))
         else:
             found.append(Finding(
-                "compute-bound", part["compute"] * 0.5,
-                f"{_pct(part['compute'])} of each {name} step is the model's own compute",
+                "compute-bound", part["compute"],
+                f"{_pct(part['compute'])} of each {name} step is the model's own compute"
+                f" ({_work(phase)})",
                 "less work per example (precision=bf16, compile=true)"
                 + ("" if on_gpu else ", or a GPU")))
     return found
+
+
+def ranked(step_findings: list[Finding], run: list[Finding]) -> list[Finding]:
+    """The step's findings first, largest share first; then the run's, in run_findings' order
+    (they cost no measurable share of a step, so they are not scored against it)."""
+    return sorted(step_findings, key=lambda f: -(f.score or 0.0)) + run
 
 
 def run_findings(context: dict[str, Any]) -> list[Finding]:
     """Findings about the run as a whole: precision, compile, memory, measurement quality."""
     found = []
     if context.get("precision_note"):
-        found.append(Finding("precision", 0.5, context["precision_note"],
+        found.append(Finding("precision", None, context["precision_note"],
                              "ask for the precision the device runs (bf16 on CPUs)"))
     breaks = context.get("graph_breaks")
     if breaks:
         found.append(Finding(
-            "graph-breaks", 0.4, f"compile met {breaks} graph break(s): parts of the model run"
+            "graph-breaks", None, f"compile met {breaks} graph break(s): parts of the model run"
             " uncompiled", "TORCH_LOGS=graph_breaks harness ... shows where; torch._dynamo."
             "explain(model)(batch) lists why"))
     used, total = context.get("peak_device_reserved_bytes"), context.get("device_memory_bytes")
@@ -139,46 +157,47 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
         share = used / total
         if share < 0.4:
             found.append(Finding(
-                "memory-headroom", 0.2, f"the peak uses {used / 2**30:.1f} GiB of the device's"
+                "memory-headroom", None, f"the peak uses {used / 2**30:.1f} GiB of the device's"
                 f" {total / 2**30:.0f} GiB ({_pct(share)})",
                 f"room for a batch about {max(1.0, 0.85 / share):.0f}x as large (sweep"
                 " batch_size to find the largest that fits)"))
         elif share > 0.9:
             found.append(Finding(
-                "memory-limit", 0.3, f"the peak uses {_pct(share)} of the device's memory",
+                "memory-limit", None, f"the peak uses {_pct(share)} of the device's memory",
                 "close to out of memory: a smaller batch, bf16, or activation checkpointing"))
     thin = [f.split(":", 1)[1] for f in context.get("flags", []) if f.startswith("thin:")]
     if thin:
         found.append(Finding(
-            "thin", 0.15, f"few measured steps in {', '.join(thin)}: the figures are rough",
+            "thin", None, f"few measured steps in {', '.join(thin)}: the figures are rough",
             "more batches (data.*_batches / trainer.limit_*_batches) or fewer warm-up steps"))
     spread = context.get("p90_over_median")
     if spread and spread > 1.5:
         found.append(Finding(
-            "noisy", 0.25, f"training step times vary: the p90 is {spread:.1f}x the median",
+            "noisy", None, f"training step times vary: the p90 is {spread:.1f}x the median",
             "repeat=3 (rounds in a sweep) to measure the spread; a quieter machine"))
     return found
 
 
-def verdict(bound: str, phase: dict[str, Any]) -> str:
-    """One line on what the training step is bound by, with its evidence."""
+def verdict(bound: str, phase: dict[str, Any], phase_name: str = "train") -> str:
+    """One line on what the phase's step is bound by, with its evidence."""
     part = phase.get("shares") or {}
     loader, model = phase.get("loader_examples_per_second"), phase.get("model_examples_per_second")
+    name = "training" if phase_name == "train" else "inference"
     if bound == "data":
-        return (f"bound by data loading: {_pct(part['data'])} of each training step waits for"
+        return (f"bound by data loading: {_pct(part['data'])} of each {name} step waits for"
                 f" the next batch; the loader alone delivers {_rate(loader)}, the model alone"
                 f" {_rate(model)}")
     if bound == "compute":
         mfu = phase.get("mfu")
         tail = (f"; MFU {_pct(mfu)} of {phase.get('peak_tflops')} TFLOP/s" if mfu is not None
                 else "")
-        return (f"bound by the model's compute: {_pct(part['compute'])} of each training step"
-                f" is forward, backward and optimizer (the model alone: {_rate(model)}){tail}")
+        return (f"bound by the model's compute: {_pct(part['compute'])} of each {name} step"
+                f" is {_work(phase_name)} (the model alone: {_rate(model)}){tail}")
     if bound == "host":
-        return (f"bound by the host: {_pct(part['host'])} of each training step is Lightning's"
+        return (f"bound by the host: {_pct(part['host'])} of each {name} step is Lightning's"
                 " loop, callbacks, logging and launch overhead (the model alone runs"
                 f" {_rate(model)})")
     if bound == "communication":
-        return (f"bound by communication: {_pct(part['communication'])} of each training step"
+        return (f"bound by communication: {_pct(part['communication'])} of each {name} step"
                 " is collectives not hidden behind compute")
-    return "no verdict: " + (phase.get("note") or "the training step was not measured")
+    return "no verdict: " + (phase.get("note") or f"the {name} step was not measured")

@@ -1,16 +1,19 @@
 """The diagnose preset's speed-of-light passes: the input pipeline alone, the model alone.
 
-- loader alone: the phase's dataloader iterated for K batches, each moved to the device
-  as Lightning moves it (`strategy.batch_to_device`): what the input pipeline can deliver.
-- model alone: K steps of the module's own step on one batch kept on the device, with no
-  input pipeline and no Lightning loop: forward + backward + the optimizer's step for
+- loader alone: the phase's dataloader iterated, each batch moved to the device as
+  Lightning moves it (`strategy.batch_to_device`); after the workers' prefetch buffer is
+  drained, K batches (at least one per worker) are timed as one window: the rate the
+  input pipeline keeps up, not how fast a full buffer empties.
+- model alone: K steps of the module's own step on the loader pass's last batch, kept on
+  the device, with no input pipeline and no Lightning loop: forward + backward + the optimizer's step for
   training (the module's `training_step` and its first optimizer), `predict_step` under
   `torch.inference_mode` for inference, both in the run's precision context.
 
 They run after the phase was measured, on the same objects, and leave them as they were:
 the model's and optimizer's state are copied to the CPU before and loaded back after, the
-RNG states are restored, `self.log` is silenced for the pass. Clocks are read after a
-device synchronise on CUDA; the first `warmup` steps of each pass are left out.
+RNG states are restored (the caller wraps the loader pass in `rng_restored`), `self.log`
+is silenced for the pass. Clocks are read after a device synchronise on CUDA; the first
+`warmup` steps of each pass are left out.
 """
 
 from __future__ import annotations
@@ -66,23 +69,64 @@ def _cpu_copy(value: Any) -> Any:
 
 
 @contextlib.contextmanager
+def rng_restored() -> Iterator[None]:
+    """Python's, numpy's and torch's CPU and CUDA RNG states as they were before the block:
+    samplers and augmentations draw from any of them."""
+    import random
+
+    import numpy
+
+    python_rng, numpy_rng = random.getstate(), numpy.random.get_state()
+    cpu_rng = torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        random.setstate(python_rng)
+        numpy.random.set_state(numpy_rng)
+        torch.random.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+# Strategies whose state_dict() gathers every shard onto each rank.
+SHARDED = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy")
+# The copy may take at most this share of the host memory available when it is made.
+MAX_COPY_SHARE_OF_AVAILABLE = 0.5
+
+
+def copy_refused(strategy: Any, module: torch.nn.Module, optimizers: list[Any],
+                 available_bytes: int) -> str | None:
+    """Why the model-alone pass must not copy the state it restores afterwards, or None."""
+    sharded = [c.__name__ for c in type(strategy).__mro__ if c.__name__ in SHARDED]
+    if sharded:
+        return (f"under {sharded[0]} copying the state would gather every shard on every"
+                " rank")
+    tensors = [*module.parameters(), *module.buffers()]
+    for optimizer in optimizers:
+        tensors += [v for state in optimizer.state.values() for v in state.values()
+                    if isinstance(v, torch.Tensor)]
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    if size > MAX_COPY_SHARE_OF_AVAILABLE * available_bytes:
+        return (f"its copy would take {size / 2**30:.1f} GiB, more than half of the"
+                f" {available_bytes / 2**30:.1f} GiB of host memory available")
+    return None
+
+
+@contextlib.contextmanager
 def state_restored(module: torch.nn.Module, optimizers: list[Any]) -> Iterator[None]:
     """Copy the model's and optimizers' state and the RNGs; put them back afterwards."""
     model_state = _cpu_copy(module.state_dict())
     optimizer_states = [_cpu_copy(o.state_dict()) for o in optimizers]
-    cpu_rng = torch.random.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     was_training = module.training
     try:
-        yield
+        with rng_restored():
+            yield
     finally:
         module.load_state_dict(model_state)
         for optimizer, state in zip(optimizers, optimizer_states, strict=True):
             optimizer.load_state_dict(state)
             optimizer.zero_grad(set_to_none=True)
-        torch.random.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
         module.train(was_training)
 
 
@@ -97,31 +141,47 @@ def silent_logging(module: Any) -> Iterator[None]:
         del module.log, module.log_dict
 
 
-def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> PassResult:
-    """Seconds per batch of `loader` alone, device transfer included."""
+def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[PassResult, Any]:
+    """Seconds per batch of `loader` alone, device transfer included, and its last batch
+    (on the device; None when it gave none)."""
     from harness.profilers.speed import count_examples
 
     if loader is None or isinstance(loader, (list, dict)) and len(loader) != 1:
-        return PassResult(None, 0, None, "loader pass skipped: none, or several dataloaders")
+        return PassResult(None, 0, None, "loader pass skipped: none, or several dataloaders"), None
     if isinstance(loader, (list, dict)):
         loader = next(iter(loader.values() if isinstance(loader, dict) else loader))
     device = trainer.strategy.root_device
+    workers = getattr(loader, "num_workers", 0) or 0
+    # Workers fill num_workers x prefetch_factor batches while the first one starts up; timed,
+    # those would come back at once and make a slow pipeline look fast.
+    buffered = workers * (getattr(loader, "prefetch_factor", None) or 2)
     iterator = iter(loader)
-    times: list[float] = []
-    examples = None
-    for index in range(warmup + steps):
-        start = _clock(device)
+    batch = None
+
+    def fetch() -> bool:
+        nonlocal batch
         try:
-            batch = next(iterator)
+            batch = trainer.strategy.batch_to_device(next(iterator))
         except StopIteration:
-            break
-        trainer.strategy.batch_to_device(batch)
-        elapsed = _clock(device) - start
-        examples = count_examples(batch) or examples
-        if index >= warmup:
-            times.append(elapsed)
-    note = None if times else "loader pass: the loader ran out within its warm-up"
-    return PassResult(statistics.median(times) if times else None, len(times), examples, note)
+            return False
+        return True
+
+    drained = 0
+    while drained < buffered + warmup and fetch():
+        drained += 1
+    timed, wanted = 0, max(steps, workers)
+    start = _clock(device)
+    while timed < wanted and fetch():
+        timed += 1
+    elapsed = _clock(device) - start
+    note = None
+    if not timed:
+        note = (f"loader pass: the loader ran out after {drained} batches, before any was timed"
+                f" (its {buffered} prefetched and {warmup} warm-up batches come first)")
+    elif timed < wanted:
+        note = f"loader pass: the loader ran out after {timed} of {wanted} timed batches"
+    return PassResult(elapsed / timed if timed else None, timed, count_examples(batch)
+                      if batch is not None else None, note), batch
 
 
 def _loss(output: Any) -> torch.Tensor | None:
@@ -132,8 +192,11 @@ def _loss(output: Any) -> torch.Tensor | None:
     return None
 
 
-def training_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], Any]:
-    """One training step on `batch`: the module's training_step, backward, optimizer step."""
+def training_step_fn(trainer: Any, module: Any, batch: Any,
+                     optimizer_step: bool) -> Callable[[], Any]:
+    """One training step on `batch`: the module's training_step and backward, then, with
+    `optimizer_step`, the first optimizer's step (without: what FLOPs are counted on). Under
+    manual optimization training_step steps its optimizers itself."""
     optimizers = list(trainer.optimizers)
     precision = trainer.precision_plugin
 
@@ -142,21 +205,9 @@ def training_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], Any]
             loss = _loss(module.training_step(batch, 0))
         if module.automatic_optimization and loss is not None:
             loss.backward()
-            optimizers[0].step()
-            optimizers[0].zero_grad(set_to_none=True)
-
-    return step
-
-
-def forward_backward_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], Any]:
-    """Forward + backward of one training step, no optimizer step (what FLOPs count)."""
-    precision = trainer.precision_plugin
-
-    def step() -> None:
-        with precision.train_step_context():
-            loss = _loss(module.training_step(batch, 0))
-        if loss is not None:
-            loss.backward()
+            if optimizer_step:
+                optimizers[0].step()
+                optimizers[0].zero_grad(set_to_none=True)
 
     return step
 

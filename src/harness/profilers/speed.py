@@ -25,6 +25,7 @@ from typing_extensions import override
 
 from harness.config.checks import non_negative_int, positive_int
 from harness.launch.ranks import rank_path
+from harness.measured import PHASES
 from harness.profilers.step_timer import (
     PhaseTimer,
     StepRecord,
@@ -34,7 +35,6 @@ from harness.profilers.step_timer import (
 from harness.reports.files import write_csv, write_report
 
 log = logging.getLogger(__name__)
-PHASES = ("train", "validation", "inference")
 RATE_METRIC = {  # iterations per second (it/s), per step
     "train": "training_rate", "validation": "validation_rate", "inference": "inference_rate"
 }
@@ -282,7 +282,10 @@ class SpeedPreset(Callback):
         self._say_thin(phases)
         payload = {
             "report": "speed",
-            "what": "end-to-end iteration time (batch wait included) and throughput per phase",
+            "what": "end-to-end iteration time and throughput per phase",
+            "between_steps": "share of each iteration from the end of the previous step to the"
+            " next batch's arrival: the batch fetch and transfer, plus Lightning's work after"
+            " this preset's end-of-step hook (later callbacks, checkpoints, logging)",
             "clock": self.clock,
             "warmup_steps_excluded": self.warmup_steps,
             "min_measured_steps": self.min_measured_steps,
@@ -312,7 +315,7 @@ class SpeedPreset(Callback):
         headline: dict[str, Any] = {}
         for phase, figures in phases.items():
             for key in ("seconds_per_iteration", "examples_per_second", "median_step_s",
-                        "p90_step_s", "dataloader_wait_share", "first_step_s", "measured_steps"):
+                        "p90_step_s", "between_steps_share", "first_step_s", "measured_steps"):
                 headline[f"{phase}_{key}"] = figures[key]
         return headline
 
@@ -326,7 +329,7 @@ class SpeedPreset(Callback):
                     "phase": phase,
                     "step": s.index,
                     "step_s": s.step_s,
-                    "wait_s": s.wait_s,
+                    "between_s": s.between_s,
                     "examples": s.examples,
                     RATE_METRIC[phase]: 1.0 / s.step_s if s.step_s > 0 else None,
                     "warmup": s.warmup,

@@ -14,7 +14,7 @@ def speed_table(preset: Any) -> Any:
     from rich.table import Table
 
     table = Table(title=f"Speed (warm-up of {preset.warmup_steps} steps excluded; {preset.clock})")
-    for column in ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s", "data wait"):
+    for column in ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s", "between steps"):
         table.add_column(column, justify="left" if column == "phase" else "right")
     for phase, f in preset.phase_summaries().items():
         table.add_row(
@@ -24,7 +24,7 @@ def speed_table(preset: Any) -> Any:
             _fmt(f["median_step_s"], ".4f"),
             _fmt(f["p90_step_s"], ".4f"),
             _fmt(f["examples_per_second"], ".1f"),
-            _fmt(f["dataloader_wait_share"], ".1%"),
+            _fmt(f["between_steps_share"], ".1%"),
         )
     return table
 

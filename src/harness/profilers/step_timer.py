@@ -2,8 +2,10 @@
 
 An iteration is one whole loop step as the user experiences it: from the end
 of the previous step (or the start of the phase) to the end of this one, so
-the wait for the next batch is inside it. The wait itself is the time from
-that same starting point to the moment the step receives its batch.
+the wait for the next batch is inside it. Its `between_s` is the time from that
+same starting point to the moment the step receives its batch: the batch fetch and
+its transfer, plus whatever Lightning runs after harness's end-of-step hook (later
+callbacks' hooks, checkpoints, logging). The diagnose preset tells the two apart.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 class StepRecord:
     index: int  # 0-based step of this phase over the whole run
     step_s: float  # iteration time, seconds
-    wait_s: float  # time before the batch arrived, seconds
+    between_s: float  # from the previous step's end to this batch's arrival, seconds
     examples: int  # examples in this step's batch on this rank
     warmup: bool  # left out of the figures
 
@@ -50,7 +52,7 @@ class PhaseTimer:
         record = StepRecord(
             index=len(self.steps),
             step_s=now - self._origin,
-            wait_s=self._batch_at - self._origin,
+            between_s=self._batch_at - self._origin,
             examples=self._examples,
             warmup=len(self.steps) < self.warmup_steps,
         )
@@ -64,7 +66,7 @@ class PhaseTimer:
         measured = [s for s in self.steps if not s.warmup]
         times = np.array([s.step_s for s in measured], dtype=float)
         total = float(times.sum()) if len(times) else 0.0
-        wait = float(sum(s.wait_s for s in measured))
+        wait = float(sum(s.between_s for s in measured))
         examples = sum(s.examples for s in measured) * world_size
         first = self.steps[0].step_s if self.steps else None
         return {
@@ -76,8 +78,8 @@ class PhaseTimer:
             "p90_step_s": float(np.percentile(times, 90)) if len(times) else None,
             "examples_per_second": examples / total if total > 0 else None,
             "iterations_per_second": len(times) / total if total > 0 else None,
-            "dataloader_wait_s": wait,
-            "dataloader_wait_share": wait / total if total > 0 else None,
+            "between_steps_s": wait,
+            "between_steps_share": wait / total if total > 0 else None,
             "first_step_s": first,
             "warmup_time_s": float(sum(s.step_s for s in self.steps if s.warmup)),
         }

@@ -56,8 +56,9 @@ class Observed(_Record):
     examples_per_batch: dict[str, int | None] = Field(
         default_factory=dict, description="phase -> the most common number of examples in a"
         " batch on one rank (Lightning's batch-size extraction); null: not readable")
-    examples_source: str = Field(
-        "batches", description="batches (read off them) or knob (unreadable: batch_size used)")
+    examples_source: str | None = Field(
+        "batches", description="batches (read off them), knob (unreadable: batch_size used) or"
+        " null (no batch ran)")
     world_size: int = Field(1, description="processes (ranks) that ran")
     precision: str | None = Field(None, description="the precision Lightning ran")
     compiled_graphs: int | None = Field(
@@ -71,8 +72,9 @@ class Finding(_Record):
     kind: str = Field(description="data-bound, host-bound, communication-bound, low-mfu,"
                       " compute-bound, precision, graph-breaks, memory-headroom, memory-limit,"
                       " thin, noisy")
-    score: float = Field(description="what ranks the findings (0..1): mostly the share of the"
-                         " step it costs")
+    score: float | None = Field(description="the share of the step it costs (0..1), what"
+                                " ranks the step's findings; null for findings about the run,"
+                                " which follow them")
     message: str = Field(description="what was found, with its numbers")
     next_step: str = Field(description="one concrete thing to try")
 
@@ -138,7 +140,7 @@ class RunResult(_Record):
     reason: str | None = Field(None, description="one line: why the status is not ok, and the fix")
     knobs: dict[str, Any] = Field(
         default_factory=dict, description="the validated top-level knobs (batch_size, precision,"
-        " lightning_precision, compile, compile_module, mode, seed, repeat)")
+        " lightning_precision, compile, compile_module, mode, seed, repeat, check_knobs)")
     overrides: list[str] = Field(default_factory=list,
                                  description="the job's command-line / sweep overrides")
     metrics: dict[str, Any] = Field(

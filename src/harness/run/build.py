@@ -137,20 +137,21 @@ def _switches_for(callbacks: list[Callback]) -> dict[str, bool]:
 def build_trainer(
     cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback]
 ) -> pl.Trainer:
-    """The Trainer with the user's trainer.callbacks, then the presets, harness's own
-    callbacks (`own`) and the logger."""
+    """The Trainer with the logger's flush callback, the user's trainer.callbacks, the
+    presets, harness's own callbacks (`own`) and the logger."""
     user = build_user_callbacks(cfg.trainer.get("callbacks"))
     # Without its callbacks node: Hydra would merge the list below into a dict of nodes.
     node = copy.copy(cfg.trainer)  # a shallow copy keeps the parent: ${...} still resolve
     with open_dict(node):
         node.pop("callbacks", None)
-    # A logger that buffers (logger=mlflow) sends its metrics from a callback between steps.
+    # A logger that buffers (logger=mlflow) sends its metrics from a callback between steps,
+    # first: hooks after the speed preset's on_validation_end count into the next step.
     flush = [logger.flush_callback()] if hasattr(logger, "flush_callback") else []
     return _build(
         "trainer",
         node,
         precision=precision,
-        callbacks=[*user, *presets.callbacks, *own, *flush],
+        callbacks=[*flush, *user, *presets.callbacks, *own],
         profiler=presets.profiler,
         logger=logger,
         **_switches_for(user),

@@ -37,12 +37,13 @@ def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> Non
     result.host = environment.host()
 
 
-def write_reports(presets: dict[str, Any], record: RunRecord) -> None:
+def write_reports(presets: dict[str, Any], record: RunRecord, diagnose: bool = True) -> None:
     """Every preset's reports under reports/, its figures and flags into result.json, its
     tables on the terminal. A report that fails is recorded in `report_errors` and said in
-    one warning line; the others are still written. Call on global rank zero only."""
+    one warning line; the others are still written. `diagnose=False` leaves the diagnosis
+    to `diagnose_run` (repeat=N: once, on the pooled figures). Call on global rank zero only."""
     from harness.launch.slurm import SLURM_REPORT, slurm_report
-    from harness.profilers.reporting import Diagnosing, Flagging, Reporter
+    from harness.profilers.reporting import Flagging, Reporter
     from harness.reports.files import write_json
     from harness.terminal import show
 
@@ -60,13 +61,24 @@ def write_reports(presets: dict[str, Any], record: RunRecord) -> None:
         except Exception as err:  # one broken report must not lose the others
             result.report_errors[name] = first_line(err, with_type=not isinstance(err, HarnessError))
             log.warning("%s report: %s", name, result.report_errors[name])
-    for name, preset in presets.items():  # after every other report: it reads their figures
-        if isinstance(preset, Diagnosing):
-            _diagnose(name, preset, reports_dir, result)
+    if diagnose:
+        diagnose_run(presets, record)
     if result.slurm:
         write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
     if reports_dir.is_dir():
         record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
+
+
+def diagnose_run(presets: dict[str, Any], record: RunRecord) -> None:
+    """The diagnosis from result.json's metrics as they stand (after every other report: it
+    reads their figures), into reports/diagnosis.* and result.json."""
+    from harness.profilers.reporting import Diagnosing
+
+    reports_dir = record.output_dir / REPORTS_DIR
+    for name, preset in presets.items():
+        if isinstance(preset, Diagnosing):
+            _diagnose(name, preset, reports_dir, record.result)
+            record.add_reports(sorted(reports_dir.glob("diagnosis.*")))
 
 
 def _diagnose(name: str, preset: Any, reports_dir: Any, result: RunResult) -> None:

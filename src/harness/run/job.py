@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from harness.launch.ranks import global_rank
 from harness.launch.slurm import slurm_metadata
 from harness.result.schema import RunResult
 from harness.run.record import RunRecord
+
+log = logging.getLogger(__name__)
 
 
 def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResult:
@@ -90,23 +93,31 @@ def _build_logger(cfg: DictConfig) -> Any:
 
 
 def _measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
-    """`repeat` measurements, each from a clean state (jobs of a sweep share a process)."""
+    """`repeat` measurements, each from a clean state (jobs of a sweep share a process); with
+    several, result.json's metrics are pooled over them and diagnosed once, on the pool."""
+    from harness.run.finish import diagnose_run
     from harness.run.isolation import start_clean
     from harness.run.measure import measure_once
     from harness.run.repeat import repeats_record
 
     runs: list[dict[str, Any]] = []
+    presets: dict[str, Any] = {}
     try:
-        for _ in range(knobs.repeat):
+        for index in range(knobs.repeat):
+            if knobs.repeat > 1:
+                log.info("repeat %d/%d", index + 1, knobs.repeat)
             record.result.metrics = {}
             record.result.isolation = start_clean()
+            presets.clear()
             try:
-                measure_once(cfg, knobs, record, logger)
+                measure_once(cfg, knobs, record, logger, presets)
             finally:
                 runs.append(dict(record.result.metrics))
     finally:
         if knobs.repeat > 1:
             record.result.metrics, record.result.repeats = repeats_record(knobs.repeat, runs)
+    if knobs.repeat > 1 and global_rank() == 0:
+        diagnose_run(presets, record)
 
 
 def _track(cfg: DictConfig, record: RunRecord, logger: Any) -> None:

@@ -14,8 +14,10 @@ from harness.run.record import RunRecord, classify_failure, write_error_log
 log = logging.getLogger(__name__)
 
 
-def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
-    """Fit and/or predict once with fresh objects; figures land in `record.result`."""
+def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any,
+                 presets_out: dict[str, Any] | None = None) -> None:
+    """Fit and/or predict once with fresh objects; figures land in `record.result`, the
+    presets that measured them in `presets_out` (repeat=N diagnoses after the last one)."""
     import lightning.pytorch as pl
 
     from harness.launch.ddp import prepare_ranks
@@ -30,6 +32,8 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
+    if presets_out is not None:
+        presets_out.update(presets.by_name)
     observer, loss_watch = BatchObserver(), LossWatch()
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
                                   [observer, loss_watch])
@@ -55,9 +59,13 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
             compiled = compile_facts(compile_before)
             result.metrics.update(compiled)
         check_what_ran(result, knobs, observer, trainer.world_size, compiled)
+        if trainer.is_global_zero and result.observed is not None:
+            for note in result.observed.notes:  # what ran differs from a knob: said, not hidden
+                log.info("what ran: %s", note)
         _flag_nonfinite_loss(result, loss_watch)
         if trainer.is_global_zero:
-            write_reports(presets.by_name, record)
+            write_reports(presets.by_name, record, diagnose=knobs.repeat == 1)
+            _fail_partial_without_figures(result)
         # Compiled graphs, caches and peak counters are reset before each measurement
         # (harness.run.isolation.start_clean), not here.
 
@@ -70,6 +78,16 @@ def _flag_nonfinite_loss(result: Any, loss_watch: Any) -> None:
         log.warning("the training loss was NaN or infinite: the timings stand, but the model"
                     " stopped learning (result.json flags: %s). Fix: lower model.lr, check the"
                     " data, or try precision=fp32", FLAG)
+
+
+def _fail_partial_without_figures(result: Any) -> None:
+    """A `partial` run keeps the phases it measured: if warm-up swallowed every training step
+    (the speed preset measured none), nothing was measured and the run failed."""
+    if result.status == "partial" and result.metrics.get("train_measured_steps") == 0:
+        result.status, result.reason = "failed", (
+            "nothing measured: every training step was warm-up (profiler.speed.warmup_steps;"
+            " fix: more batches, or fewer warm-up steps), and "
+            + result.reason.removeprefix("training measured; "))
 
 
 def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,

@@ -17,10 +17,9 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from harness.config.knobs import Knobs
+from harness.measured import PHASES
 from harness.profilers.speed import count_examples
 from harness.result.schema import Observed, RunResult
-
-PHASES = ("train", "validation", "inference")
 
 
 class BatchObserver(Callback):
@@ -52,8 +51,17 @@ class BatchObserver(Callback):
         return {phase: sizes.most_common(1)[0][0] for phase, sizes in self.sizes.items() if sizes}
 
 
-def _set_by_user(key: str, overrides: list[str]) -> bool:
-    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+def _set_by_user(key: str, value: Any, overrides: list[str]) -> bool:
+    """Set on the command line, or to a value other than harness's default (a named sweep,
+    the user's own primary config with -cd)."""
+    from omegaconf import OmegaConf
+
+    from harness.config.locations import conf_dir
+
+    if any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides):
+        return True
+    defaults = OmegaConf.load(conf_dir() / "config.yaml")
+    return str(defaults.get(key)) != str(value)
 
 
 def check_what_ran(result: RunResult, knobs: Knobs, observer: BatchObserver,
@@ -64,7 +72,7 @@ def check_what_ran(result: RunResult, knobs: Knobs, observer: BatchObserver,
     readable = {phase: n for phase, n in sizes.items() if n is not None}
     observed = Observed(
         examples_per_batch=sizes,
-        examples_source="batches" if readable or not sizes else "knob",
+        examples_source="batches" if readable else "knob" if sizes else None,
         world_size=world_size,
         precision=result.precision_used,
         compiled_graphs=(compiled or {}).get("compiled_graphs"),
@@ -95,9 +103,12 @@ def check_what_ran(result: RunResult, knobs: Knobs, observer: BatchObserver,
                          f" {result.precision_used}: {result.precision_note or 'not what was asked'}."
                          " Fix: ask for the precision the device runs"))
     for knob, message in problems:
-        if knobs.check_knobs and (knob == "compile" or _set_by_user(knob, result.overrides)):
+        if knobs.check_knobs and (knob == "compile" or _set_by_user(
+                knob, getattr(knobs, knob), result.overrides)):
             if result.status in ("running", "ok", "partial"):
-                result.status, result.reason = "invalid", message
+                # a partial run's failed phase stays said (also in result.phase_errors)
+                also = f"; also {result.reason}" if result.status == "partial" else ""
+                result.status, result.reason = "invalid", message + also
             else:
                 observed.notes.append(message)
         else:

@@ -23,7 +23,8 @@ def repeats_record(requested: int, runs: list[dict[str, Any]]) -> tuple[dict[str
         requested=requested,
         completed=len(runs),
         what="metrics: medians over the runs, each phase's examples_per_second = its examples"
-        " per iteration / its median seconds_per_iteration; min and max: their range",
+        " per iteration / its median seconds_per_iteration; min and max: their range;"
+        " diagnosis: from those medians and the last run's passes; reports/: the last run's",
         min=low,
         max=high,
         per_repeat=runs,

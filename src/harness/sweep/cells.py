@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.config.sweep_keys import short_setting
-from harness.measured import is_finite_number
-from harness.sweep.points import USABLE
+from harness.measured import USABLE, is_finite_number
 from harness.sweep.table import Comparison
 
 CELL_FOR_STATUS = {
@@ -92,7 +91,8 @@ def ratio_cell(point: Any, ratio: str) -> str:
     return text + (" thin" if point.get(f"{ratio}_thin") else "")
 
 
-def _numeric(value: str) -> bool:
+def is_number(value: str) -> bool:
+    """Whether a cell or sweep value reads as a number (the plot's x axis is numeric then)."""
     try:
         float(value)
     except ValueError:

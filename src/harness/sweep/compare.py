@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.measured import is_finite_number
-from harness.sweep.points import METRICS, USABLE
+from harness.measured import USABLE, is_finite_number
+from harness.sweep.points import METRICS
 from harness.sweep.table import DEFAULT, Comparison
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.measured import USABLE
 from harness.sweep.cells import missing_cell, ratio_cell, short_label, value_cell
-from harness.sweep.points import USABLE
 from harness.sweep.table import Comparison
 
 BEST = "best"  # after the examples/s of a row's fastest variant, when it is beyond noise
@@ -23,7 +23,7 @@ BEST = "best"  # after the examples/s of a row's fastest variant, when it is bey
 
 @dataclass
 class Figure:
-    label: str  # the figure's name with its unit: "ex/s", "data wait %", "speed-up x"
+    label: str  # the figure's name with its unit: "ex/s", "between steps %", "speed-up x"
     metric: str  # column of Comparison.points
     ratio: bool = False  # a ratio against the baseline (none for the baseline itself)
     best: str | None = None  # bool column of Comparison.points marking the row's best variant
@@ -97,7 +97,7 @@ def sections(comparison: Comparison) -> list[Section]:
             continue
         figures = [Figure("s/it", f"{phase}_seconds_per_iteration", terminal=False),
                    Figure("ex/s", f"{phase}_examples_per_second", best=f"{phase}_best"),
-                   Figure("data wait %", f"{phase}_dataloader_wait_share"),
+                   Figure("between steps %", f"{phase}_between_steps_share"),
                    Figure("speed-up x", f"{phase}_speedup", ratio=True)]
         found.append(_fill(Section(title, f"{title}{_versus(comparison)}", figures), comparison))
     if "bound_by" in comparison.points and comparison.points["bound_by"].notna().any():

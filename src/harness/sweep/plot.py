@@ -13,9 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.measured import is_finite_number
-from harness.sweep.cells import MIB, _numeric, short_label
-from harness.sweep.points import USABLE
+from harness.measured import USABLE, is_finite_number
+from harness.sweep.cells import MIB, is_number, short_label
 from harness.sweep.table import Comparison
 
 RATIO_LABELS = {"train_speedup": "training speed-up", "inference_speedup": "inference speed-up",
@@ -102,7 +101,7 @@ def _series(comparison: Comparison, label: str, column: str, scale: float,
 def _draw(ax: Any, comparison: Comparison, column: str, scale: float, ratio: bool) -> None:
     variants = [v for v in comparison.variants if not (ratio and v == comparison.baseline)]
     single_row = len(comparison.rows) == 1
-    numeric = all(_numeric(r) for r in comparison.rows) and not single_row
+    numeric = all(is_number(r) for r in comparison.rows) and not single_row
     positions = [float(r) for r in comparison.rows] if numeric else list(range(len(comparison.rows)))
     log_x = numeric and min(positions) > 0 and max(positions) / min(positions) >= 4
     top = 0.0

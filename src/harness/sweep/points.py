@@ -9,16 +9,16 @@ that failed says so. A phase measured on too few steps is `thin`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.measured import PHASES, is_finite_number, summarize
+from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, summarize
 from harness.sweep.collect import JobResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
-USABLE = ("ok", "partial")  # statuses whose figures are measurements of the asked point
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,14 @@ METRICS: tuple[Metric, ...] = (
            "training: seconds per iteration (median over samples), warm-up excluded", False),
     Metric("train_examples_per_second", "examples/s",
            "training: examples per iteration / seconds per iteration, warm-up excluded", True),
-    Metric("train_dataloader_wait_share", "share",
-           "training: share of each iteration spent waiting for the next batch", False, False),
+    Metric("train_between_steps_share", "share",
+           "training: share of each iteration between steps (batch fetch, end-of-step work)", False, False),
     Metric("inference_seconds_per_iteration", "s",
            "inference (predict, eval mode): seconds per iteration, warm-up excluded", False),
     Metric("inference_examples_per_second", "examples/s",
            "inference: examples per iteration / seconds per iteration, warm-up excluded", True),
-    Metric("inference_dataloader_wait_share", "share",
-           "inference: share of each iteration spent waiting for the next batch", False, False),
+    Metric("inference_between_steps_share", "share",
+           "inference: share of each iteration between steps (batch fetch, end-of-step work)", False, False),
     Metric("train_flop_per_s", "FLOP/s",
            "training: FLOPs of a step (diagnose preset) / seconds per iteration", True, False),
     Metric("train_mfu", "share",
@@ -58,7 +58,7 @@ RATIOS = {
     "inference_speedup": "inference_examples_per_second",
     "memory_ratio": "peak_memory_bytes",
 }
-TABLE_PHASES = ("train", "inference")
+TABLE_PHASES = MAIN_PHASES
 
 
 def peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -105,13 +105,23 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
                   if j.result and phase in j.result.phase_errors]
         record[f"{phase}_error"] = errors[0] if errors else None
     bounds = [j.result.diagnosis.bound_by for j in usable if j.result and j.result.diagnosis]
-    record["bound_by"] = max(set(bounds), key=bounds.count) if bounds else None
+    record["bound_by"] = majority(bounds)
     # A NaN or infinite training loss in any job of the point (result.json flag).
     record["train_nonfinite_loss"] = any(j.result and "nonfinite_loss" in j.result.flags
                                          for j in usable)
     rounds = {j.result.sweep_round for j in jobs if j.result and j.result.sweep_round is not None}
     record["rounds"] = len(rounds)
     return record
+
+
+def majority(bounds: list[str]) -> str | None:
+    """The bound most of the point's samples name; a tie names both ("compute/host"), in the
+    order they first appear, so a report reads the same however often it is made."""
+    if not bounds:
+        return None
+    counts = Counter(bounds)
+    top = max(counts.values())
+    return "/".join(dict.fromkeys(b for b in bounds if counts[b] == top))
 
 
 def add_ratios(frame: pd.DataFrame, baseline: str) -> None:

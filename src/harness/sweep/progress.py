@@ -1,7 +1,7 @@
 """What a sweep shows while it runs: job k/N, elapsed time and ETA, one line per finished job.
 
 Hydra's basic launcher runs the jobs in this process: `ProgressCallback` says when a job
-starts and, when it ends, its status, examples/s and data-wait share (from its
+starts and, when it ends, its status, examples/s and between-steps share (from its
 result.json); while a job runs, the terminal leaves the job's own output to its cli.log
 (harness.terminal.job_running). The submitit launchers run the jobs elsewhere and say the
 same through `Progress` when they submit and collect them. The callback also applies the
@@ -22,11 +22,10 @@ from omegaconf import DictConfig
 from typing_extensions import override
 
 from harness import terminal
-from harness.measured import is_finite_number
+from harness.measured import MAIN_PHASES, USABLE, is_finite_number
 
 log = logging.getLogger(__name__)
 SWEEP_LOG = "sweep.log"  # what the sweep printed: progress, table, the jobs' warnings
-PHASES = ("train", "inference")
 _sweep: dict[str, Any] = {}  # this process's sweep: its job count and its Progress
 
 
@@ -57,7 +56,7 @@ def duration(seconds: float) -> str:
 
 
 def job_outcome(output_dir: Path) -> tuple[str, str]:
-    """(status, 'ok: train 1,234.5 ex/s (data wait 3%), inference ...') from result.json."""
+    """(status, 'ok: train 1,234.5 ex/s (between steps 3%), inference ...') from result.json."""
     from harness.errors import HarnessError
     from harness.result.store import load_result
 
@@ -66,17 +65,18 @@ def job_outcome(output_dir: Path) -> tuple[str, str]:
     except HarnessError as err:
         return "no result", f"no result ({err})"
     figures = []
-    for phase in PHASES:
+    # an invalid job's figures measured something else than its label: no number for it
+    for phase in MAIN_PHASES if result.status in USABLE else ():
         rate = result.metrics.get(f"{phase}_examples_per_second")
         if is_finite_number(rate):
-            wait = result.metrics.get(f"{phase}_dataloader_wait_share")
-            waited = f" (data wait {wait:.0%})" if is_finite_number(wait) else ""
+            wait = result.metrics.get(f"{phase}_between_steps_share")
+            waited = f" (between steps {wait:.0%})" if is_finite_number(wait) else ""
             figures.append(f"{phase} {rate:,.1f} ex/s{waited}")
     text = result.status
     if figures:
         text += ": " + ", ".join(figures)
     if result.status != "ok" and result.reason:
-        text += f"; {result.reason[:400]} (see {output_dir}/)"
+        text += f"{'; ' if figures else ': '}{result.reason[:400]} (see {output_dir}/)"
     return result.status, text
 
 

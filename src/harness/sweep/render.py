@@ -49,8 +49,10 @@ def _preamble(comparison: Comparison) -> list[str]:
 def legend(comparison: Comparison) -> list[str]:
     lines = [
         "s/it: seconds per iteration (median over the samples of the point; comparison.md"
-        " and .csv); ex/s: examples per second, examples per iteration / s/it; data wait:"
-        " share of each iteration spent waiting for the next batch. Warm-up steps excluded.",
+        " and .csv); ex/s: examples per second, examples per iteration / s/it; between steps:"
+        " share of each iteration from the end of the previous step to the next batch's"
+        " arrival (the batch fetch and Lightning's end-of-step work; the diagnose preset splits"
+        " it). Warm-up steps excluded.",
     ]
     if len(comparison.variants) > 1:
         lines.append(

@@ -27,6 +27,7 @@ from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
 
+from harness.config.checks import parsed_number
 from harness.config.composed import as_typed
 from harness.errors import ConfigError, HarnessError
 from harness.tracking import store_access
@@ -91,15 +92,15 @@ class HarnessMLFlowLogger(Logger):
         if not isinstance(experiment_name, str) or not experiment_name.strip():
             raise ConfigError("logger.experiment_name", experiment_name, "a non-empty name",
                               "logger.experiment_name=harness")
-        self.trace_size_cap_mb = store_access.positive_number(
+        self.trace_size_cap_mb = parsed_number(
             "logger.trace_size_cap_mb", trace_size_cap_mb, allow_zero=True)
-        self.flush_every_s = store_access.positive_number(
+        self.flush_every_s = parsed_number(
             "logger.flush_every_s", flush_every_s, allow_zero=True)
-        self.probe_timeout_s = store_access.positive_number(
+        self.probe_timeout_s = parsed_number(
             "logger.probe_timeout_s", probe_timeout_s)
         store_access.configure_http(
-            store_access.positive_number("logger.http_timeout_s", http_timeout_s, integer=True),
-            store_access.positive_number("logger.http_max_retries", http_max_retries,
+            parsed_number("logger.http_timeout_s", http_timeout_s, integer=True),
+            parsed_number("logger.http_max_retries", http_max_retries,
                                          integer=True, allow_zero=True),
         )
         default_name, sweep_parent = _from_hydra_job()
@@ -257,12 +258,21 @@ class HarnessMLFlowLogger(Logger):
 class FlushBetweenSteps(Callback):
     """Sends the logger's buffered metrics where no step is being timed: after each
     validation, training epoch and predict (Lightning logs `self.log` values right after
-    a step's end, which the speed report counts into the next step)."""
+    a step's end, which the speed report counts into the next step). It must come first
+    among the callbacks (harness.run.build): the speed preset restarts the training clock
+    in its own on_validation_end."""
 
     def __init__(self, logger: HarnessMLFlowLogger) -> None:
         self.logger = logger
 
-    def _flush(self, trainer: Any, pl_module: Any) -> None:
+    @override
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self.logger.flush_if_due()
 
-    on_validation_end = on_train_epoch_end = on_predict_end = _flush
+    @override
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.logger.flush_if_due()
+
+    @override
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+        self.logger.flush_if_due()

@@ -33,13 +33,18 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def params(config: Mapping[str, Any], result: RunResult) -> dict[str, str]:
-    """The resolved config flattened, plus what the run decided from it (precision used)."""
+    """The resolved config flattened, plus what the run decided from it (precision used) and
+    what its batches held."""
     values = flatten({k: v for k, v in config.items() if k != "hydra"})
     for key in ("lightning_precision", "compile"):
         if key in result.knobs:
             values[f"knobs.{key}"] = result.knobs[key]
     if result.precision_used is not None:
         values["precision_used"] = result.precision_used
+    if result.observed is not None:  # batch_size is the knob; these, what the batches held
+        for phase, examples in result.observed.examples_per_batch.items():
+            values[f"observed.examples_per_batch.{phase}"] = examples
+        values["observed.examples_source"] = result.observed.examples_source
     return {key: str(value)[:MAX_PARAM_CHARS] for key, value in values.items()}
 
 

@@ -150,8 +150,8 @@ def log_run_dir(
     tags = (result.tracking.tags if result.tracking else None) or run_facts.tags(result, Path.cwd())
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     done.append("tags")
-    now_ms = _now_ms()
-    metrics = [Metric(k, v, now_ms, 0) for k, v in run_facts.final_metrics(result).items()]
+    logged_ms = now_ms()
+    metrics = [Metric(k, v, logged_ms, 0) for k, v in run_facts.final_metrics(result).items()]
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start:start + 1000])
     done.append("final metrics")
@@ -164,7 +164,8 @@ def log_run_dir(
     return skipped
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Now, in the milliseconds since the epoch that MLflow timestamps are in."""
     import time
 
     return int(time.time() * 1000)
@@ -185,7 +186,7 @@ def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
     frame = read_table(path)
     if frame is None:
         return
-    start_ms = _now_ms()
+    start_ms = now_ms()
     if "timestamp_s" in frame:  # when each sample was taken
         stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
     else:

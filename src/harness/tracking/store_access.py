@@ -14,22 +14,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.errors import ConfigError
-
-
-def positive_number(
-    key: str, value: object, integer: bool = False, allow_zero: bool = False
-) -> float:
-    """`value` as a number (env-var interpolations arrive as strings), or a ConfigError."""
-    try:
-        number = int(str(value)) if integer else float(str(value))
-    except ValueError:
-        number = None
-    if isinstance(value, bool) or number is None or number < 0 or (number == 0 and not allow_zero):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(key, value, f"{kind} {'>=' if allow_zero else '>'} 0", f"{key}=10")
-    return number
-
 
 def configure_http(timeout_s: int, max_retries: int) -> None:
     """Bound MLflow's HTTP requests for this process (read by MLflow at each request)."""

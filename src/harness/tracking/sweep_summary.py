@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.measured import is_finite_number
+from harness.measured import MAIN_PHASES, USABLE, is_finite_number
 from harness.tracking.run_facts import MAX_PARAM_CHARS, MAX_TAG_CHARS
 
 NOTE_TAG = "mlflow.note.content"  # the run's Description box in the UI (markdown)
-PHASES = ("train", "inference")
-USABLE = ("ok", "partial")
 
 
 def sweep_params(overrides: list[str], swept: dict[str, list[str]]) -> dict[str, str]:
@@ -41,7 +39,7 @@ def best_and_baseline(comparison: dict[str, Any]) -> tuple[dict[str, float], dic
     tags: dict[str, str] = {}
     points = comparison.get("points") or []
     row_key = comparison.get("row_key")
-    for phase in PHASES:
+    for phase in MAIN_PHASES:
         rate = f"{phase}_examples_per_second"
         usable = [p for p in points if p["status"] in USABLE and is_finite_number(p.get(rate))]
         if not usable:

@@ -21,7 +21,7 @@ three ways:
 
 Each job is named as in the in-process sweep's progress lines (harness.sweep.progress):
 `job 3/6 batch_size=8,bf16`, with one line when it is submitted and one when it is
-collected (status, examples/s, data wait, elapsed and ETA).
+collected (status, examples/s, between-steps share, elapsed and ETA).
 """
 
 from __future__ import annotations
