@@ -161,7 +161,7 @@ def test_the_verdict_names_the_phase_it_describes():
     from harness.profilers.findings import verdict
 
     figures = {"shares": {"data": 0.0, "compute": 0.9, "communication": 0.0, "host": 0.1}}
-    assert "of each inference step is forward (predict_step" in verdict(
+    assert "of each inference step is the forward of predict_step" in verdict(
         "compute", figures, "inference")
     assert "of each training step is forward, backward and optimizer" in verdict(
         "compute", figures, "train")

@@ -74,7 +74,7 @@ def _data_fix(loader: dict[str, Any], on_gpu: bool) -> str:
 
 def _work(phase: str) -> str:
     return ("forward, backward and optimizer" if phase == "train"
-            else "forward (predict_step, no gradients)")
+            else "the forward of predict_step, without gradients")
 
 
 def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any]) -> list[Finding]:
