@@ -326,7 +326,7 @@ def test_memory_headroom_is_not_read_off_noise_nor_far_past_the_data(tmp_path):
     far = largest_batches(far_sweep)["all"]
     assert far["bytes_per_example"] == pytest.approx(10 * 2**20)
     assert far["at_least"] is True and far["largest_batch_size"] == 64
-    assert "batch_size up to more than 64 (the line, 4x past" in headroom_lines(far_sweep)[0]
+    assert "batch_size up to at least 64 (as far as the line is trusted: 4x" in headroom_lines(far_sweep)[0]
 
 
 def test_the_bound_over_rounds_is_the_majority_and_a_tie_names_both():

@@ -123,7 +123,7 @@ def test_progress_counts_jobs_and_estimates_what_is_left(tmp_path, caplog):
         ("INFO", "job 1/3 batch_size=2: ok: train 20.0 ex/s (between steps 25%), inference 100.0"
                  " ex/s (between steps 10%) [10.0 s; elapsed 10.0 s, ETA ~20.0 s]"),
         ("INFO", "job 2/3 batch_size=4: running (elapsed 10.0 s, ETA ~20.0 s)"),
-        ("ERROR", "job 2/3 batch_size=4: oom; out of memory: CUDA out of memory"
+        ("ERROR", "job 2/3 batch_size=4: oom: out of memory: CUDA out of memory"
                   f" (see {failed}/) [30.0 s; elapsed 40.0 s, ETA ~20.0 s]"),  # mean 20 s, 1 left
     ]
     assert progress.summary() == "2 job(s) in 40.0 s (1 ok, 1 oom)"

@@ -80,8 +80,8 @@ def headroom_lines(comparison: Any) -> list[str]:
     memory = "GPU memory" if comparison.context.get("accelerator") == "cuda" else "RAM"
     for label, fit in largest_batches(comparison).items():
         name = f" ({label})" if len(comparison.variants) > 1 else ""
-        size = (f"more than {fit['largest_batch_size']:,} (the line, {MAX_EXTRAPOLATION}x past"
-                " the largest size measured, is only a lower bound there)" if fit["at_least"]
+        size = (f"at least {fit['largest_batch_size']:,} (as far as the line is trusted:"
+                f" {MAX_EXTRAPOLATION}x the largest size measured)" if fit["at_least"]
                 else f"~{fit['largest_batch_size']:,}")
         lines.append(
             f"Memory headroom{name}: about {fit['bytes_per_example'] / 2**20:.1f} MiB per"

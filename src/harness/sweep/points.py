@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-
 @dataclass(frozen=True)
 class Metric:
     name: str  # column in comparison.csv / key in comparison.json
