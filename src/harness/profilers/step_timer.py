@@ -66,7 +66,7 @@ class PhaseTimer:
         measured = [s for s in self.steps if not s.warmup]
         times = np.array([s.step_s for s in measured], dtype=float)
         total = float(times.sum()) if len(times) else 0.0
-        wait = float(sum(s.between_s for s in measured))
+        between = float(sum(s.between_s for s in measured))
         examples = sum(s.examples for s in measured) * world_size
         first = self.steps[0].step_s if self.steps else None
         return {
@@ -78,8 +78,8 @@ class PhaseTimer:
             "p90_step_s": float(np.percentile(times, 90)) if len(times) else None,
             "examples_per_second": examples / total if total > 0 else None,
             "iterations_per_second": len(times) / total if total > 0 else None,
-            "between_steps_s": wait,
-            "between_steps_share": wait / total if total > 0 else None,
+            "between_steps_s": between,
+            "between_steps_share": between / total if total > 0 else None,
             "first_step_s": first,
             "warmup_time_s": float(sum(s.step_s for s in self.steps if s.warmup)),
         }

@@ -101,7 +101,7 @@ class HarnessMLFlowLogger(Logger):
         store_access.configure_http(
             parsed_number("logger.http_timeout_s", http_timeout_s, integer=True),
             parsed_number("logger.http_max_retries", http_max_retries,
-                                         integer=True, allow_zero=True),
+                          integer=True, allow_zero=True),
         )
         default_name, sweep_parent = _from_hydra_job()
         self.tracking_uri = tracking_uri
