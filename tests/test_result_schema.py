@@ -70,6 +70,21 @@ def test_version_1_files_still_load(tmp_path):
     assert load_result(tmp_path).metrics["train_examples_per_second"] == 3.0
 
 
+def test_metrics_an_earlier_harness_named_load_under_todays_names(tmp_path):
+    (tmp_path / RESULT_FILE).write_text(json.dumps(
+        {"schema_version": 2, "status": "ok",
+         "metrics": {"train_dataloader_wait_share": 0.25, "inference_dataloader_wait_s": 1.5},
+         "repeats": {"requested": 2, "completed": 2, "what": "-",
+                     "min": {"train_dataloader_wait_share": 0.2},
+                     "max": {"train_dataloader_wait_share": 0.3},
+                     "per_repeat": [{"train_dataloader_wait_share": 0.2}]}}))
+    result = load_result(tmp_path)
+    assert result.metrics == {"train_between_steps_share": 0.25,
+                              "inference_between_steps_s": 1.5}
+    assert result.repeats.min == {"train_between_steps_share": 0.2}
+    assert result.repeats.per_repeat == [{"train_between_steps_share": 0.2}]
+
+
 def test_running_md_lists_every_field_of_the_schema():
     table = fields_table()
     assert table in DOCS.read_text(), (

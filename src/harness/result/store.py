@@ -17,6 +17,9 @@ from harness.reports.files import write_json
 from harness.result.schema import READABLE_VERSIONS, SCHEMA_VERSION, RunResult
 
 RESULT_FILE = "result.json"
+# Metric names an earlier harness wrote, under today's names: old sweeps still compare.
+RENAMED_METRICS = {"_dataloader_wait_share": "_between_steps_share",
+                   "_dataloader_wait_s": "_between_steps_s"}
 
 
 class ResultFileError(HarnessError):
@@ -60,9 +63,24 @@ def load_result(path: Path) -> RunResult:
             + f" (it reads {', '.join(map(str, READABLE_VERSIONS))})"
             + (". Fix: upgrade lightning-harness" if newer else "")
         )
+    _rename_metrics(raw)
     try:
         return RunResult.model_validate(raw)
     except ValidationError as err:
         problem = err.errors()[0]
         where = ".".join(str(p) for p in problem["loc"])
         raise ResultFileError(f"{path}: field {where}: {problem['msg']}") from None
+
+
+def _rename_metrics(raw: dict) -> None:
+    """`raw`'s metrics (and its repeats' copies) under today's names, in place."""
+    repeats = raw.get("repeats") if isinstance(raw.get("repeats"), dict) else {}
+    tables = [raw.get("metrics"), repeats.get("min"), repeats.get("max"),
+              *(repeats.get("per_repeat") or [])]
+    for table in tables:
+        if not isinstance(table, dict):
+            continue
+        for key in list(table):
+            for old, new in RENAMED_METRICS.items():
+                if key.endswith(old) and key[: -len(old)] + new not in table:
+                    table[key[: -len(old)] + new] = table.pop(key)
