@@ -91,6 +91,8 @@ def test_planted_bottlenecks_are_named(tmp_path):
     compute, _ = _diagnosis(tmp_path, "compute", "+model.step_s=0.03")
     assert compute["bound_by"] == "compute"
     assert compute["train_compute_share"] > 0.8
+    low, high = compute["train_compute_share_range"]  # over the model pass's steps
+    assert low <= compute["train_compute_share"] <= high
 
     # 4 workers at 80 ms a batch: the pipeline delivers one per 20 ms, the step needs 2 ms.
     # Its prefetch buffer empties at once; the loader pass must time the steady state.
@@ -165,6 +167,18 @@ def test_the_verdict_names_the_phase_it_describes():
         "compute", figures, "inference")
     assert "of each training step is forward, backward and optimizer" in verdict(
         "compute", figures, "train")
+
+
+def test_the_verdict_says_how_noisy_its_share_is():
+    from harness.profilers.findings import phase_findings, verdict
+
+    figures = {"shares": {"data": 0.0, "compute": 0.82, "communication": 0.0, "host": 0.18},
+               "share_ranges": {"compute": [0.76, 0.88], "host": [0.12, 0.24]}}
+    said = "82% (76%-88% over the model pass's steps) of each training step"
+    assert said in verdict("compute", figures, "train")
+    assert phase_findings("train", figures, {})[0].message.startswith(said)
+    figures["share_ranges"]["compute"] = [0.818, 0.822]  # within a percent: not worth saying
+    assert "82% of each training step" in verdict("compute", figures, "train")
 
 
 def test_the_loader_pass_leaves_the_rng_as_it_found_it():

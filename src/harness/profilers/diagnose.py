@@ -219,14 +219,19 @@ class DiagnosePreset(Callback):
         loader, model = found["loader"], found["model"]
         between = metrics.get(f"{phase}_between_steps_share")
         comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
-        part = rules.shares(step_s, between * step_s if between is not None and step_s else None,
-                            loader.step_s, model.step_s, comm)
+        between_s = between * step_s if between is not None and step_s else None
+        part = rules.shares(step_s, between_s, loader.step_s, model.step_s, comm)
+        # The shares again with the model pass's quickest and slowest step: their noise.
+        ends = [rules.shares(step_s, between_s, loader.step_s, model_s, comm)
+                for model_s in (model.fastest_s, model.slowest_s) if model_s is not None]
         peak, _ = self._peak(precision)
         world = self.context.get("world_size", 1)
         flop_per_s = model.flops / step_s if model.flops and step_s else None
         return {
             "step_s": step_s,
             "shares": part,
+            "share_ranges": {bound: [min(e[bound] for e in ends), max(e[bound] for e in ends)]
+                             for bound in rules.BOUNDS} if part and ends and all(ends) else None,
             "loader_step_s": loader.step_s,
             "loader_examples_per_second": _total(loader.examples_per_second(), world),
             "model_step_s": model.step_s,
@@ -304,8 +309,11 @@ def _ratio(a: Any, b: Any) -> float | None:
 
 
 def _flat(figures: dict[str, Any]) -> dict[str, Any]:
-    """`shares` spread into <bound>_share keys; everything else as it is."""
-    out = {k: v for k, v in figures.items() if k != "shares"}
+    """`shares` spread into <bound>_share keys, `share_ranges` into <bound>_share_range;
+    everything else as it is."""
+    out = {k: v for k, v in figures.items() if k not in ("shares", "share_ranges")}
     for bound, share in (figures.get("shares") or {}).items():
         out[f"{bound}_share"] = share
+    for bound, ends in (figures.get("share_ranges") or {}).items():
+        out[f"{bound}_share_range"] = ends
     return out

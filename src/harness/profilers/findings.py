@@ -58,6 +58,16 @@ def _pct(share: float) -> str:
     return f"{share:.0%}"
 
 
+def _share(phase: dict[str, Any], bound: str) -> str:
+    """The bound's share, with its range over the model pass's steps when that is wider than
+    a percent: the noise the verdict carries."""
+    text = _pct(phase["shares"][bound])
+    low, high = ((phase.get("share_ranges") or {}).get(bound) or [None, None])
+    if low is not None and _pct(low) != _pct(high):
+        text += f" ({_pct(low)}-{_pct(high)} over the model pass's steps)"
+    return text
+
+
 def _rate(value: float | None) -> str:
     return "?" if value is None else f"{value:,.0f} ex/s"
 
@@ -96,13 +106,13 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
     if notable("data"):
         found.append(Finding(
             "data-bound", part["data"],
-            f"{_pct(part['data'])} of each {name} step waits for the next batch; the loader"
+            f"{_share(figures, 'data')} of each {name} step waits for the next batch; the loader"
             f" alone delivers {_rate(loader)}, the model alone {_rate(model)}",
             _data_fix(context.get("loader", {}), on_gpu)))
     if notable("host"):
         found.append(Finding(
             "host-bound", part["host"],
-            f"{_pct(part['host'])} of each {name} step is outside the model and the data:"
+            f"{_share(figures, 'host')} of each {name} step is outside the model and the data:"
             " Lightning's loop, callbacks, logging, host-side launch overhead (the model alone"
             f" runs {_rate(model)})",
             "a larger batch amortises it; compile=true"
@@ -111,7 +121,7 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
     if notable("communication"):
         found.append(Finding(
             "communication-bound", part["communication"],
-            f"{_pct(part['communication'])} of each {name} step is collectives not hidden"
+            f"{_share(figures, 'communication')} of each {name} step is collectives not hidden"
             " behind compute",
             "a larger batch per rank, gradient accumulation, fewer ranks per node, or"
             " DDP's bucket_cap_mb and gradient_as_bucket_view"))
@@ -120,14 +130,14 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
         if on_gpu and mfu is not None and mfu < 0.3:
             found.append(Finding(
                 "low-mfu", part["compute"],
-                f"{_pct(part['compute'])} of each {name} step is the model's own compute, at"
+                f"{_share(figures, 'compute')} of each {name} step is the model's own compute, at"
                 f" {_pct(mfu)} MFU of the device's {figures.get('peak_tflops')} TFLOP/s",
                 "bf16 precision, a larger batch, compile=true, fused kernels (e.g."
                 " scaled_dot_product_attention)"))
         else:
             found.append(Finding(
                 "compute-bound", part["compute"],
-                f"{_pct(part['compute'])} of each {name} step is the model's own compute"
+                f"{_share(figures, 'compute')} of each {name} step is the model's own compute"
                 f" ({_work(phase)})",
                 "less work per example (precision=bf16, compile=true)"
                 + ("" if on_gpu else ", or a GPU")))
@@ -180,24 +190,23 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
 
 def verdict(bound: str, phase: dict[str, Any], phase_name: str = "train") -> str:
     """One line on what the phase's step is bound by, with its evidence."""
-    part = phase.get("shares") or {}
     loader, model = phase.get("loader_examples_per_second"), phase.get("model_examples_per_second")
     name = "training" if phase_name == "train" else "inference"
     if bound == "data":
-        return (f"bound by data loading: {_pct(part['data'])} of each {name} step waits for"
+        return (f"bound by data loading: {_share(phase, 'data')} of each {name} step waits for"
                 f" the next batch; the loader alone delivers {_rate(loader)}, the model alone"
                 f" {_rate(model)}")
     if bound == "compute":
         mfu = phase.get("mfu")
         tail = (f"; MFU {_pct(mfu)} of {phase.get('peak_tflops')} TFLOP/s" if mfu is not None
                 else "")
-        return (f"bound by the model's compute: {_pct(part['compute'])} of each {name} step"
+        return (f"bound by the model's compute: {_share(phase, 'compute')} of each {name} step"
                 f" is {_work(phase_name)} (the model alone: {_rate(model)}){tail}")
     if bound == "host":
-        return (f"bound by the host: {_pct(part['host'])} of each {name} step is Lightning's"
+        return (f"bound by the host: {_share(phase, 'host')} of each {name} step is Lightning's"
                 " loop, callbacks, logging and launch overhead (the model alone runs"
                 f" {_rate(model)})")
     if bound == "communication":
-        return (f"bound by communication: {_pct(part['communication'])} of each {name} step"
+        return (f"bound by communication: {_share(phase, 'communication')} of each {name} step"
                 " is collectives not hidden behind compute")
     return "no verdict: " + (phase.get("note") or f"the {name} step was not measured")

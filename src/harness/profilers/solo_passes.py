@@ -35,6 +35,8 @@ class PassResult:
     examples: int | None  # examples per batch
     note: str | None = None  # why it did not run, or what to know
     flops: int | None = None  # FLOPs of one step (model-alone passes that counted them)
+    fastest_s: float | None = None  # the quickest and slowest timed step: the pass's noise
+    slowest_s: float | None = None
 
     def examples_per_second(self) -> float | None:
         if self.step_s is None or not self.examples or self.step_s <= 0:
@@ -247,4 +249,5 @@ def model_alone(trainer: Any, module: Any, step: Callable[[], Any], batch: Any, 
         except Exception as err:
             return PassResult(None, 0, count_examples(batch),
                               f"model-alone pass failed: {first_line(err)}", flops)
-    return PassResult(statistics.median(times), len(times), count_examples(batch), note, flops)
+    return PassResult(statistics.median(times), len(times), count_examples(batch), note, flops,
+                      min(times), max(times))

@@ -89,6 +89,9 @@ class Diagnosis(_Record):
     train_data_share: float | None = Field(None, description="of a training step, waiting for"
                                            " data the input pipeline explains")
     train_compute_share: float | None = Field(None, description="the model alone")
+    train_compute_share_range: list[float] | None = Field(
+        None, description="the compute share with the model pass's quickest and slowest step:"
+        " its noise (every <phase>_<bound>_share has a _range)")
     train_communication_share: float | None = Field(None, description="collectives not hidden")
     train_host_share: float | None = Field(None, description="Lightning's loop, callbacks,"
                                            " logging, launch overhead")
@@ -110,7 +113,8 @@ class Diagnosis(_Record):
     communication_by_rank: list[dict[str, float]] | None = Field(
         None, description="multi-process: per rank, seconds of compute, communication,"
         " overlap and idle in the profiled window")
-    findings: list[Finding] = Field(default_factory=list, description="ranked, first = largest")
+    findings: list[Finding] = Field(default_factory=list, description="the step's findings by"
+                                    " share, largest first, then the run's")
     passes: dict[str, Any] = Field(default_factory=dict, description="what the extra passes"
                                    " did and cost (cost_s), how the state was restored")
 
