@@ -335,3 +335,18 @@ def test_the_bound_over_rounds_is_the_majority_and_a_tie_names_both():
     assert majority(["compute", "host", "compute"]) == "compute"
     assert majority(["host", "compute"]) == "host/compute"
     assert majority([]) is None
+
+
+def test_a_repeated_jobs_pooled_diagnosis_reaches_the_table(tmp_path):
+    # repeat=3 diagnoses once, on the pooled figures: FLOP/s is in metrics, not per repeat
+    root = tmp_path / "sweep"
+    for n, bs in enumerate((2, 4)):
+        per_repeat = [metrics(10.0 * bs * f, 50.0 * bs, batch_size=bs) for f in (0.9, 1.0, 1.1)]
+        write_job(root / str(n), [f"batch_size={bs}"], per_repeat=per_repeat,
+                  values={**metrics(10.0 * bs, 50.0 * bs, batch_size=bs),
+                          "train_flop_per_s": 1e9 * bs})
+    (job,) = [j for j in collect(root).jobs if j.name == "1"]
+    assert [s["train_flop_per_s"] for s in job.samples] == [4e9] * 3
+    assert [s["train_examples_per_second"] for s in job.samples] == [36.0, 40.0, 44.0]
+    comparison = build(collect(root))
+    assert sorted(comparison.points["train_flop_per_s"]) == [2e9, 4e9]

@@ -44,7 +44,7 @@ class DiagnosePreset(Callback):
     """Runs the extra passes and writes reports/diagnosis.{json,md}; see the module docstring."""
 
     def __init__(self, steps: int = 3, warmup: int = 0, when: str = "end", flops: bool = True,
-                 peak_tflops: float | None = None, communication_steps: int = 3) -> None:
+                 peak_tflops: float | None = None, communication_steps: int = 2) -> None:
         self.steps = positive_int("profiler.diagnose.steps", steps, 3)
         self.warmup = non_negative_int("profiler.diagnose.warmup", warmup, 0)
         self.when = one_of("profiler.diagnose.when", when, WHEN)
@@ -52,7 +52,7 @@ class DiagnosePreset(Callback):
         self.peak_tflops = None if peak_tflops is None else positive_number(
             "profiler.diagnose.peak_tflops", peak_tflops, 989.4, "a number of TFLOP/s > 0")
         self.communication_steps = positive_int("profiler.diagnose.communication_steps",
-                                                communication_steps, 3)
+                                                communication_steps, 2)
         self.passes: dict[str, dict[str, solo_passes.PassResult]] = {}
         self.cost_s = 0.0
         self.notes: list[str] = []
@@ -69,7 +69,7 @@ class DiagnosePreset(Callback):
             self.context["device_name"] = torch.cuda.get_device_name(device)
             self.context["device_memory_bytes"] = torch.cuda.get_device_properties(
                 device).total_memory
-        if trainer.world_size > 1 and self.comm is None:
+        if trainer.world_size > 1 and self.comm is None and stage == "fit":
             from lightning.pytorch.profilers import PyTorchProfiler
 
             if isinstance(trainer.profiler, PyTorchProfiler):
@@ -88,6 +88,9 @@ class DiagnosePreset(Callback):
         if not warmups:
             return 2
         start = min(2, max(0, warmups[0] - self.communication_steps - 1))
+        if start < 2:
+            self.notes.append(f"the communication window starts at step {start}: DDP rebuilds"
+                              " its gradient buckets in the second step, which may be in it")
         if start + self.communication_steps + 1 > warmups[0]:
             self.notes.append(
                 f"the communication window (from step {start}, {self.communication_steps} steps)"
@@ -144,7 +147,7 @@ class DiagnosePreset(Callback):
             loader_pass, batch = solo_passes.loader_alone(trainer, loader, self.steps,
                                                           self.warmup)
             self._note_loader(loader)
-            # The model pass runs on the loader pass's last batch, already on the device:
+            # The model pass runs on the loader pass's first batch, already on the device:
             # no batch is held through the measured steps.
             found = {"loader": loader_pass,
                      "model": self._model_pass(phase, trainer, module, batch)}
@@ -220,7 +223,12 @@ class DiagnosePreset(Callback):
         between = metrics.get(f"{phase}_between_steps_share")
         comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
         between_s = between * step_s if between is not None and step_s else None
-        part = rules.shares(step_s, between_s, loader.step_s, model.step_s, comm)
+        notes = [n for n in (loader.note, model.note) if n]
+        # Without the model alone the step cannot be split: its compute would read as host.
+        part = (rules.shares(step_s, between_s, loader.step_s, model.step_s, comm)
+                if model.step_s is not None else None)
+        if part and loader.step_s is None:
+            notes.append("no loader figure: the data share is all the time between steps")
         # The shares again with the model pass's quickest and slowest step: their noise.
         ends = [rules.shares(step_s, between_s, loader.step_s, model_s, comm)
                 for model_s in (model.fastest_s, model.slowest_s) if model_s is not None]
@@ -240,7 +248,7 @@ class DiagnosePreset(Callback):
             "flop_per_s": flop_per_s,
             "peak_tflops": peak,
             "mfu": flop_per_s / (peak * 1e12) if flop_per_s and peak else None,
-            "note": "; ".join(n for n in (loader.note, model.note) if n) or None,
+            "note": "; ".join(notes) or None,
         }
 
     def diagnose(self, reports_dir: Path, result: Any) -> tuple[dict[str, Any], dict[str, Any]]:

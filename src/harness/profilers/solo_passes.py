@@ -4,10 +4,11 @@
   Lightning moves it (`strategy.batch_to_device`); after the workers' prefetch buffer is
   drained, K batches (at least one per worker) are timed as one window: the rate the
   input pipeline keeps up, not how fast a full buffer empties.
-- model alone: K steps of the module's own step on the loader pass's last batch, kept on
-  the device, with no input pipeline and no Lightning loop: forward + backward + the optimizer's step for
-  training (the module's `training_step` and its first optimizer), `predict_step` under
-  `torch.inference_mode` for inference, both in the run's precision context.
+- model alone: K steps of the module's own step on the loader pass's first batch, kept on
+  the device, with no input pipeline and no Lightning loop: forward + backward + the
+  optimizer's step for training (the module's `training_step` and its first optimizer),
+  `predict_step` under `torch.inference_mode` for inference, both in the run's precision
+  context.
 
 They run after the phase was measured, on the same objects, and leave them as they were:
 the model's and optimizer's state are copied to the CPU before and loaded back after, the
@@ -144,8 +145,9 @@ def silent_logging(module: Any) -> Iterator[None]:
 
 
 def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[PassResult, Any]:
-    """Seconds per batch of `loader` alone, device transfer included, and its last batch
-    (on the device; None when it gave none)."""
+    """Seconds per batch of `loader` alone, device transfer included, and its first batch
+    (on the device, for the model pass: the last one may be a short remainder; None when it
+    gave none)."""
     from harness.profilers.speed import count_examples
 
     if loader is None or isinstance(loader, (list, dict)) and len(loader) != 1:
@@ -154,36 +156,54 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
         loader = next(iter(loader.values() if isinstance(loader, dict) else loader))
     device = trainer.strategy.root_device
     workers = getattr(loader, "num_workers", 0) or 0
+    wanted = max(steps, workers)
     # Workers fill num_workers x prefetch_factor batches while the first one starts up; timed,
-    # those would come back at once and make a slow pipeline look fast.
+    # those would come back at once and make a slow pipeline look fast. A loader too short
+    # for both keeps the batches it needs timed.
     buffered = workers * (getattr(loader, "prefetch_factor", None) or 2)
+    drain = buffered + warmup
+    total = _length(loader)
+    notes = []
+    if total is not None and total < drain + wanted:
+        drain = max(total - wanted, 0)
+        if drain < buffered:
+            notes.append(f"loader pass: the loader has {total} batches, too few to leave its"
+                         f" {buffered} prefetched out of the timing: its rate is optimistic")
     iterator = iter(loader)
-    batch = None
+    first = None
 
     def fetch() -> bool:
-        nonlocal batch
+        nonlocal first
         try:
             batch = trainer.strategy.batch_to_device(next(iterator))
         except StopIteration:
             return False
+        first = batch if first is None else first
         return True
 
     drained = 0
-    while drained < buffered + warmup and fetch():
+    while drained < drain and fetch():
         drained += 1
-    timed, wanted = 0, max(steps, workers)
-    start = _clock(device)
+    timed = 0
+    start = end = _clock(device)
     while timed < wanted and fetch():
         timed += 1
-    elapsed = _clock(device) - start
-    note = None
+        end = _clock(device)  # not after a failed next(): ending shuts the workers down
     if not timed:
-        note = (f"loader pass: the loader ran out after {drained} batches, before any was timed"
-                f" (its {buffered} prefetched and {warmup} warm-up batches come first)")
+        notes.append(f"loader pass: the loader ran out after {drained} batches, before any was"
+                     " timed")
     elif timed < wanted:
-        note = f"loader pass: the loader ran out after {timed} of {wanted} timed batches"
-    return PassResult(elapsed / timed if timed else None, timed, count_examples(batch)
-                      if batch is not None else None, note), batch
+        notes.append(f"loader pass: the loader ran out after {timed} of {wanted} timed batches")
+    examples = count_examples(first) if first is not None else None
+    return PassResult((end - start) / timed if timed else None, timed, examples,
+                      "; ".join(notes) or None), first
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:  # an iterable dataset without __len__
+        return None
 
 
 def _loss(output: Any) -> torch.Tensor | None:

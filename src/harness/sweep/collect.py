@@ -99,8 +99,10 @@ def _overrides_from_hydra(job_dir: Path) -> dict[str, str]:
 
 
 def _samples(result: RunResult) -> list[dict[str, Any]]:
+    """One dict of figures per repeat. Figures only the pooled metrics hold (repeat=N
+    diagnoses once, on the pool: FLOP/s, MFU, shares) join every repeat's."""
     if result.repeats is not None and result.repeats.per_repeat:
-        return list(result.repeats.per_repeat)
+        return [{**result.metrics, **run} for run in result.repeats.per_repeat]
     return [result.metrics]
 
 
