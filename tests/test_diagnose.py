@@ -285,3 +285,30 @@ def test_without_the_model_pass_the_step_is_not_split():
     assert figures["shares"] is None and bound_by(figures["shares"]) == "unknown"
     assert phase_findings("train", figures, {}) == []  # no 96% "host-bound" from a gap
     assert verdict("unknown", figures).startswith("no verdict: model-alone pass skipped")
+
+
+def test_a_few_slow_steps_the_p90_misses_make_the_run_noisy():
+    from harness.profilers.findings import run_findings
+
+    # 45 steps of 4.7 ms and one of 181 ms (a user's module warming up late): p90 1.3x,
+    # mean 8.6 ms, 1.8x the median: the shares and rates all carry that one step
+    steps = [0.0047] * 44 + [0.181]
+    mean, median = sum(steps) / len(steps), sorted(steps)[len(steps) // 2]
+    (noisy,) = run_findings({"p90_over_median": 1.3, "mean_over_median": mean / median})
+    assert noisy.kind == "noisy"
+    assert "the mean is 1.8x the median: a few slow steps" in noisy.message
+    assert "speed_steps.csv" in noisy.next_step and "p90" not in noisy.message
+    assert run_findings({"p90_over_median": 1.3, "mean_over_median": 1.1}) == []
+
+
+def test_a_verdict_within_the_model_pass_noise_of_another_says_so():
+    from harness.profilers.findings import verdict
+
+    figures = {"shares": {"data": 0.01, "compute": 0.51, "communication": 0.0, "host": 0.48},
+               "share_ranges": {"compute": [0.46, 0.58], "host": [0.41, 0.53],
+                                "data": [0.01, 0.01], "communication": [0.0, 0.0]}}
+    line = verdict("compute", figures, "train")
+    assert line.endswith("; too close to call against host (41%-53% over the model pass's"
+                         " steps)")
+    figures["share_ranges"]["host"] = [0.30, 0.40]  # apart: the verdict stands alone
+    assert "too close" not in verdict("compute", figures, "train")

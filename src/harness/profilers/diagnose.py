@@ -263,7 +263,9 @@ class DiagnosePreset(Callback):
             graph_breaks=metrics.get("graph_breaks"),
             peak_device_reserved_bytes=metrics.get("peak_device_reserved_bytes"),
             p90_over_median=_ratio(metrics.get("train_p90_step_s"),
-                                   metrics.get("train_median_step_s")))
+                                   metrics.get("train_median_step_s")),
+            mean_over_median=_ratio(metrics.get("train_seconds_per_iteration"),
+                                    metrics.get("train_median_step_s")))
         ranked = rules.ranked([f for phase, figures in phases.items()
                                for f in rules.phase_findings(phase, figures, self.context)],
                               rules.run_findings(self.context))

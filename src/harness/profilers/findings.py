@@ -18,6 +18,7 @@ from typing import Any
 
 BOUNDS = ("data", "compute", "communication", "host")
 MIN_SHARE = 0.25  # a share this large gets its own finding
+NOISY = 1.5  # a p90 (or mean) step this many times the median makes the run `noisy`
 
 
 @dataclass
@@ -180,16 +181,36 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
         found.append(Finding(
             "thin", None, f"few measured steps in {', '.join(thin)}: the figures are rough",
             "more batches (data.*_batches / trainer.limit_*_batches) or fewer warm-up steps"))
-    spread = context.get("p90_over_median")
-    if spread and spread > 1.5:
-        found.append(Finding(
-            "noisy", None, f"training step times vary: the p90 is {spread:.1f}x the median",
-            "repeat=3 (rounds in a sweep) to measure the spread; a quieter machine"))
+    spread, skew = context.get("p90_over_median"), context.get("mean_over_median")
+    varied = [f"the p90 is {spread:.1f}x the median"] if spread and spread > NOISY else []
+    next_step = "repeat=3 (rounds in a sweep) to measure the spread; a quieter machine"
+    if skew and skew > NOISY:  # a few slow steps: the p90 misses them, every figure has them
+        varied.append(f"the mean is {skew:.1f}x the median: a few slow steps weigh on every"
+                      " figure")
+        next_step += ("; reports/speed_steps.csv names the slow steps (if they come first:"
+                      " more profiler.speed.warmup_steps)")
+    if varied:
+        found.append(Finding("noisy", None, "training step times vary: " + "; ".join(varied),
+                             next_step))
     return found
 
 
 def verdict(bound: str, phase: dict[str, Any], phase_name: str = "train") -> str:
-    """One line on what the phase's step is bound by, with its evidence."""
+    """One line on what the phase's step is bound by, with its evidence, and the share within
+    the model pass's noise of it when there is one (the bound could be either)."""
+    line = _verdict(bound, phase, phase_name)
+    ranges = phase.get("share_ranges") or {}
+    if bound not in ranges:
+        return line
+    close = [b for b in BOUNDS if b != bound and b in ranges
+             and ranges[b][1] >= ranges[bound][0] and phase["shares"][b] >= MIN_SHARE]
+    for other in close:
+        line += (f"; too close to call against {other} ({_pct(ranges[other][0])}-"
+                 f"{_pct(ranges[other][1])} over the model pass's steps)")
+    return line
+
+
+def _verdict(bound: str, phase: dict[str, Any], phase_name: str) -> str:
     loader, model = phase.get("loader_examples_per_second"), phase.get("model_examples_per_second")
     name = "training" if phase_name == "train" else "inference"
     if bound == "data":
