@@ -204,10 +204,12 @@ def test_sigterm_mid_sweep_keeps_the_table_and_kills_the_parent_run(tmp_path):
     proc = _start(tmp_path, "logger=mlflow", "mode=train", "profiler.speed.warmup_steps=2",
                   "data.train_batches=12,100000", *beacon(steps), flags=("-m",))
     wait_for_steps(steps, at_least=20, timeout=180, proc=proc)  # only job 1 gets that far
-    code, _, err = _stop(proc, signal.SIGTERM)
+    code, out, err = _stop(proc, signal.SIGTERM)
     assert code == 143
     assert "Traceback" not in err
     sweep = next(tmp_path.glob("multirun/*/*"))
+    # the table of what finished reaches the terminal, not only comparison.md
+    assert f"comparison: {sweep.relative_to(tmp_path)}/comparison.md" in out + err, out[-3000:]
     told = [x for x in err.splitlines() if "the sweep was interrupted" in x]
     rebuild = f"harness-report {sweep.relative_to(tmp_path)}"  # as typed where it ran
     assert len(told) == 1 and rebuild in told[0], err[-3000:]

@@ -111,6 +111,11 @@ def _end_unfinished_sweep(err: BaseException) -> None:
     a setting refused at its start): the table of the jobs that finished, and the MLflow
     parent run closed, KILLED when interrupted. The callbacks' modules are loaded only when
     a multirun started."""
+    from harness.terminal import job_running
+
+    # Hydra skips on_job_end for a job that raised SystemExit (an interrupted job): the job
+    # is over, and what follows is the sweep's to print.
+    job_running(False)
     interrupted = isinstance(err, KeyboardInterrupt) or (
         isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
     comparison = sys.modules.get("harness.sweep.comparison_callback")

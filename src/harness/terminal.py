@@ -42,7 +42,7 @@ _SHOWN = ("hydra",)  # other loggers whose INFO lines show: Hydra's own messages
 # lines (harness.sweep.progress) replace.
 _LOG_ONLY = ("py.warnings", "hydra._internal.core_plugins.basic_launcher")
 # The job's own ending ("failed: ..."), which the sweep's line for the job already says.
-_JOB_ENDING = ("harness.cli",)
+_JOB_ENDING = ("harness.cli.job",)
 _SHOWN_MARK = "harness_shown"  # set on a record the console printed (for SweepLogHandler)
 FILE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # as in job_logging
 
