@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import FAST, job_results, run_harness, sweep_dir
 
 pytestmark = pytest.mark.slow
@@ -208,3 +209,27 @@ def test_a_knob_set_in_a_config_file_is_checked_like_one_set_on_the_command_line
     left = status_after(seen=128)
     assert left.status == "running" and "batch_size=32 but train batches hold 128" in (
         left.observed.notes[0])
+
+
+def test_the_batch_observer_reads_the_speed_presets_count_and_the_loss_watch_one_sum():
+    from types import SimpleNamespace
+
+    from harness.profilers.speed import SpeedPreset
+    from harness.run.loss_watch import LossWatch
+    from harness.run.observe import BatchObserver
+
+    speed, observer = SpeedPreset(), BatchObserver()
+    observer.setup(SimpleNamespace(callbacks=[speed, observer]), None, "fit")
+    batch = {"text": ["a", "b", "c"]}  # nothing Lightning could count
+    speed.counted = (id(batch), 3)  # what the speed preset read off it inside the step
+    observer.on_train_batch_start(None, None, batch, 0)
+    observer.on_train_batch_start(None, None, {"text": ["x"]}, 1)  # not the preset's batch
+    assert observer.sizes["train"] == {3: 1, None: 1}
+
+    watch = LossWatch()
+    for loss in (1.0, 2.0):
+        watch.on_train_batch_end(None, None, {"loss": torch.tensor(loss)}, None, 0)
+    assert not watch.saw_nonfinite()
+    watch.on_train_batch_end(None, None, torch.tensor(float("nan"), dtype=torch.bfloat16), None, 2)
+    watch.on_train_batch_end(None, None, torch.tensor(5.0), None, 3)
+    assert watch.saw_nonfinite()

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.measured import is_finite_number
 
 
 def _is_int(value: Any) -> bool:
@@ -36,8 +37,7 @@ def positive_int(key: str, value: Any, example: object = 1, what: str = "a posit
 
 
 def positive_number(key: str, value: Any, example: object = 1.0, what: str = "a number > 0") -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value <= 0):
+    if not is_finite_number(value) or value <= 0:
         raise ConfigError(key, value, what, f"{key}={example}")
     return float(value)
 

@@ -278,7 +278,7 @@ class DiagnosePreset(Callback):
             "peak_source": peak_source,
             "flop_convention": CONVENTION,
             "communication_by_rank": self.comm_by_rank or None,
-            "findings": [f.as_dict() for f in ranked],
+            "findings": [f.model_dump() for f in ranked],
             "passes": {"when": self.when, "steps": self.steps, "warmup": self.warmup,
                        "cost_s": self.cost_s,
                        "state": "model, optimizer and RNG states copied before and restored"

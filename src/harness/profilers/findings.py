@@ -13,23 +13,19 @@ The largest share names what the step is bound by.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from harness.result.schema import Finding
 
 BOUNDS = ("data", "compute", "communication", "host")
 MIN_SHARE = 0.25  # a share this large gets its own finding
 NOISY = 1.5  # a p90 (or mean) step this many times the median makes the run `noisy`
 
 
-@dataclass
-class Finding:
-    kind: str
-    score: float | None  # the share of the step it costs; None: a finding about the run
-    message: str
-    next_step: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+def _finding(kind: str, score: float | None, message: str, next_step: str) -> Finding:
+    """One finding, in result.json's own shape; `score`: the share of the step it costs,
+    None for a finding about the run."""
+    return Finding(kind=kind, score=score, message=message, next_step=next_step)
 
 
 def shares(step_s: float | None, between_s: float | None, loader_s: float | None,
@@ -105,13 +101,13 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
         return part[share] >= MIN_SHARE or bound == share
 
     if notable("data"):
-        found.append(Finding(
+        found.append(_finding(
             "data-bound", part["data"],
             f"{_share(figures, 'data')} of each {name} step waits for the next batch; the loader"
             f" alone delivers {_rate(loader)}, the model alone {_rate(model)}",
             _data_fix(context.get("loader", {}), on_gpu)))
     if notable("host"):
-        found.append(Finding(
+        found.append(_finding(
             "host-bound", part["host"],
             f"{_share(figures, 'host')} of each {name} step is outside the model and the data:"
             " Lightning's loop, callbacks, logging, host-side launch overhead (the model alone"
@@ -120,7 +116,7 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
             + (" (compile=reduce-overhead adds CUDA graphs)" if on_gpu else "")
             + "; profiler=simple shows which hook or callback takes the time"))
     if notable("communication"):
-        found.append(Finding(
+        found.append(_finding(
             "communication-bound", part["communication"],
             f"{_share(figures, 'communication')} of each {name} step is collectives not hidden"
             " behind compute",
@@ -129,14 +125,14 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
     mfu = figures.get("mfu")
     if notable("compute"):
         if on_gpu and mfu is not None and mfu < 0.3:
-            found.append(Finding(
+            found.append(_finding(
                 "low-mfu", part["compute"],
                 f"{_share(figures, 'compute')} of each {name} step is the model's own compute, at"
                 f" {_pct(mfu)} MFU of the device's {figures.get('peak_tflops')} TFLOP/s",
                 "bf16 precision, a larger batch, compile=true, fused kernels (e.g."
                 " scaled_dot_product_attention)"))
         else:
-            found.append(Finding(
+            found.append(_finding(
                 "compute-bound", part["compute"],
                 f"{_share(figures, 'compute')} of each {name} step is the model's own compute"
                 f" ({_work(phase)})",
@@ -155,11 +151,11 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
     """Findings about the run as a whole: precision, compile, memory, measurement quality."""
     found = []
     if context.get("precision_note"):
-        found.append(Finding("precision", None, context["precision_note"],
+        found.append(_finding("precision", None, context["precision_note"],
                              "ask for the precision the device runs (bf16 on CPUs)"))
     breaks = context.get("graph_breaks")
     if breaks:
-        found.append(Finding(
+        found.append(_finding(
             "graph-breaks", None, f"compile met {breaks} graph break(s): parts of the model run"
             " uncompiled", "TORCH_LOGS=graph_breaks harness ... shows where; torch._dynamo."
             "explain(model)(batch) lists why"))
@@ -167,18 +163,18 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
     if used and total:
         share = used / total
         if share < 0.4:
-            found.append(Finding(
+            found.append(_finding(
                 "memory-headroom", None, f"the peak uses {used / 2**30:.1f} GiB of the device's"
                 f" {total / 2**30:.0f} GiB ({_pct(share)})",
                 f"room for a batch about {max(1.0, 0.85 / share):.0f}x as large (sweep"
                 " batch_size to find the largest that fits)"))
         elif share > 0.9:
-            found.append(Finding(
+            found.append(_finding(
                 "memory-limit", None, f"the peak uses {_pct(share)} of the device's memory",
                 "close to out of memory: a smaller batch, bf16, or activation checkpointing"))
     thin = [f.split(":", 1)[1] for f in context.get("flags", []) if f.startswith("thin:")]
     if thin:
-        found.append(Finding(
+        found.append(_finding(
             "thin", None, f"few measured steps in {', '.join(thin)}: the figures are rough",
             "more batches (data.*_batches / trainer.limit_*_batches) or fewer warm-up steps"))
     spread, skew = context.get("p90_over_median"), context.get("mean_over_median")
@@ -190,7 +186,7 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
         next_step += ("; reports/speed_steps.csv names the slow steps (if they come first:"
                       " more profiler.speed.warmup_steps)")
     if varied:
-        found.append(Finding("noisy", None, "training step times vary: " + "; ".join(varied),
+        found.append(_finding("noisy", None, "training step times vary: " + "; ".join(varied),
                              next_step))
     return found
 

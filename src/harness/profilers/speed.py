@@ -68,6 +68,8 @@ class SpeedPreset(Callback):
         self.log_rates = log_rates
         self.batch_size = batch_size
         self.timers = {phase: PhaseTimer(phase, warmup_steps) for phase in PHASES}
+        # (id of the last batch received, its examples): BatchObserver reads it, not the batch
+        self.counted: tuple[int, int | None] | None = None
         self.world_size = 1
         self.device: torch.device | None = None
         self.inference_mode: bool | None = None
@@ -99,8 +101,9 @@ class SpeedPreset(Callback):
         self.device = trainer.strategy.root_device
 
     def _received(self, phase: str, batch: Any) -> None:
-        examples = count_examples(batch)
-        self.timers[phase].batch_received(self._now(), examples or self.batch_size)
+        now = self._now()  # the batch is here: counting it is part of the step
+        self.counted = (id(batch), count_examples(batch))
+        self.timers[phase].batch_received(now, self.counted[1] or self.batch_size)
 
     def _done(self, phase: str, trainer: pl.Trainer) -> None:
         record = self.timers[phase].step_done(self._now())

@@ -108,9 +108,8 @@ def _measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: A
                 log.info("repeat %d/%d", index + 1, knobs.repeat)
             record.result.metrics = {}
             record.result.isolation = start_clean()
-            presets.clear()
             try:
-                measure_once(cfg, knobs, record, logger, presets)
+                presets = measure_once(cfg, knobs, record, logger)
             finally:
                 runs.append(dict(record.result.metrics))
     finally:

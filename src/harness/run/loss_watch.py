@@ -4,9 +4,9 @@ The run keeps its status (its timings are still what they are), but result.json 
 flag `nonfinite_loss`, the run warns once, and the sweep table marks the training figures
 `NaN loss`: a speed measured on a model that has stopped learning is worth knowing about.
 
-The check stays out of the timed steps: each step only adds an on-device `isfinite` to a
-running flag (an asynchronous kernel, no synchronisation with the device); the flag is
-read once, after the run.
+The check stays cheap: each step only adds its loss to an on-device float32 sum (one
+asynchronous kernel, no synchronisation with the device), in which a NaN or infinity
+stays; the sum is read once, after the run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ class LossWatch(Callback):
     """Whether any training step's loss was NaN or infinite."""
 
     def __init__(self) -> None:
-        self._finite: torch.Tensor | None = None  # on the loss's device, never synchronised
+        # The sum of every loss, on the loss's device, never synchronised: one add per step,
+        # and a NaN or infinity in any term stays in it.
+        self._total: torch.Tensor | None = None
 
     @override
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
@@ -33,9 +35,9 @@ class LossWatch(Callback):
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if not isinstance(loss, torch.Tensor):
             return  # manual optimisation returning nothing: no loss to watch
-        finite = torch.isfinite(loss.detach()).all()
-        self._finite = finite if self._finite is None else self._finite & finite
+        loss = loss.detach().sum()
+        self._total = loss.float() if self._total is None else self._total + loss
 
     def saw_nonfinite(self) -> bool:
         """Read after the run: True when some step's loss was NaN or infinite."""
-        return self._finite is not None and not bool(self._finite)
+        return self._total is not None and not bool(torch.isfinite(self._total))

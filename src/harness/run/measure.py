@@ -14,10 +14,10 @@ from harness.run.record import RunRecord, classify_failure, write_error_log
 log = logging.getLogger(__name__)
 
 
-def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any,
-                 presets_out: dict[str, Any] | None = None) -> None:
-    """Fit and/or predict once with fresh objects; figures land in `record.result`, the
-    presets that measured them in `presets_out` (repeat=N diagnoses after the last one)."""
+def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
+                 ) -> dict[str, Any]:
+    """Fit and/or predict once with fresh objects; figures land in `record.result`. Returns
+    the presets that measured them (repeat=N diagnoses after the last one)."""
     import lightning.pytorch as pl
 
     from harness.launch.ddp import prepare_ranks
@@ -32,8 +32,6 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any,
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
-    if presets_out is not None:
-        presets_out.update(presets.by_name)
     observer, loss_watch = BatchObserver(), LossWatch()
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
                                   [observer, loss_watch])
@@ -68,6 +66,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any,
             _fail_partial_without_figures(result)
         # Compiled graphs, caches and peak counters are reset before each measurement
         # (harness.run.isolation.start_clean), not here.
+    return presets.by_name
 
 
 def _flag_nonfinite_loss(result: Any, loss_watch: Any) -> None:
@@ -86,8 +85,8 @@ def _fail_partial_without_figures(result: Any) -> None:
     if result.status == "partial" and result.metrics.get("train_measured_steps") == 0:
         result.status, result.reason = "failed", (
             "nothing measured: every training step was warm-up (profiler.speed.warmup_steps;"
-            " fix: more batches, or fewer warm-up steps), and "
-            + result.reason.removeprefix("training measured; "))
+            " fix: more batches, or fewer warm-up steps), and inference failed: "
+            + result.phase_errors.get("inference", result.reason))
 
 
 def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,

@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from harness.config.knobs import Knobs
 from harness.measured import PHASES
-from harness.profilers.speed import count_examples
+from harness.profilers.speed import SpeedPreset, count_examples
 from harness.result.schema import Observed, RunResult
 
 
@@ -27,9 +27,17 @@ class BatchObserver(Callback):
 
     def __init__(self) -> None:
         self.sizes: dict[str, Counter[int | None]] = {phase: Counter() for phase in PHASES}
+        self._speed: SpeedPreset | None = None
+
+    @override
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._speed = next((c for c in trainer.callbacks if isinstance(c, SpeedPreset)), None)
 
     def _seen(self, phase: str, batch: Any) -> None:
-        self.sizes[phase][count_examples(batch)] += 1
+        # The speed preset, earlier in the callbacks, has counted this batch inside the step.
+        counted = self._speed.counted if self._speed is not None else None
+        examples = counted[1] if counted and counted[0] == id(batch) else count_examples(batch)
+        self.sizes[phase][examples] += 1
 
     @override
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:

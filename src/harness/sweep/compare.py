@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.measured import USABLE, is_finite_number
-from harness.sweep.points import METRICS
+from harness.sweep.points import METRICS, ratio_range
 from harness.sweep.table import DEFAULT, Comparison
 
 
@@ -100,10 +100,7 @@ def diff(a: Comparison, b: Comparison) -> Diff:
             ratio = vb / va if va is not None and vb is not None and va > 0 else None
             within = None
             if ratio is not None and (pa["samples"] > 1 or pb["samples"] > 1):
-                # the samples of A and B overlap: B/A's range over them holds 1.0
-                low = pb[f"{metric.name}_min"] / pa[f"{metric.name}_max"]
-                high = pb[f"{metric.name}_max"] / pa[f"{metric.name}_min"]
-                within = bool(low <= 1.0 <= high)
+                _, _, within = ratio_range(pb, pa, metric.name)
             result.changes.append(Change(
                 label, metric.name, metric.unit, metric.higher_is_better, va, vb, ratio, within,
                 str(pa["status"]), str(pb["status"]),

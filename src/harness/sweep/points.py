@@ -145,9 +145,8 @@ def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
                 found[""] = p[metric] / ref[metric]
                 repeated = p["samples"] > 1 or ref["samples"] > 1
                 if repeated and p["variant"] != baseline:
-                    found["_min"] = p[f"{metric}_min"] / ref[f"{metric}_max"]
-                    found["_max"] = p[f"{metric}_max"] / ref[f"{metric}_min"]
-                    found["_within_spread"] = bool(found["_min"] <= 1.0 <= found["_max"])
+                    found["_min"], found["_max"], found["_within_spread"] = ratio_range(
+                        p, ref, metric)
                 if phase in PHASES:
                     found["_thin"] = bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
             for suffix, value in found.items():
@@ -155,6 +154,14 @@ def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
         for suffix, values in columns.items():
             # object dtype keeps True / False / None (not numpy bools, not NaN)
             frame[f"{ratio}{suffix}"] = pd.Series(values, index=frame.index, dtype=object)
+
+
+def ratio_range(side: Any, base: Any, metric: str) -> tuple[float, float, bool]:
+    """side/base over their samples: (lowest, highest, whether 1.0 lies between: the two
+    overlap, so the ratio is within noise). `side` and `base` hold <metric>_min and _max."""
+    low = side[f"{metric}_min"] / base[f"{metric}_max"]
+    high = side[f"{metric}_max"] / base[f"{metric}_min"]
+    return low, high, bool(low <= 1.0 <= high)
 
 
 def add_best(frame: pd.DataFrame) -> None:

@@ -210,7 +210,7 @@ class HarnessMLFlowLogger(Logger):
             return
         from mlflow.entities import Metric
 
-        timestamp_ms = int(time.time() * 1000)
+        timestamp_ms = store_access.now_ms()
         for key, value in metrics.items():
             if isinstance(value, str):
                 continue

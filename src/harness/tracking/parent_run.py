@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from typing_extensions import override
 
+from harness.tracking import store_access
 from harness.tracking.experiments import PARENT_ENV, experiment_for, write_sweep_info
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
         comparison = json.loads(summary.read_text())
         metrics, tags = best_and_baseline(comparison)
         tags["baseline"] = str(comparison.get("baseline"))
-        now_ms = int(time.time() * 1000)
+        now_ms = store_access.now_ms()
         client.log_batch(parent_run_id, metrics=[Metric(k, v, now_ms, 0)
                                                  for k, v in metrics.items()])
     markdown = sweep_dir / "comparison.md"

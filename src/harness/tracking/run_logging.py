@@ -150,7 +150,7 @@ def log_run_dir(
     tags = (result.tracking.tags if result.tracking else None) or run_facts.tags(result, Path.cwd())
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     done.append("tags")
-    logged_ms = now_ms()
+    logged_ms = store_access.now_ms()
     metrics = [Metric(k, v, logged_ms, 0) for k, v in run_facts.final_metrics(result).items()]
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start:start + 1000])
@@ -162,13 +162,6 @@ def log_run_dir(
         skipped = _log_files(client, run_id, run_dir, trace_cap_mb)
     done.append("artifacts")
     return skipped
-
-
-def now_ms() -> int:
-    """Now, in the milliseconds since the epoch that MLflow timestamps are in."""
-    import time
-
-    return int(time.time() * 1000)
 
 
 def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
@@ -186,7 +179,7 @@ def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
     frame = read_table(path)
     if frame is None:
         return
-    start_ms = now_ms()
+    start_ms = store_access.now_ms()
     if "timestamp_s" in frame:  # when each sample was taken
         stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
     else:

@@ -137,3 +137,10 @@ def short_reason(err: BaseException) -> str:
         return f"{why} ({driver[1]})"
     first = text.splitlines()[0] if text else ""
     return f"{type(err).__name__}: {first[:200]}" if first else type(err).__name__
+
+
+def now_ms() -> int:
+    """Now, in the milliseconds since the epoch that MLflow timestamps are in."""
+    import time
+
+    return int(time.time() * 1000)

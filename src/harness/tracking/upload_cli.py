@@ -192,7 +192,7 @@ def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: RunResult) 
     try:
         start_ms = int(dt.datetime.fromisoformat(str(result.started_at)).timestamp() * 1000)
     except (TypeError, ValueError):
-        start_ms = run_logging.now_ms()
+        start_ms = store_access.now_ms()
     world = result.device.world_size if result.device and result.device.world_size else 1
     metrics = []
     for phase, rows in frame.groupby("phase", sort=False):
