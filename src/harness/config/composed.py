@@ -9,10 +9,11 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from harness.config.sweep_keys import ROUND_KEY
 from harness.errors import ConfigError, first_line
 
 # Top-level keys harness itself adds with `+`: the rounds sweeper's round of a job.
-ADDED_BY_HARNESS = ("sweep_round",)
+ADDED_BY_HARNESS = (ROUND_KEY,)
 # How close a new key must be to an existing one to be taken for its typo (difflib's ratio).
 TYPO_CUTOFF = 0.75
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.config.checks import boolean, non_negative_int, positive_int
+from harness.config.sweep_keys import ROUND_KEY
 from harness.errors import ConfigError
 
 # Our short names and Lightning's own spellings, mapped to Lightning's setting.
@@ -140,5 +141,5 @@ def check_trainer_keys(cfg: Any) -> None:
 
 def sweep_round(cfg: Any) -> int | None:
     """The round of a repeated sweep this job belongs to (set by the rounds sweeper), or None."""
-    value = cfg.get("sweep_round")
-    return None if value is None else non_negative_int("sweep_round", value)
+    value = cfg.get(ROUND_KEY)
+    return None if value is None else non_negative_int(ROUND_KEY, value)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.sweep_keys import ROUND_KEY
 from harness.errors import HarnessError
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, load_result
@@ -22,7 +23,7 @@ HYDRA_FILE = Path(".hydra") / "hydra.yaml"
 # Overrides that say how a job was run rather than what it measured: Hydra's own, and
 # the measurement's repetition (the rounds sweeper's repeat=1 +sweep_round=<r>).
 NOT_SETTINGS = ("hydra.",)
-MEASUREMENT_KEYS = ("repeat", "sweep_round")
+MEASUREMENT_KEYS = ("repeat", ROUND_KEY)
 
 OK = "ok"
 MISSING = "missing"
