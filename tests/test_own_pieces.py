@@ -159,7 +159,7 @@ def test_the_harness_command_imports_from_where_it_starts(tmp_path, ranks):
         "+trainer.callbacks=[{_target_: my_own_code.BatchCounter, path: seen}]", fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = done.result()
-    assert result["status"] == "ok" and result["distributed"]["world_size"] == ranks
+    assert result["status"] == "ok" and result["device"]["world_size"] == ranks
     # 24 examples in batches of 4, split over the ranks (Lightning's distributed sampler).
     assert (tmp_path / "seen").read_text() == str(6 // ranks)
     assert result["metrics"]["train_measured_steps"] == 6 // ranks - 1

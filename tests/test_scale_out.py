@@ -33,7 +33,7 @@ def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
 
     result = done.result()
     assert result["status"] == "ok"
-    assert result["distributed"]["world_size"] == 2
+    assert result["device"]["world_size"] == 2
     assert result["distributed"]["strategy"] == "DDPStrategy"
 
     speed = done.report("speed")
@@ -69,7 +69,7 @@ def test_ddp_ranks_compose_the_users_own_config_dir(harness):
                    "logger=none", fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = done.result()
-    assert result["status"] == "ok" and result["distributed"]["world_size"] == 2
+    assert result["status"] == "ok" and result["device"]["world_size"] == 2
     assert done.report("speed")["phases"]["train"]["ranks_measured"] == 2
 
 

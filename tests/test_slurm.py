@@ -231,7 +231,7 @@ def test_ddp_under_slurm_uses_one_task_per_rank(slurm_env, tmp_path):
     result = done.result()  # one result.json: rank 1 wrote none
     assert result["status"] == "ok", result["reason"]
     assert result["distributed"]["cluster_environment"] == "SLURMEnvironment"
-    assert result["distributed"]["world_size"] == 2
+    assert result["device"]["world_size"] == 2
     assert result["slurm"]["ntasks_per_node"] == "2"
     train = done.report("speed")["phases"]["train"]
     assert [r["rank"] for r in train["per_rank"]] == [0, 1]

@@ -31,7 +31,7 @@ def _app(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness.config.composed import as_typed
+    from harness.config.overrides import as_typed
     from harness.run.job import run_job
     from harness.run.record import classify_failure, saved_traceback
 

@@ -179,7 +179,8 @@ class ProfileSession:
 
     def _record(self, trainer: Any) -> None:
         from harness.run import environment
-        from harness.run.finish import record_trainer, write_reports
+        from harness.run.finish import write_reports
+        from harness.run.record import record_trainer
         from harness.run.observe import check_what_ran
 
         if trainer is None or self._seen.trainer is not trainer:

@@ -9,19 +9,13 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from harness.config.sweep_keys import ROUND_KEY
+from harness.config.overrides import ROUND_KEY
 from harness.errors import ConfigError, first_line
 
 # Top-level keys harness itself adds with `+`: the rounds sweeper's round of a job.
 ADDED_BY_HARNESS = (ROUND_KEY,)
 # How close a new key must be to an existing one to be taken for its typo (difflib's ratio).
 TYPO_CUTOFF = 0.75
-
-
-def as_typed(overrides: Any) -> list[str]:
-    """Hydra's list of overrides (hydra.overrides.task) as typed: read without resolving,
-    since an override such as `batch_size=${nope}` holds an interpolation itself."""
-    return [str(o) for o in OmegaConf.to_container(overrides, resolve=False)]
 
 
 def check_resolves(cfg: DictConfig) -> None:

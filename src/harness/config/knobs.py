@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.config.checks import boolean, non_negative_int, positive_int
-from harness.config.sweep_keys import ROUND_KEY
+from harness.config.overrides import ROUND_KEY
 from harness.errors import ConfigError
 
 # Our short names and Lightning's own spellings, mapped to Lightning's setting.

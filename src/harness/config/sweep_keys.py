@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from harness.config.overrides import ROUND_KEY, as_typed, parse_overrides
+
 
 def swept_values(overrides: Iterable[str],
                  sweeper_params: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
@@ -32,8 +34,6 @@ def swept_values_of(config: Any) -> dict[str, list[str]]:
     """The swept keys and values of a multirun's composed config (`config.hydra` present)."""
     hydra = config.hydra
     params = hydra.sweeper.get("params") if "sweeper" in hydra else None
-    from harness.config.composed import as_typed
-
     return swept_values(as_typed(hydra.overrides.task), params or {})
 
 
@@ -41,7 +41,6 @@ def swept_keys_of(config: Any) -> list[str]:
     return list(swept_values_of(config))
 
 
-ROUND_KEY = "sweep_round"  # the round of a repeated sweep, in each job's overrides
 _NOT_BARE = ("true", "false", "null", "none", "(default)")
 
 
@@ -60,10 +59,7 @@ def job_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
     """What tells a job of a sweep apart, short and led by what differs:
     ['data.dim=32', 'batch_size=8', 'precision=bf16', '+sweep_round=1'] with batch_size and
     precision swept -> 'batch_size=8,bf16 (round 1)'. All overrides when none is swept."""
-    settings: dict[str, str] = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        settings[key.lstrip("+~")] = value
+    settings = parse_overrides(overrides)
     swept = [key for key in swept if key in settings and key != ROUND_KEY]
     parts = ([short_setting(key, settings[key]) for key in swept] if swept
              else [f"{k}={v}" for k, v in settings.items() if k != ROUND_KEY])
@@ -86,7 +82,7 @@ def short_key(key: str) -> str:
 def run_name(overrides: Iterable[str], swept: Iterable[str]) -> str:
     """A sweep job's MLflow run name: what tells it apart, as short as it reads:
     batch_size=8, precision=bf16, round 1 -> 'bs=8 bf16 r1'."""
-    settings = {k.lstrip("+~"): v for k, _, v in (o.partition("=") for o in overrides)}
+    settings = parse_overrides(overrides)
     swept = [key for key in swept if key in settings and key != ROUND_KEY]
     parts = [short_setting(short_key(key), settings[key]) for key in swept]
     if ROUND_KEY in settings:

@@ -33,7 +33,7 @@ def child_command(local_rank: int) -> tuple[Sequence[str], str]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_original_cwd
 
-    from harness.config.composed import as_typed
+    from harness.config.overrides import as_typed
     from harness.launch.hydra_args import same_config_arguments
 
     hydra_cfg = HydraConfig.get()
@@ -53,7 +53,6 @@ def distributed_facts(trainer: Any) -> dict[str, Any]:
     environment = getattr(trainer.strategy, "cluster_environment", None)
     return {
         "strategy": type(trainer.strategy).__name__,
-        "world_size": trainer.world_size,
         "num_nodes": trainer.num_nodes,
         "devices_per_node": trainer.num_devices,
         "cluster_environment": type(environment).__name__ if environment is not None else None,

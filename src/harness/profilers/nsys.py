@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 def _task_overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
-    from harness.config.composed import as_typed
+    from harness.config.overrides import as_typed
 
     try:
         return as_typed(HydraConfig.get().overrides.task)

@@ -13,17 +13,25 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 2
-# Versions this harness reads: 1 had the same layout without the fields added since.
-READABLE_VERSIONS = (1, 2)
+from harness.measured import USABLE
+
+SCHEMA_VERSION = 3
+# Versions this harness reads: 1 had the same layout without the fields added since; 2 also
+# copied figures into `metrics` that now live only where they belong (diagnosis, observed).
+READABLE_VERSIONS = (1, 2, 3)
 
 Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interrupted"]
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
 OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
             "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis")
-# Statuses whose figures are measurements of what was asked (partial: of the phases that ran).
-MEASURED = ("ok", "partial")
+
+
+PHASE_PREFIXES = ("train_", "validation_", "inference_")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class _Record(BaseModel):
@@ -59,8 +67,6 @@ class Observed(_Record):
     examples_source: str | None = Field(
         "batches", description="batches (read off them), knob (unreadable: batch_size used) or"
         " null (no batch ran)")
-    world_size: int = Field(1, description="processes (ranks) that ran")
-    precision: str | None = Field(None, description="the precision Lightning ran")
     compiled_graphs: int | None = Field(
         None, description="graphs TorchDynamo compiled (null: compile off)")
     graph_breaks: int | None = Field(None, description="graph breaks TorchDynamo met")
@@ -175,7 +181,8 @@ class RunResult(_Record):
     model: str | None = Field(None, description="model._target_")
     data: str | None = Field(None, description="data._target_ (null: the module's own loaders)")
     distributed: dict[str, Any] | None = Field(
-        None, description="strategy, world_size, num_nodes, devices_per_node, cluster_environment")
+        None, description="strategy, num_nodes, devices_per_node, cluster_environment (the world"
+        " size is device.world_size)")
     slurm: dict[str, Any] | None = Field(None, description="SLURM's facts about the job")
     isolation: dict[str, Any] | None = Field(
         None, description="resets done before the measurement and the resident set it started from")
@@ -190,10 +197,25 @@ class RunResult(_Record):
     started_at: str | None = Field(None, description="ISO 8601 start time, UTC")
     duration_s: float | None = Field(None, description="wall time of the whole job, seconds")
 
+    def figures(self) -> dict[str, Any]:
+        """Every headline number of the run, flat, read where it lives: `metrics` (speed,
+        memory, compile time), the diagnosis's per-phase figures (`train_mfu`, ...) and
+        what ran (`compiled_graphs`, `graph_breaks`). For readers that want one mapping:
+        the sweep table, MLflow."""
+        found = dict(self.metrics)
+        if self.observed is not None:
+            for key in ("compiled_graphs", "graph_breaks"):
+                if getattr(self.observed, key) is not None:
+                    found[key] = getattr(self.observed, key)
+        if self.diagnosis is not None:
+            found.update({key: value for key, value in self.diagnosis.model_dump().items()
+                          if key.startswith(PHASE_PREFIXES) and _is_number(value)})
+        return found
+
     @property
     def measured(self) -> bool:
         """Whether `metrics` hold figures of the asked-for run (ok, or partial)."""
-        return self.status in MEASURED
+        return self.status in USABLE
 
     def as_json(self) -> dict[str, Any]:
         """The file's content; optional blocks that hold nothing are left out."""

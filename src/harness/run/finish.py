@@ -1,4 +1,4 @@
-"""What a run records about its Trainer, and the reports its presets write at the end.
+"""The reports the presets write at the end of a run.
 
 Shared by harness's own jobs (harness.run.measure) and by a user's own training script
 (harness.session.ProfileSession), so both write the same reports/ and result.json.
@@ -10,31 +10,11 @@ import logging
 from typing import Any
 
 from harness.errors import HarnessError, first_line
-from harness.result.schema import Device, Diagnosis, RunResult
+from harness.result.schema import Diagnosis, RunResult
 from harness.run.record import RunRecord
 
 REPORTS_DIR = "reports"
 log = logging.getLogger(__name__)
-
-
-def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> None:
-    """The precision Lightning used (and why, when it is not what was asked), the device,
-    versions and host, into `result`."""
-    from harness.launch.ddp import distributed_facts
-    from harness.run import environment
-
-    device = trainer.strategy.root_device
-    result.precision_used = trainer.precision
-    if trainer.precision != asked_precision:
-        result.precision_note = (
-            f"asked for {asked_precision}, Lightning used {trainer.precision}"
-            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
-            " bf16-mixed there)"
-        )
-    result.device = Device(**environment.device_info(device), world_size=trainer.world_size)
-    result.distributed = distributed_facts(trainer)
-    result.versions = environment.versions()
-    result.host = environment.host()
 
 
 def write_reports(presets: dict[str, Any], record: RunRecord, diagnose: bool = True) -> None:

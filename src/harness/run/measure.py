@@ -23,7 +23,8 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     from harness.launch.ddp import prepare_ranks
     from harness.run import build, environment
     from harness.run.compile import compile_facts, compile_network
-    from harness.run.finish import record_trainer, write_reports
+    from harness.run.finish import write_reports
+    from harness.run.record import record_trainer
     from harness.run.loss_watch import LossWatch
     from harness.run.observe import BatchObserver, check_what_ran
 

@@ -81,8 +81,6 @@ def check_what_ran(result: RunResult, knobs: Knobs, observer: BatchObserver,
     observed = Observed(
         examples_per_batch=sizes,
         examples_source="batches" if readable else "knob" if sizes else None,
-        world_size=world_size,
-        precision=result.precision_used,
         compiled_graphs=(compiled or {}).get("compiled_graphs"),
         graph_breaks=(compiled or {}).get("graph_breaks"),
     )

@@ -10,9 +10,10 @@ import datetime as dt
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from harness.errors import HarnessError, OutputError, first_line
-from harness.result.schema import RunResult
+from harness.result.schema import Device, RunResult
 from harness.result.store import RESULT_FILE, write_result
 
 ERROR_LOG = "error.log"
@@ -102,3 +103,23 @@ class RunRecord:
             return write_result(self.output_dir, self.result)
         except OSError as err:
             raise OutputError(err, self.path) from err
+
+
+def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> None:
+    """The precision Lightning used (and why, when it is not what was asked), the device,
+    versions and host, into `result`."""
+    from harness.launch.ddp import distributed_facts
+    from harness.run import environment
+
+    device = trainer.strategy.root_device
+    result.precision_used = trainer.precision
+    if trainer.precision != asked_precision:
+        result.precision_note = (
+            f"asked for {asked_precision}, Lightning used {trainer.precision}"
+            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
+            " bf16-mixed there)"
+        )
+    result.device = Device(**environment.device_info(device), world_size=trainer.world_size)
+    result.distributed = distributed_facts(trainer)
+    result.versions = environment.versions()
+    result.host = environment.host()

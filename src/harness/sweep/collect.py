@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.sweep_keys import ROUND_KEY
+from harness.config.overrides import MEASUREMENT_KEYS, parse_overrides
 from harness.errors import HarnessError
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, load_result
@@ -20,10 +20,6 @@ from harness.result.store import RESULT_FILE, load_result
 MULTIRUN_FILE = "multirun.yaml"
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 HYDRA_FILE = Path(".hydra") / "hydra.yaml"
-# Overrides that say how a job was run rather than what it measured: Hydra's own, and
-# the measurement's repetition (the rounds sweeper's repeat=1 +sweep_round=<r>).
-NOT_SETTINGS = ("hydra.",)
-MEASUREMENT_KEYS = ("repeat", ROUND_KEY)
 
 OK = "ok"
 MISSING = "missing"
@@ -60,17 +56,9 @@ class Collection:
     problems: list[str] = field(default_factory=list)
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, str]:
-    """`["batch_size=4", "+model.fail_at=2"]` -> {"batch_size": "4", "model.fail_at": "2"}."""
-    settings: dict[str, str] = {}
-    for item in overrides:
-        key, sep, value = str(item).partition("=")
-        key = key.lstrip("+~")
-        if not sep or key.startswith(NOT_SETTINGS) or key in MEASUREMENT_KEYS:
-            continue
-        # Hydra's sweeper writes booleans as True/False, the command line as typed.
-        settings[key] = value.lower() if value.lower() in ("true", "false") else value
-    return settings
+def settings_of(overrides: list[str]) -> dict[str, str]:
+    """The point a job measured: its overrides without how it was measured (repeat, round)."""
+    return {k: v for k, v in parse_overrides(overrides).items() if k not in MEASUREMENT_KEYS}
 
 
 def _natural_key(path: Path) -> list[Any]:
@@ -96,7 +84,7 @@ def _overrides_from_hydra(job_dir: Path) -> dict[str, str]:
         loaded = yaml.safe_load(path.read_text()) or []
     except yaml.YAMLError:
         return {}
-    return parse_overrides([str(x) for x in loaded]) if isinstance(loaded, list) else {}
+    return settings_of([str(x) for x in loaded]) if isinstance(loaded, list) else {}
 
 
 def _samples(result: RunResult) -> list[dict[str, Any]]:
@@ -121,7 +109,7 @@ def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
         reason = f"result.json unreadable: {what}"
         problem = f"{result_path}: unreadable ({what}); the job is shown as 'unreadable'"
         return JobResult(job_dir, UNREADABLE, reason, _overrides_from_hydra(job_dir)), problem
-    settings = parse_overrides(result.overrides) if result.overrides else _overrides_from_hydra(job_dir)
+    settings = settings_of(result.overrides) if result.overrides else _overrides_from_hydra(job_dir)
     job = JobResult(
         path=job_dir,
         status=result.status,

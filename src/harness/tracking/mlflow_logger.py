@@ -28,7 +28,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
 
 from harness.config.checks import parsed_number
-from harness.config.composed import as_typed
+from harness.config.overrides import as_typed
 from harness.errors import ConfigError, HarnessError
 from harness.tracking import store_access
 from harness.tracking.experiments import PARENT_TAG, experiment_for, sweep_info

@@ -122,7 +122,7 @@ def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) ->
     from mlflow import MlflowClient
     from mlflow.entities import Param
 
-    from harness.config.composed import as_typed
+    from harness.config.overrides import as_typed
     from harness.config.sweep_keys import sweep_run_name, swept_values_of
     from harness.tracking import store_access
     from harness.tracking.sweep_summary import sweep_params

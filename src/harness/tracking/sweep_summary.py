@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.config.overrides import parse_overrides
 from harness.measured import MAIN_PHASES, USABLE, is_finite_number
 from harness.tracking.run_facts import MAX_PARAM_CHARS, MAX_TAG_CHARS
 
@@ -19,11 +20,8 @@ NOTE_TAG = "mlflow.note.content"  # the run's Description box in the UI (markdow
 def sweep_params(overrides: list[str], swept: dict[str, list[str]]) -> dict[str, str]:
     """Every key the sweep set: a swept key with its values ('2,4'), a fixed one with its value."""
     params = {key: ",".join(values) for key, values in swept.items()}
-    for override in overrides:
-        key, sep, value = override.partition("=")
-        key = key.lstrip("+~")
-        if sep and key not in params and not key.startswith("hydra."):
-            params[key] = value
+    for key, value in parse_overrides(overrides).items():
+        params.setdefault(key, value)
     return {k: v[:MAX_PARAM_CHARS] for k, v in params.items()}
 
 

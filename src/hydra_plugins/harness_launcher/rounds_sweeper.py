@@ -17,7 +17,7 @@ from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-from harness.config.sweep_keys import ROUND_KEY
+from harness.config.overrides import ROUND_KEY
 
 
 def in_rounds(grid: list[list[str]], rounds: int) -> list[list[str]]:
