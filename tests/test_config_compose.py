@@ -47,8 +47,7 @@ def composed(*overrides: str, tmp_path: Path | None = None) -> DictConfig:
 def test_every_profiler_preset_composes_and_builds(preset, tmp_path):
     cfg = composed(f"profiler=[{preset}]", tmp_path=tmp_path)
     read_knobs(cfg)
-    check_targets(cfg)
-    check_arguments(cfg)  # every shipped argument fits its constructor's type hints
+    check_arguments(check_targets(cfg))  # every shipped argument fits its constructor's type hints
     nodes = cfg.profiler
     assert len(nodes) >= 1
     for name, node in nodes.items():
@@ -72,7 +71,7 @@ def test_presets_follow_one_naming_scheme():
 def test_model_data_and_trainer_options_build(group, tmp_path):
     for option in options(group):
         cfg = composed(f"{group}={option}", "logger=none", tmp_path=tmp_path)
-        check_arguments(cfg)
+        check_arguments(check_targets(cfg))
         kwargs = {"logger": False, "enable_progress_bar": False} if group == "trainer" else {}
         assert instantiate(cfg[group], **kwargs) is not None
 

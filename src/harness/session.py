@@ -26,13 +26,26 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, open_dict
 from typing_extensions import override
 
+from harness import memory_peaks
+from harness.cli_errors import describe
+from harness.config.knobs import Knobs
+from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
+from harness.launch.output_dirs import new_dir
 from harness.result.schema import RunResult
+from harness.run import build
+from harness.run.finish import write_reports
+from harness.run.measure import record_trainer
+from harness.run.observe import BatchObserver, check_what_ran
 from harness.run.record import RunRecord
+from harness.terminal import show, use_console
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +59,6 @@ COMMAND_ONLY = {
 @contextmanager
 def _hydra_for_compose() -> Iterator[None]:
     """Room for compose(): a script that is itself a Hydra app has GlobalHydra in use."""
-    from hydra.core.global_hydra import GlobalHydra
-
     hydra = GlobalHydra.instance()
     previous = hydra.hydra if hydra.is_initialized() else None
     hydra.clear()
@@ -63,8 +74,6 @@ def _hydra_for_compose() -> Iterator[None]:
 def _hydra_config(cfg: DictConfig) -> Iterator[None]:
     """`${hydra:runtime.output_dir}` in the presets' options resolves to the session's
     directory while they are built; the script's own HydraConfig, if any, is put back."""
-    from hydra.core.hydra_config import HydraConfig
-
     holder = HydraConfig.instance()
     previous = holder.cfg
     holder.set_config(cfg)
@@ -77,11 +86,6 @@ def _hydra_config(cfg: DictConfig) -> Iterator[None]:
 def compose_presets(presets: Sequence[str], overrides: Sequence[str], output_dir: Path
                     ) -> DictConfig:
     """harness's config with `profiler=[presets]` and `overrides`, as the command composes it."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.cli_errors import describe
-    from harness.config.locations import conf_dir
-
     wanted = [f"profiler=[{','.join(presets)}]", "logger=none", *overrides]
     try:
         with _hydra_for_compose(), initialize_config_dir(str(conf_dir()), version_base="1.3"):
@@ -103,10 +107,8 @@ class _TrainerSeen(Callback):
 
     @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        from harness.run import environment
-
         if self.trainer is None:
-            environment.reset_peak_memory(trainer.strategy.root_device)
+            memory_peaks.reset(trainer.strategy.root_device)
         self.trainer = trainer
 
 
@@ -120,12 +122,6 @@ class ProfileSession:
 
     def __init__(self, presets: str | Sequence[str] = ("speed",), output_dir: str | Path | None = None,
                  overrides: Sequence[str] = ()) -> None:
-        from harness import memory_peaks
-        from harness.launch.output_dirs import new_dir
-        from harness.run import build
-        from harness.run.observe import BatchObserver
-        from harness.terminal import use_console
-
         if not logging.getLogger().handlers:  # a plain script: print harness's lines and tables
             use_console()
         names = [presets] if isinstance(presets, str) else list(presets)
@@ -172,17 +168,10 @@ class ProfileSession:
             raise
         finally:
             if trainer is None or trainer.is_global_zero:
-                from harness.terminal import show
-
                 show(f"[bold]result:[/bold] {self.record.write()}")
         return self.result
 
     def _record(self, trainer: Any) -> None:
-        from harness.run import environment
-        from harness.run.finish import write_reports
-        from harness.run.record import record_trainer
-        from harness.run.observe import check_what_ran
-
         if trainer is None or self._seen.trainer is not trainer:
             raise HarnessError("the session's callbacks never ran in a Trainer. Fix:"
                                " Trainer(callbacks=[..., *session.callbacks],"
@@ -196,7 +185,7 @@ class ProfileSession:
         module, datamodule = trainer.lightning_module, trainer.datamodule
         result.model = _qualified(module)
         result.data = _qualified(datamodule) if datamodule is not None else None
-        result.metrics.update(environment.peak_memory(trainer.strategy.root_device))
+        result.metrics.update(memory_peaks.read(trainer.strategy.root_device))
         knobs = _knobs_of(self.cfg, trainer, self._observer)
         result.knobs = {k: getattr(knobs, k) for k in ("batch_size", "precision",
                                                           "lightning_precision", "mode")}
@@ -239,8 +228,6 @@ def _qualified(obj: Any) -> str:
 def _knobs_of(cfg: DictConfig, trainer: Any, observer: Any) -> Any:
     """The knobs as the script ran them: read off the Trainer and the batches (the script,
     not harness, chose them), so check_what_ran finds what ran and contradicts nothing."""
-    from harness.config.knobs import Knobs
-
     sizes = {p: n for p, n in observer.examples_per_batch().items() if n is not None}
     batch_size = next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),
                       cfg.batch_size)

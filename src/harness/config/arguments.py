@@ -190,12 +190,10 @@ def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = Fal
                               f"{key}.{name}={example}") from None
 
 
-def check_arguments(cfg: DictConfig) -> None:
-    """Every `_target_` node's arguments against its constructor (the targets import: run
-    harness.config.targets.check_targets first)."""
-    from hydra.utils import get_object
-
-    nodes = [(key, get_object(str(node._target_)), node) for key, node in target_nodes(cfg)]
+def check_arguments(targets: list[tuple[str, Any, DictConfig]]) -> None:
+    """Every `_target_` node's arguments against its constructor: `targets` as
+    harness.config.targets.check_targets imported them. Values written as interpolations go
+    last, so a bad value is first named where it is written."""
     for interpolated in (False, True):
-        for key, target, node in nodes:
+        for key, target, node in targets:
             check_node(key, target, node, interpolated)

@@ -69,8 +69,9 @@ def _check_kind(key: str, target: Any) -> None:
                           f"a lightning.pytorch.{kind} subclass", fix)
 
 
-def check_targets(cfg: DictConfig) -> None:
-    """Raise a HarnessError naming the key of the first target that is missing or broken."""
+def check_targets(cfg: DictConfig) -> list[tuple[str, Any, DictConfig]]:
+    """(key, the imported target, its node) of every `_target_` harness builds; a ConfigError
+    naming the key of the first one that is missing, broken or not of Lightning's kind."""
     from hydra.utils import get_object
 
     start = put_start_directory_on_path()
@@ -89,6 +90,7 @@ def check_targets(cfg: DictConfig) -> None:
             "choose a preset (data=...), set data._target_=package.module.Class, or data=none"
             " to run the module on its own dataloaders",
         )
+    targets = []
     for key, node in target_nodes(cfg):
         target = node._target_
         try:
@@ -101,3 +103,5 @@ def check_targets(cfg: DictConfig) -> None:
                 f" installed, on PYTHONPATH or in the start directory {start}",
             ) from None
         _check_kind(key, found)
+        targets.append((key, found, node))
+    return targets

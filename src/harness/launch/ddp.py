@@ -23,19 +23,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_original_cwd
+
+from harness import private_api
+from harness.config.overrides import as_typed
 from harness.errors import HarnessError
+from harness.launch.hydra_args import same_config_arguments
 from harness.launch.slurm import launcher_mismatch
 from harness.result.schema import RunResult
 
 
 def child_command(local_rank: int) -> tuple[Sequence[str], str]:
     """The command and working directory that start `local_rank` of the current Hydra job."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.utils import get_original_cwd
-
-    from harness.config.overrides import as_typed
-    from harness.launch.hydra_args import same_config_arguments
-
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
     command = [sys.executable, "-m", "harness.cli", *same_config_arguments(),
@@ -61,8 +61,6 @@ def distributed_facts(trainer: Any) -> dict[str, Any]:
 
 def prepare_ranks(trainer: Any, result: RunResult) -> None:
     """Before fit: SLURM's tasks must match the trainer; DDP ranks start in this job's dir."""
-    from harness import private_api
-
     if result.slurm:
         mismatch = launcher_mismatch(result.slurm.get("ntasks_per_node"),
                                      result.slurm.get("num_nodes"), trainer.num_devices,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,28 +41,29 @@ def _build(key: str, node: DictConfig, **kwargs: Any) -> Any:
         raise HarnessError(f"{key}: could not build {node.get('_target_')}: {first}") from None
 
 
-def build_module(cfg: DictConfig) -> pl.LightningModule:
-    module = _build("model", cfg.model)
-    if not isinstance(module, pl.LightningModule):
+def _build_a(kind: type, key: str, node: DictConfig, fix: str) -> Any:
+    """`_build`, then refuse what is not a `kind`: a factory `_target_` can return anything.
+    (A class of the wrong kind was refused before the run, harness.config.targets.)"""
+    built = _build(key, node)
+    if not isinstance(built, kind):
         raise HarnessError(
-            f"model._target_={cfg.model._target_} built a {type(module).__name__}, not a"
-            " lightning.pytorch.LightningModule. Fix: point model._target_ at a LightningModule"
-            " (pytorch_lightning classes do not mix with lightning.pytorch)"
-        )
-    return module
+            f"{key}._target_={node._target_} built a {type(built).__name__}, not a"
+            f" lightning.pytorch {kind.__name__}. Fix: {fix}")
+    return built
+
+
+def build_module(cfg: DictConfig) -> pl.LightningModule:
+    return _build_a(pl.LightningModule, "model", cfg.model,
+                    "point model._target_ at a LightningModule (pytorch_lightning classes do not"
+                    " mix with lightning.pytorch)")
 
 
 def build_datamodule(cfg: DictConfig) -> pl.LightningDataModule | None:
     """The DataModule, or None with `data=none` (the module's own dataloaders)."""
     if uses_own_dataloaders(cfg):
         return None
-    datamodule = _build("data", cfg.data)
-    if not isinstance(datamodule, pl.LightningDataModule):
-        raise HarnessError(
-            f"data._target_={cfg.data._target_} built a {type(datamodule).__name__}, not a"
-            " lightning.pytorch.LightningDataModule. Fix: point data._target_ at a DataModule"
-        )
-    return datamodule
+    return _build_a(pl.LightningDataModule, "data", cfg.data,
+                    "point data._target_ at a DataModule")
 
 
 def build_presets(cfg: DictConfig) -> Presets:
@@ -94,8 +96,6 @@ def build_presets(cfg: DictConfig) -> Presets:
 
 def route_lightning_logs() -> None:
     """Send Lightning's messages through the job's logging only, so each prints once."""
-    import logging
-
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logger = logging.getLogger(name)
         logger.handlers.clear()
@@ -103,23 +103,17 @@ def route_lightning_logs() -> None:
 
 
 def build_logger(cfg: DictConfig) -> Any:
+    """The logger group's logger, or None with logger=none."""
     node = cfg.get("logger")
     if not isinstance(node, DictConfig) or "_target_" not in node:
-        return False
+        return None
     return _build("logger", node)
 
 
 def build_user_callbacks(node: Any) -> list[Callback]:
     """The user's trainer.callbacks: one `_target_` node, a list or a dict of them."""
-    built = []
-    for key, child in callback_nodes(node):
-        callback = _build(key, child)
-        if not isinstance(callback, Callback):
-            raise HarnessError(
-                f"{key}._target_={child._target_} built a {type(callback).__name__}, not a"
-                " lightning.pytorch Callback. Fix: point it at a Callback class, or remove it")
-        built.append(callback)
-    return built
+    return [_build_a(Callback, key, child, "point it at a Callback class, or remove it")
+            for key, child in callback_nodes(node)]
 
 
 def _switches_for(callbacks: list[Callback]) -> dict[str, bool]:
@@ -153,6 +147,6 @@ def build_trainer(
         precision=precision,
         callbacks=[*flush, *user, *presets.callbacks, *own],
         profiler=presets.profiler,
-        logger=logger,
+        logger=False if logger is None else logger,  # Trainer(logger=None) means its defaults
         **_switches_for(user),
     )

@@ -13,7 +13,14 @@ import ctypes
 import ctypes.util
 import gc
 
-from harness import memory_peaks
+# pandas and rich are for the reports at the end of a job; loaded up front, with the first
+# job, every job of a sweep starts from the same resident baseline (not ~60 MiB lighter).
+import pandas  # noqa: F401
+import rich.table  # noqa: F401
+import torch
+
+from harness import memory_peaks, private_api
+from harness.instrument import line_profile, switches
 
 
 def _return_freed_heap() -> None:
@@ -34,14 +41,6 @@ def start_clean() -> dict[str, bool | int | None]:
     (`rss_at_start_bytes`: what earlier jobs left loaded, e.g. TorchInductor's
     modules, cannot be unloaded), recorded in result.json as `isolation`.
     """
-    # Reports import pandas and rich at the end of the first job; loaded up front, every job
-    # of the sweep starts from the same resident baseline (the first job is not ~60 MiB lighter).
-    import pandas  # noqa: F401
-    import rich.table  # noqa: F401
-    import torch
-
-    from harness import private_api
-
     torch.compiler.reset()  # compiled graphs
     private_api.reset_compile_counters()  # graphs and breaks counted from here (result.json)
     gc.collect()
@@ -51,8 +50,6 @@ def start_clean() -> dict[str, bool | int | None]:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()  # the job resets the peak counters itself, just before it measures
         done["cuda_cache_emptied"] = True
-    from harness.instrument import line_profile, switches
-
     switches.reset()
     line_profile.detach()
     done["peak_rss_reset"] = memory_peaks.reset()

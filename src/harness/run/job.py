@@ -1,4 +1,5 @@
-"""One job: validate the config, measure it `repeat` times, write result.json, log it."""
+"""One job of `harness`, top to bottom: check the config, measure the run (harness.run.measure,
+loaded once the config is known good), write result.json, log it to the tracker."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from harness.launch.ranks import global_rank
 from harness.launch.slurm import slurm_metadata
 from harness.result.schema import RunResult
 from harness.run.record import RunRecord
+from harness.terminal import show
+from harness.tracking.run_logging import log_finished_run
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +29,19 @@ log = logging.getLogger(__name__)
 def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResult:
     """Run the job described by `cfg`, writing into `output_dir`.
 
-    result.json is written however the job ends; the exception, if any, is
-    re-raised for the CLI to report.
+    result.json is written however the job ends; the exception, if any, is re-raised for
+    the CLI to report.
     """
     record = RunRecord(output_dir, overrides=overrides)
     try:
-        check_resolves(cfg)  # before anything reads a value, the nsys relaunch included
+        check_resolves(cfg)  # before anything reads a value, the nsys re-launch's included
     except ConfigError as err:
         record.fail(err)
         _write(record)
         raise
-    relaunched = relaunch_under_nsys(cfg, output_dir, overrides)  # profiler=nsys
+    # profiler=nsys: Nsight Systems has to start the process it profiles, so this job runs
+    # again as its child, which measures; here its result.json is read back.
+    relaunched = relaunch_under_nsys(cfg, output_dir, overrides)
     if relaunched is not None:
         return relaunched
     record.result.slurm = slurm_metadata()
@@ -44,8 +49,12 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
     with job_scope() as signals:
         try:
             knobs = check_config(cfg, overrides, record.result)
-            logger = _build_logger(cfg)  # one tracking run per job, shared by its repeats
-            _measure_repeats(cfg, knobs, record, logger)
+            # torch and Lightning load here, after the config checks: a typo is said at once.
+            from harness.run import build, measure
+
+            build.route_lightning_logs()  # each Lightning message once, through the job's log
+            logger = build.build_logger(cfg)  # one tracking run per job, shared by its repeats
+            measure.measure_repeats(cfg, knobs, record, logger)
             if record.result.status == "running":
                 record.result.status = "ok"
         except BaseException as err:
@@ -55,7 +64,8 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
         finally:
             if global_rank() == 0:
                 _write(record)
-                _track(cfg, record, logger)
+                if logger:
+                    log_finished_run(cfg, record.result, record.output_dir, logger)
     return record.result
 
 
@@ -70,8 +80,8 @@ def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None
         result.sweep_round = sweep_round(cfg)
     check_added_keys(overrides, cfg.keys())
     check_trainer_keys(cfg)
-    check_targets(cfg)  # each imports; the model is a LightningModule class
-    check_arguments(cfg)  # each argument fits its constructor's type hints
+    targets = check_targets(cfg)  # each imports; the model is a LightningModule class
+    check_arguments(targets)  # each argument fits its constructor's type hints
     return knobs
 
 
@@ -80,49 +90,4 @@ def _write(record: RunRecord) -> None:
     run measured something."""
     path = record.write()
     if record.result.device is not None:
-        from harness.terminal import show
-
         show(f"[bold]result:[/bold] {path}")
-
-
-def _build_logger(cfg: DictConfig) -> Any:
-    from harness.run import build
-
-    build.route_lightning_logs()
-    return build.build_logger(cfg)
-
-
-def _measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
-    """`repeat` measurements, each from a clean state (jobs of a sweep share a process); with
-    several, result.json's metrics are pooled over them and diagnosed once, on the pool."""
-    from harness.run.finish import diagnose_run
-    from harness.run.isolation import start_clean
-    from harness.run.measure import measure_once
-    from harness.run.repeat import repeats_record
-
-    runs: list[dict[str, Any]] = []
-    presets: dict[str, Any] = {}
-    try:
-        for index in range(knobs.repeat):
-            if knobs.repeat > 1:
-                log.info("repeat %d/%d", index + 1, knobs.repeat)
-            record.result.metrics = {}
-            record.result.isolation = start_clean()
-            try:
-                presets = measure_once(cfg, knobs, record, logger)
-            finally:
-                runs.append(dict(record.result.metrics))
-    finally:
-        if knobs.repeat > 1:
-            record.result.metrics, record.result.repeats = repeats_record(knobs.repeat, runs)
-    if knobs.repeat > 1 and global_rank() == 0:
-        diagnose_run(presets, record)
-
-
-def _track(cfg: DictConfig, record: RunRecord, logger: Any) -> None:
-    """Into MLflow when logger=mlflow built a run (no-op for other loggers)."""
-    if not logger:
-        return
-    from harness.tracking.run_logging import log_finished_run
-
-    log_finished_run(cfg, record.result, record.output_dir, logger)

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-FLAG = "nonfinite_loss"
+NONFINITE_LOSS = "nonfinite_loss"  # the result.json flag
 
 
 class LossWatch(Callback):

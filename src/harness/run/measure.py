@@ -1,33 +1,70 @@
-"""One measurement: build the objects, train and/or infer, record what ran and the reports."""
+"""The measurement of a job, top to bottom: `repeat` times from a clean state, each time build
+the data, model, presets and Trainer from config, fit and/or predict, record what ran and the
+presets' reports; then pool the repeats.
+
+Loaded only once the config is known good (harness.run.job), so its imports of torch and
+Lightning cost nothing on the way to a config error.
+"""
 
 from __future__ import annotations
 
 import logging
+import platform
+import socket
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
+import psutil
+import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from omegaconf import DictConfig
 
+from harness import memory_peaks, private_api
 from harness.config.knobs import Knobs
 from harness.errors import HarnessError, first_line
+from harness.launch.ddp import distributed_facts, prepare_ranks
+from harness.launch.ranks import global_rank
+from harness.measured import summarize
+from harness.result.schema import Device, Repeats, RunResult
+from harness.run import build
+from harness.run.compile import compile_facts, compile_network
+from harness.run.finish import diagnose_run, write_reports
+from harness.run.isolation import start_clean
+from harness.run.loss_watch import NONFINITE_LOSS, LossWatch
+from harness.run.observe import BatchObserver, check_what_ran
 from harness.run.record import RunRecord, classify_failure, write_error_log
 
 log = logging.getLogger(__name__)
+
+
+def measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
+    """`repeat` measurements, each from a clean state (the jobs of a sweep share a process);
+    with several, result.json's metrics are pooled over them and diagnosed once, on the pool."""
+    runs: list[dict[str, Any]] = []
+    presets: dict[str, Any] = {}
+    try:
+        for index in range(knobs.repeat):
+            if knobs.repeat > 1:
+                log.info("repeat %d/%d", index + 1, knobs.repeat)
+            record.result.metrics = {}
+            record.result.isolation = start_clean()
+            try:
+                presets = measure_once(cfg, knobs, record, logger)
+            finally:
+                runs.append(dict(record.result.metrics))
+    finally:
+        if knobs.repeat > 1:
+            _pool_repeats(record.result, knobs.repeat, runs)
+    if knobs.repeat > 1 and global_rank() == 0:
+        diagnose_run(presets, record)
 
 
 def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
                  ) -> dict[str, Any]:
     """Fit and/or predict once with fresh objects; figures land in `record.result`. Returns
     the presets that measured them (repeat=N diagnoses after the last one)."""
-    import lightning.pytorch as pl
-
-    from harness.launch.ddp import prepare_ranks
-    from harness.run import build, environment
-    from harness.run.compile import compile_facts, compile_network
-    from harness.run.finish import write_reports
-    from harness.run.record import record_trainer
-    from harness.run.loss_watch import LossWatch
-    from harness.run.observe import BatchObserver, check_what_ran
-
     result = record.result
     pl.seed_everything(knobs.seed, workers=True, verbose=False)
     datamodule = build.build_datamodule(cfg)
@@ -42,10 +79,10 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     result.model = cfg.model._target_
     result.data = None if datamodule is None else cfg.data._target_
 
-    compile_before = environment.compile_seconds()
+    compiling_before = private_api.compile_seconds()
     if knobs.compile:
         compile_network(module, knobs.compile_module, knobs.compile)
-    environment.reset_peak_memory(device)
+    memory_peaks.reset(device)
     compiled = None
     try:
         if knobs.trains:
@@ -53,10 +90,10 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
         if knobs.infers:
             _infer_after(trainer, module, datamodule, knobs, record)
     finally:
-        result.metrics.update(environment.peak_memory(device))
+        result.metrics.update(memory_peaks.read(device))
         if knobs.compile:
-            compiled = compile_facts(compile_before)
-            result.metrics.update(compiled)
+            compiled = compile_facts(compiling_before)  # graphs and breaks: what ran (observed)
+            result.metrics["compile_time_s"] = compiled.pop("compile_time_s")
         check_what_ran(result, knobs, observer, trainer.world_size, compiled)
         if trainer.is_global_zero and result.observed is not None:
             for note in result.observed.notes:  # what ran differs from a knob: said, not hidden
@@ -70,14 +107,82 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     return presets.by_name
 
 
-def _flag_nonfinite_loss(result: Any, loss_watch: Any) -> None:
-    from harness.run.loss_watch import FLAG
+def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> None:
+    """The precision Lightning used (and why, when it is not what was asked), the device,
+    versions and host, into `result`."""
+    device = trainer.strategy.root_device
+    result.precision_used = trainer.precision
+    if trainer.precision != asked_precision:
+        result.precision_note = (
+            f"asked for {asked_precision}, Lightning used {trainer.precision}"
+            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
+            " bf16-mixed there)"
+        )
+    result.device = Device(**_device_facts(device), world_size=trainer.world_size)
+    result.distributed = distributed_facts(trainer)
+    result.versions = _versions()
+    result.host = socket.gethostname()
 
-    if loss_watch.saw_nonfinite() and FLAG not in result.flags:
-        result.flags = sorted({*result.flags, FLAG})
+
+def _device_facts(device: Any) -> dict[str, Any]:
+    """What the run ran on; `memory_bytes` is the GPU's memory (CUDA), else the machine's RAM:
+    what the peak memory figures are held against."""
+    if device.type == "cuda":
+        return {
+            "accelerator": "cuda",
+            "device_name": torch.cuda.get_device_name(device),
+            "device_count": torch.cuda.device_count(),
+            "memory_bytes": torch.cuda.get_device_properties(device).total_memory,
+        }
+    return {"accelerator": device.type, "device_name": _cpu_name(), "device_count": 1,
+            "memory_bytes": psutil.virtual_memory().total}
+
+
+def _cpu_name() -> str:
+    """The CPU model as /proc/cpuinfo names it, or what platform knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _versions() -> dict[str, str | None]:
+    def version(package: str) -> str | None:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "lightning": version("lightning"),
+        "hydra-core": version("hydra-core"),
+        "harness": version("lightning-harness"),
+    }
+
+
+def _pool_repeats(result: RunResult, requested: int, runs: list[dict[str, Any]]) -> None:
+    """repeat=N in one job: `metrics` become one consistent summary of the N measurements
+    (harness.measured.summarize), each run's own figures and their range under `repeats`.
+    (In a sweep, repeats run as rounds of jobs instead: the rounds sweeper.)"""
+    result.metrics, low, high = summarize(runs)
+    result.repeats = Repeats(
+        requested=requested, completed=len(runs), min=low, max=high, per_repeat=runs,
+        what="metrics: medians over the runs, each phase's examples_per_second = its examples"
+        " per iteration / its median seconds_per_iteration; min and max: their range;"
+        " diagnosis: from those medians and the last run's passes; reports/: the last run's")
+
+
+def _flag_nonfinite_loss(result: Any, loss_watch: LossWatch) -> None:
+    if loss_watch.saw_nonfinite() and NONFINITE_LOSS not in result.flags:
+        result.flags = sorted({*result.flags, NONFINITE_LOSS})
         log.warning("the training loss was NaN or infinite: the timings stand, but the model"
                     " stopped learning (result.json flags: %s). Fix: lower model.lr, check the"
-                    " data, or try precision=fp32", FLAG)
+                    " data, or try precision=fp32", NONFINITE_LOSS)
 
 
 def _fail_partial_without_figures(result: Any) -> None:
@@ -90,8 +195,8 @@ def _fail_partial_without_figures(result: Any) -> None:
             + result.phase_errors.get("inference", result.reason))
 
 
-def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,
-                 record: RunRecord) -> None:
+def _infer_after(trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any,
+                 knobs: Knobs, record: RunRecord) -> None:
     """Inference; when it fails after training was measured, the run is `partial`: the
     training figures stay and the inference phase says why it has none."""
     try:
@@ -110,7 +215,8 @@ def _infer_after(trainer: Any, module: Any, datamodule: Any, knobs: Knobs,
         result.status, result.reason = "partial", f"training measured; inference failed: {reason}"
 
 
-def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
+def _predict(trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any,
+             fitted: bool) -> None:
     """The inference measurement: Lightning's predict loop (eval mode, torch.inference_mode)."""
     loaders = _inference_loaders(module, datamodule, fitted)
     try:
@@ -119,9 +225,6 @@ def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
         else:
             trainer.predict(module, dataloaders=loaders, return_predictions=False)
     except Exception as err:
-        import lightning.pytorch as pl
-        from lightning.pytorch.utilities.model_helpers import is_overridden
-
         if is_overridden("predict_step", module, pl.LightningModule) or (
             classify_failure(err)[0] == "oom"
         ):
@@ -134,19 +237,15 @@ def _predict(trainer: Any, module: Any, datamodule: Any, fitted: bool) -> None:
         ) from err
 
 
-def _inference_loaders(module: Any, datamodule: Any, fitted: bool) -> Any:
+def _inference_loaders(module: pl.LightningModule, datamodule: Any, fitted: bool) -> Any:
     """None: Lightning's own predict_dataloader (of the DataModule, or with data=none of the
     module) is used; else the validation loaders, for data without a predict split."""
-    import lightning.pytorch as pl
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
     source = module if datamodule is None else datamodule
     base = pl.LightningModule if datamodule is None else pl.LightningDataModule
     if is_overridden("predict_dataloader", source, base):
         return None
     if is_overridden("val_dataloader", source, base):
-        # No predict split: measure inference on the validation data instead.
-        if not fitted:
+        if not fitted:  # fit has not set the data up
             source.prepare_data()
             source.setup("validate")
         return source.val_dataloader()

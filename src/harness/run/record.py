@@ -7,13 +7,14 @@ still leaves its status, a one-line reason and whatever it measured.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 from harness.errors import HarnessError, OutputError, first_line
-from harness.result.schema import Device, RunResult
+from harness.reports.files import write_text
+from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, write_result
 
 ERROR_LOG = "error.log"
@@ -36,8 +37,6 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
 
 def write_error_log(output_dir: Path, err: BaseException) -> Path:
     """The traceback of `err` in the run's error.log (a message may point there)."""
-    from harness.reports.files import write_text
-
     return write_text(output_dir / ERROR_LOG, "".join(traceback.format_exception(err)))
 
 
@@ -56,8 +55,6 @@ def saved_traceback(output_dir: Path, err: BaseException) -> str:
 def temporary_traceback(err: BaseException) -> str:
     """The traceback of `err` in a file of the temporary directory (there is no run
     directory to hold it), for a message: where it is, or why it is nowhere."""
-    import tempfile
-
     try:
         handle, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
         with open(handle, "w") as out:
@@ -103,23 +100,3 @@ class RunRecord:
             return write_result(self.output_dir, self.result)
         except OSError as err:
             raise OutputError(err, self.path) from err
-
-
-def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> None:
-    """The precision Lightning used (and why, when it is not what was asked), the device,
-    versions and host, into `result`."""
-    from harness.launch.ddp import distributed_facts
-    from harness.run import environment
-
-    device = trainer.strategy.root_device
-    result.precision_used = trainer.precision
-    if trainer.precision != asked_precision:
-        result.precision_note = (
-            f"asked for {asked_precision}, Lightning used {trainer.precision}"
-            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
-            " bf16-mixed there)"
-        )
-    result.device = Device(**environment.device_info(device), world_size=trainer.world_size)
-    result.distributed = distributed_facts(trainer)
-    result.versions = environment.versions()
-    result.host = environment.host()

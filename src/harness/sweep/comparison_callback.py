@@ -92,7 +92,8 @@ class ComparisonCallback(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.config.composed import as_typed, check_added_keys
+        from harness.config.composed import check_added_keys
+        from harness.config.overrides import as_typed
         from harness.config.sweep_keys import swept_values_of
         from harness.errors import ConfigError
         from harness.launch.signals import stop_sweep_on_sigterm

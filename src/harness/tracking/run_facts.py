@@ -49,8 +49,9 @@ def params(config: Mapping[str, Any], result: RunResult) -> dict[str, str]:
 
 
 def final_metrics(result: RunResult) -> dict[str, float]:
-    """The numeric headline figures of result.json (None means not measured: left out)."""
-    figures = {key: float(value) for key, value in result.metrics.items()
+    """The numeric headline figures of result.json, read where each lives (RunResult.figures;
+    None means not measured: left out)."""
+    figures = {key: float(value) for key, value in result.figures().items()
                if is_finite_number(value)}
     if is_finite_number(result.duration_s):
         figures["duration_s"] = float(result.duration_s)
