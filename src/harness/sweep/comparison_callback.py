@@ -25,7 +25,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from typing_extensions import override
 
-from harness.config.checks import one_of
 from harness.launch.signals import restore_sigterm
 
 log = logging.getLogger(__name__)
@@ -55,30 +54,6 @@ def verdict(statuses: list[str]) -> tuple[int, str | None]:
     return 1, f"no job of the sweep measured what it was asked ({counts}; see comparison.md)"
 
 
-def check_settings(rows: str | None, baseline: str | None, swept: dict[str, list[str]]) -> None:
-    """Raise a ConfigError naming the key when `rows` or `baseline` cannot match this sweep."""
-    from harness.errors import ConfigError
-    from harness.sweep.table import NOT_AXES, choose_row_key, parse_variant_spec
-
-    axes = [k for k in swept if k not in NOT_AXES]
-    if rows is not None:
-        one_of(f"{KEY}.rows", rows, axes or ["(nothing is swept)"])
-    if not baseline:
-        return
-    row_key = choose_row_key(axes, rows)
-    columns = [k for k in axes if k != row_key]
-    for key, value in parse_variant_spec(baseline).items():
-        if key not in columns:
-            raise ConfigError(f"{KEY}.baseline", baseline,
-                              f"key=value pairs of the column keys ({', '.join(columns) or 'none'})",
-                              f"{KEY}.baseline='{columns[0]}={swept[columns[0]][0]}'" if columns
-                              else f"drop {KEY}.baseline")
-        if value not in swept[key]:
-            raise ConfigError(f"{KEY}.baseline", baseline,
-                              f"one of the swept values of {key}: {', '.join(swept[key])}",
-                              f"{KEY}.baseline='{key}={swept[key][0]}'")
-
-
 class ComparisonCallback(Callback):
     """Writes comparison.{md,csv,json,png} into the sweep directory and shows the table."""
 
@@ -96,6 +71,7 @@ class ComparisonCallback(Callback):
         from harness.config.sweep_keys import swept_values_of
         from harness.errors import ConfigError
         from harness.launch.signals import stop_sweep_on_sigterm
+        from harness.sweep.table import check_settings
 
         global _running
         outcome.exit_code, outcome.message = 0, None
@@ -124,7 +100,7 @@ class ComparisonCallback(Callback):
         """comparison.* and the table of the jobs in `sweep_dir`; their statuses. (What it
         prints also lands in sweep.log: harness.sweep.progress.)"""
         try:
-            from harness.sweep.report import report_sweep
+            from harness.sweep.report_cli import report_sweep
 
             comparison = report_sweep(sweep_dir, rows=self.rows, baseline=self.baseline,
                                       plot=self.plot)
