@@ -135,7 +135,7 @@ class Verdict:
     message: str | None = None
 
 
-def verdict(statuses: list[str]) -> Verdict:
+def verdict_of(statuses: list[str]) -> Verdict:
     """Non-zero when no job of the sweep ended ok or partial (or none ran)."""
     if not statuses:
         return Verdict(1, "the sweep ran no job")
@@ -182,7 +182,7 @@ class SweepInProgress:
         """At the sweep's end: comparison.* and the table, then the verdict."""
         settings, self.table = self.table, None
         if settings is not None:
-            self.verdict = verdict(self._write_table(settings))
+            self.verdict = verdict_of(self._write_table(settings))
 
     def end(self) -> None:
         """The sweep is over: SIGTERM back to what it was, the terminal no longer follows it.
