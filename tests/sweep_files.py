@@ -22,14 +22,25 @@ def metrics(train: float, inference: float, rss_mib: float = 500.0,
     }
 
 
+def diagnosis(bound_by: str = "compute", **figures: float) -> dict[str, Any]:
+    """A result.json `diagnosis` block (the diagnose preset's), with these per-phase figures."""
+    return {"bound_by": bound_by, "verdict": f"{bound_by}-bound (hand-made)",
+            "flop_convention": "hand-made", **figures}
+
+
 def write_job(job_dir: Path, overrides: list[str], status: str = "ok",
               values: dict[str, Any] | None = None, reason: str | None = None,
-              per_repeat: list[dict[str, Any]] | None = None) -> Path:
+              per_repeat: list[dict[str, Any]] | None = None, schema_version: int = 2,
+              diagnosed: dict[str, Any] | None = None) -> Path:
+    """A job directory as a job leaves it. Schema 2 (the default) still copied the diagnosis's
+    figures into `metrics`; from schema 3 they live only in `diagnosed` (its diagnosis)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / ".hydra").mkdir(exist_ok=True)
     (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    record: dict[str, Any] = {"schema_version": 2, "status": status, "reason": reason,
-                              "overrides": overrides, "metrics": values or {}}
+    record: dict[str, Any] = {"schema_version": schema_version, "status": status,
+                              "reason": reason, "overrides": overrides, "metrics": values or {}}
+    if diagnosed:
+        record["diagnosis"] = diagnosed
     if per_repeat:
         record["repeats"] = {"requested": len(per_repeat), "completed": len(per_repeat),
                              "what": "hand-made", "per_repeat": per_repeat}

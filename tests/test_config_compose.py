@@ -114,7 +114,7 @@ def test_launchers_compose(tmp_path):
 
 
 def test_sweep_end_settings_are_checked_against_the_sweep():
-    from harness.sweep.comparison_callback import check_settings
+    from harness.sweep.table import check_settings
 
     swept = {"batch_size": ["1", "2"], "precision": ["fp32", "bf16"]}
     check_settings("batch_size", "precision=fp32", swept)

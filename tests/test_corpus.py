@@ -176,7 +176,7 @@ def test_the_argument_check_refuses_what_the_constructor_would(values, refused):
     (("+batchsize=1,2",), "+batchsize", "batch_size=1,2"),
 ])
 def test_sweep_setting_case(what, names, fix, tmp_path, capsys):
-    from harness.sweep.comparison_callback import ComparisonCallback
+    from harness.sweep.callbacks import ComparisonCallback
 
     cfg = composed(tmp_path=tmp_path)
     with read_write(cfg.hydra), open_dict(cfg):  # the overrides a multirun was started with

@@ -9,13 +9,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_files import metrics, write_job
+from sweep_files import diagnosis, metrics, write_job
 
 from harness.errors import HarnessError
 from harness.sweep.collect import collect
-from harness.sweep.compare import diff, regressions
-from harness.sweep.layout import Figure, Section, _fill, markdown_table, sections, terminal_table
-from harness.sweep.render import legend, write_all
+from harness.sweep.diff import diff, regressions
+from harness.sweep.render import (
+    Figure,
+    Section,
+    _fill,
+    legend,
+    markdown_table,
+    sections,
+    terminal_table,
+    write_tables,
+)
 from harness.sweep.table import build
 
 
@@ -208,7 +216,7 @@ def test_the_best_variant_is_marked_only_beyond_the_noise_of_the_others(tmp_path
     assert not once.points["train_best"].any()
     md = tmp_path / "md"
     md.mkdir()
-    write_all(clear, md, plot=False)
+    write_tables(clear, md)
     assert "| all | 0.0400 ±3% | 100.0 ±3% | 25% | 0.0258 ±3% | 155.0 ±3% best |" in (
         md / "comparison.md").read_text()
     assert any(line.startswith("best: the row's highest examples/s") for line in
@@ -278,8 +286,6 @@ def test_the_plot_labels_axes_starts_at_zero_and_shows_speedups_and_spread(tmp_p
 
 
 def test_memory_headroom_from_the_slope_of_memory_against_batch(tmp_path):
-    from harness.sweep.headroom import largest_batches
-
     root = tmp_path / "sweep"
     for n, bs in enumerate((2, 4, 8)):  # 100 MiB fixed + 50 MiB per example, exactly
         job = write_job(root / str(n), [f"batch_size={bs}"],
@@ -289,7 +295,7 @@ def test_memory_headroom_from_the_slope_of_memory_against_batch(tmp_path):
                             "memory_bytes": 1024 * 2**20}  # 1 GiB
         (job / "result.json").write_text(json.dumps(result))
     comparison = build(collect(root))
-    fit = largest_batches(comparison)["all"]
+    fit = comparison.headroom["all"]
     assert fit["bytes_per_example"] == pytest.approx(50 * 2**20)
     assert fit["fixed_bytes"] == pytest.approx(100 * 2**20)
     # 90 % of 1024 MiB = 921.6 MiB; (921.6 - 100) / 50 = 16.4 -> 16
@@ -316,21 +322,21 @@ def _memory_sweep(root, rss_by_batch: dict[int, list[float]], memory_mib: int) -
 
 
 def test_memory_headroom_is_not_read_off_noise_nor_far_past_the_data(tmp_path):
-    from harness.sweep.headroom import headroom_lines, largest_batches
+    from harness.sweep.render import headroom_lines
 
     # 33 MiB of growth between the sizes, 40 MiB between repeats of one size: noise.
     noisy = _memory_sweep(tmp_path / "noisy", {8: [1000, 1040], 16: [1033, 1060]}, 64 * 1024)
-    assert largest_batches(noisy) == {}
+    assert noisy.headroom == {}
     # A clear 10 MiB per example, but 1 TiB would fit far more than 4x the largest size.
     far_sweep = _memory_sweep(tmp_path / "far", {8: [180, 181], 16: [260, 261]}, 2**20)
-    far = largest_batches(far_sweep)["all"]
+    far = far_sweep.headroom["all"]
     assert far["bytes_per_example"] == pytest.approx(10 * 2**20)
     assert far["at_least"] is True and far["largest_batch_size"] == 64
     assert "batch_size up to at least 64 (as far as the line is trusted: 4x" in headroom_lines(far_sweep)[0]
 
 
 def test_the_bound_over_rounds_is_the_majority_and_a_tie_names_both():
-    from harness.sweep.points import majority
+    from harness.sweep.table import majority
 
     assert majority(["compute", "host", "compute"]) == "compute"
     assert majority(["host", "compute"]) == "host/compute"
@@ -350,3 +356,39 @@ def test_a_repeated_jobs_pooled_diagnosis_reaches_the_table(tmp_path):
     assert [s["train_examples_per_second"] for s in job.samples] == [36.0, 40.0, 44.0]
     comparison = build(collect(root))
     assert sorted(comparison.points["train_flop_per_s"]) == [2e9, 4e9]
+
+
+def _diagnosed_sweep(root: Path, schema_version: int) -> Path:
+    """batch_size 2,4, repeat=3 in each job, diagnosed: the same figures written as schema 2
+    (the diagnosis's figures copied into metrics) or as schema 3 (in the diagnosis only)."""
+    for n, bs in enumerate((2, 4)):
+        per_repeat = [metrics(10.0 * bs * f, 50.0 * bs, batch_size=bs) for f in (0.9, 1.0, 1.1)]
+        figures = {"train_flop_per_s": 1e9 * bs, "train_mfu": 0.1 * bs}
+        values = metrics(10.0 * bs, 50.0 * bs, batch_size=bs)
+        if schema_version < 3:
+            values.update(figures)
+        write_job(root / str(n), [f"batch_size={bs}"], values=values, per_repeat=per_repeat,
+                  schema_version=schema_version,
+                  diagnosed=diagnosis("host" if bs == 2 else "compute", **figures))
+    return root
+
+
+def test_the_table_reads_the_diagnosis_where_it_lives_and_old_results_still_compare(tmp_path):
+    new = build(collect(_diagnosed_sweep(tmp_path / "v3", 3)))
+    old = build(collect(_diagnosed_sweep(tmp_path / "v2", 2)))
+    for comparison in (new, old):
+        points = comparison.points.set_index("batch_size")
+        # the job's diagnosis once, joined to each repeat's own speed figures
+        assert points.loc["4", "samples"] == 3
+        assert points.loc["4", "train_flop_per_s"] == 4e9
+        assert points.loc["4", "train_mfu"] == pytest.approx(0.4)
+        assert (points.loc["4", "train_examples_per_second_min"],
+                points.loc["4", "train_examples_per_second_max"]) == (
+            pytest.approx(36.0), pytest.approx(44.0))
+        assert points["bound_by"].to_dict() == {"2": "host", "4": "compute"}
+        (diagnosis_table,) = [s for s in sections(comparison) if s.title.startswith("Diagnosis")]
+        assert markdown_table(diagnosis_table, comparison)[1] == [
+            ["2", "host", "0.002", "20%"], ["4", "compute", "0.004", "40%"]]
+    # a schema-2 sweep and a schema-3 one of the same figures: nothing changed between them
+    changes = diff(old, new).changes
+    assert changes and all(c.ratio == pytest.approx(1.0) for c in changes if c.ratio is not None)

@@ -16,7 +16,8 @@ from sweep_files import metrics, write_job
 
 from harness import terminal
 from harness.errors import ConfigError
-from harness.sweep.progress import Progress, ProgressCallback, announce_jobs, duration
+from harness.sweep.callbacks import ProgressCallback
+from harness.sweep.progress import Progress, SweepInProgress, current, duration
 
 NOISY = "model._target_=noisy_module.Noisy"
 SMALL = ("data.train_batches=8", "data.val_batches=2", "data.predict_batches=6",
@@ -42,7 +43,7 @@ def logged(tmp_path, monkeypatch):
     logging.captureWarnings(False)
     file_handler.close()
     root.handlers, root.level = saved, level
-    terminal.sweep_ended()
+    terminal.follow(None)
 
 
 def _noise() -> None:
@@ -82,15 +83,16 @@ def test_library_noise_stays_in_the_log_and_verbose_prints_it(logged, capsys, mo
 def test_a_running_sweep_job_prints_only_its_warnings_once_and_the_sweep_log_has_them(
         logged, tmp_path, capsys):
     sweep_log = tmp_path / "sweep.log"
-    terminal.sweep_started(sweep_log)
+    sweep = SweepInProgress(tmp_path, log_path=sweep_log)
+    terminal.follow(sweep)
     logging.getLogger("harness.sweep.progress").info("job 1/2 batch_size=2: running")
-    terminal.job_running(True)
+    sweep.job_running = True
     for _ in range(2):  # two jobs say the same
         logging.getLogger("harness.profilers.speed").info("speed: thin")
         logging.getLogger("harness.profilers.speed").warning("speed: all steps were warm-up")
         terminal.show("a job's table")
         logging.getLogger("harness.cli.job").error("failed: told by the job's own line")
-    terminal.job_running(False)
+    sweep.job_running = False
     logging.getLogger("harness.sweep.progress").info("job 1/2 batch_size=2: ok")
     err = capsys.readouterr().err.splitlines()
     assert err == ["harness: job 1/2 batch_size=2: running",
@@ -146,7 +148,7 @@ def test_the_callback_names_jobs_by_what_differs_and_keeps_their_output_off_the_
     callback = ProgressCallback()
     callback.on_multirun_start(_job_config(sweep, 0, ["data.dim=32", "batch_size=2,4",
                                                        "precision=fp32,bf16"]))
-    announce_jobs(2)  # as the sweeper does, once it has the grid
+    current().announce_jobs(2)  # as the sweeper does, once it has the grid
     for num, (bs, precision) in enumerate((("2", "bf16"), ("4", "fp32"))):
         overrides = ["data.dim=32", f"batch_size={bs}", f"precision={precision}"]
         config = _job_config(sweep, num, overrides)

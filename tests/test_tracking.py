@@ -418,7 +418,7 @@ def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_pa
     from omegaconf import OmegaConf
     from sweep_files import metrics, write_job
 
-    from harness.sweep.report import report_sweep
+    from harness.sweep.report_cli import report_sweep
     from harness.tracking.parent_run import LOGGER_TARGET, ParentRunCallback
 
     sweep, uri = tmp_path / "multirun" / "2026-11-22" / "10-00-00", f"sqlite:///{tmp_path / 's.db'}"

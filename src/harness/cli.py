@@ -80,6 +80,7 @@ def main() -> None:
     from harness.cli_errors import describe
     from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
+    from harness.sweep.progress import current
     from harness.terminal import quiet_libraries, use_console
 
     # Hydra would print its errors with a partial traceback; raised, they are said in one line.
@@ -98,32 +99,29 @@ def main() -> None:
         code, message = describe(err)
         log.error("%s", message)
         sys.exit(code)
-    # Loaded only when a multirun ran (Hydra built its callbacks); it holds the sweep's verdict.
-    callback = sys.modules.get("harness.sweep.comparison_callback")
-    outcome = callback.outcome if callback is not None else None
-    if outcome is not None and outcome.exit_code:  # every job of the sweep failed
-        log.error("%s", outcome.message or "the sweep failed")
-        sys.exit(outcome.exit_code)
+    sweep = current()  # the multirun this command ran, if it was one
+    verdict = sweep.verdict if sweep is not None else None
+    if verdict is not None and verdict.exit_code:  # no job of the sweep measured its point
+        log.error("%s", verdict.message or "the sweep failed")
+        sys.exit(verdict.exit_code)
 
 
 def _end_unfinished_sweep(err: BaseException) -> None:
     """A multirun that stopped before Hydra's end of it (Ctrl-C, SIGTERM, a job that exited,
     a setting refused at its start): the table of the jobs that finished, and the MLflow
-    parent run closed, KILLED when interrupted. The callbacks' modules are loaded only when
-    a multirun started."""
-    from harness.terminal import job_running
+    parent run closed, KILLED when interrupted, FAILED otherwise."""
+    from harness.sweep.progress import current
 
-    # Hydra skips on_job_end for a job that raised SystemExit (an interrupted job): the job
-    # is over, and what follows is the sweep's to print.
-    job_running(False)
+    sweep = current()
+    if sweep is None or not sweep.running:
+        return
     interrupted = isinstance(err, KeyboardInterrupt) or (
         isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
-    comparison = sys.modules.get("harness.sweep.comparison_callback")
-    if comparison is not None:
-        comparison.end_early(interrupted)
-    parent = sys.modules.get("harness.tracking.parent_run")
-    if parent is not None:
-        parent.end_unfinished("KILLED" if interrupted else "FAILED")
+    sweep.end_early(interrupted)
+    from harness.tracking.parent_run import end_parent_run
+
+    # The parent run is found the way the jobs find it: through the sweep directory.
+    end_parent_run(sweep.directory, "KILLED" if interrupted else "FAILED")
 
 
 if __name__ == "__main__":

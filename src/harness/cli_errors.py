@@ -90,8 +90,10 @@ def _null_group() -> str:
     `data=null`: a config group takes an option name; `none` is the option that means none."""
     import sys
 
-    nulls = [a.split("=", 1)[0] for a in sys.argv[1:] if a.endswith(("=null", "=None"))]
-    group = nulls[0].lstrip("+~") if nulls else "a group"
+    from harness.config.overrides import parse_overrides
+
+    nulls = [k for k, v in parse_overrides(sys.argv[1:]).items() if v in ("null", "None")]
+    group = nulls[0] if nulls else "a group"
     line = f"{group}=null: a config group takes an option name, not null."
     options = _builtin_options(group) if nulls else []
     if "none" in options:

@@ -13,8 +13,10 @@ HARNESS_VERBOSE variable): other libraries' INFO lines (Lightning's banner and t
 MLflow creating its database), Python warnings (`quiet_libraries` routes them into
 logging: Lightning's `srun` hint, deprecations), Hydra's "Launching N jobs" lines
 (the sweep's progress lines say it better), and, while a job of an in-process sweep
-runs (`job_running`), the job's own tables and notes: the sweep prints one line per
-job instead, and each distinct warning once.
+runs, the job's own tables and notes: the sweep prints one line per job instead, and
+each distinct warning once. The sweep in progress (harness.sweep.progress) is an object
+of its own that the terminal follows (`follow`): it says whether a job runs, where its
+sweep.log is, and which warnings were printed.
 
 Outside Hydra (harness-report, harness-mlflow-upload, a user's own script)
 `use_console()` installs the console handler once. Nothing heavy is imported
@@ -28,9 +30,8 @@ import io
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 PREFIX = "harness"
 OUTPUT = "harness.output"  # the logger of tables and results
@@ -59,30 +60,30 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-@dataclass
-class _State:
-    """What the console handler has to know about the process: a job of an in-process
-    sweep is running; the warnings it printed (each once per sweep) and kept in the log."""
+class FollowedSweep(Protocol):
+    """What the terminal reads of the sweep in progress (harness.sweep.progress)."""
 
-    job_running: bool = False
-    printed: set[str] = field(default_factory=set)
-    hidden_warnings: int = 0
-    sweep_log: Path | None = None
+    job_running: bool  # a job of the sweep runs in this process
+    log_path: Path | None  # sweep.log; the terminal sets it to None when it cannot write it
+    printed_warnings: set[str]  # the warnings printed while its jobs ran, each once
 
 
-_state = _State()
+_sweep: FollowedSweep | None = None  # the sweep the terminal follows, if any
+_hidden_warnings = 0  # Python warnings left to the log since the last reset
 
 
-def job_running(running: bool) -> None:
-    """A job of an in-process sweep starts (True) or ends (False); see the module docstring."""
-    _state.job_running = running
+def follow(sweep: FollowedSweep | None) -> None:
+    """A sweep starts (its object) or ends (None): see the module docstring."""
+    global _sweep
+    _sweep = sweep
 
 
 def hidden_warnings(reset: bool = False) -> int:
     """Python warnings the terminal left to the log since the last reset."""
-    count = _state.hidden_warnings
+    global _hidden_warnings
+    count = _hidden_warnings
     if reset:
-        _state.hidden_warnings = 0
+        _hidden_warnings = 0
     return count
 
 
@@ -94,12 +95,12 @@ def shown(record: logging.LogRecord) -> bool:
     if _under(record.name, _LOG_ONLY):
         return False
     own = _own(record)
-    if _state.job_running:
+    if _sweep is not None and _sweep.job_running:
         if record.levelno < logging.WARNING or _under(record.name, _JOB_ENDING):
             return False
-        if record.getMessage() in _state.printed:  # the same warning from the next job
+        if record.getMessage() in _sweep.printed_warnings:  # the same warning, the next job
             return False
-        _state.printed.add(record.getMessage())
+        _sweep.printed_warnings.add(record.getMessage())
         return True
     if getattr(record, "renderable", None) is not None or own:
         return True
@@ -115,10 +116,11 @@ class ConsoleHandler(logging.Handler):
         self.prefix = prefix
 
     def emit(self, record: logging.LogRecord) -> None:
+        global _hidden_warnings
         try:
             if not shown(record):
                 if record.name == "py.warnings":
-                    _state.hidden_warnings += 1
+                    _hidden_warnings += 1
                 return
             setattr(record, _SHOWN_MARK, True)
             renderable = getattr(record, "renderable", None)
@@ -256,19 +258,6 @@ def use_console(prefix: str = PREFIX) -> None:
         root.setLevel(logging.INFO)
 
 
-def sweep_started(log_path: Path) -> None:
-    """A sweep starts: what this process prints goes to `log_path` (sweep.log) too, and each
-    warning of its jobs is printed once (harness.sweep.progress calls this)."""
-    _state.sweep_log = log_path
-    _state.printed.clear()
-
-
-def sweep_ended() -> None:
-    _state.sweep_log = None
-    _state.job_running = False
-    _state.printed.clear()
-
-
 class SweepLogHandler(logging.Handler):
     """<sweep dir>/sweep.log: every line the terminal showed while the sweep ran (its
     progress, its table, the jobs' warnings) and the sweep process's other records
@@ -282,15 +271,16 @@ class SweepLogHandler(logging.Handler):
         self.setFormatter(logging.Formatter(FILE_FORMAT))
 
     def emit(self, record: logging.LogRecord) -> None:
-        path = _state.sweep_log
-        if path is None or (_state.job_running and not getattr(record, _SHOWN_MARK, False)):
+        sweep = _sweep
+        if sweep is None or sweep.log_path is None or (
+                sweep.job_running and not getattr(record, _SHOWN_MARK, False)):
             return
         try:
-            with open(path, "a", encoding="utf-8") as handle:
+            with open(sweep.log_path, "a", encoding="utf-8") as handle:
                 handle.write(self.format(record) + "\n")
         except OSError:
             # An unwritable sweep directory: the sweep itself says so in one line (an
             # OutputError); sweep.log is given up rather than a traceback per record.
-            _state.sweep_log = None
+            sweep.log_path = None
         except Exception:
             self.handleError(record)

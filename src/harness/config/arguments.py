@@ -10,6 +10,11 @@ variable's value), a number for a str, or None where None is the default are not
 Only leaves are checked: nested `_target_` nodes, lists and mappings are left to the
 constructor, and so are annotations pydantic cannot turn into a check (a torch.device, a
 Lightning Strategy, a name that does not resolve).
+
+This is the one check of the types, for every class alike, the user's included (they have
+no checks of their own). What a type hint cannot say stays with harness's own constructors
+(harness.config.checks: `warmup_steps >= 0`, one of a list of modes), since ProfileSession
+and tests build presets without a config; it runs when Hydra builds them, before the run.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ class JobResult:
     status: str  # ok | failed | oom | interrupted (from result.json), missing | unreadable
     reason: str | None
     settings: dict[str, str]  # key -> value as overridden on the command line / by the sweep
-    metrics: dict[str, Any] = field(default_factory=dict)
-    samples: list[dict[str, Any]] = field(default_factory=list)  # one metrics dict per repeat
+    figures: dict[str, Any] = field(default_factory=dict)  # RunResult.figures(): every number
+    samples: list[dict[str, Any]] = field(default_factory=list)  # one figures dict per repeat
     result: RunResult | None = None  # the whole result.json, when it could be read
 
     @property
@@ -87,12 +87,14 @@ def _overrides_from_hydra(job_dir: Path) -> dict[str, str]:
     return settings_of([str(x) for x in loaded]) if isinstance(loaded, list) else {}
 
 
-def _samples(result: RunResult) -> list[dict[str, Any]]:
-    """One dict of figures per repeat. Figures only the pooled metrics hold (repeat=N
-    diagnoses once, on the pool: FLOP/s, MFU, shares) join every repeat's."""
+def _samples(result: RunResult, figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict of figures per repeat: each repeat's own metrics (the speed figures), with
+    the job's figures only the whole job has (repeat=N diagnoses once, on the pool: FLOP/s,
+    MFU, shares; compiled graphs) joining every repeat's. `figures` is result.figures(),
+    which reads them where they live (a schema-2 result.json copied them into metrics)."""
     if result.repeats is not None and result.repeats.per_repeat:
-        return [{**result.metrics, **run} for run in result.repeats.per_repeat]
-    return [result.metrics]
+        return [{**figures, **run} for run in result.repeats.per_repeat]
+    return [figures]
 
 
 def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
@@ -110,13 +112,14 @@ def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
         problem = f"{result_path}: unreadable ({what}); the job is shown as 'unreadable'"
         return JobResult(job_dir, UNREADABLE, reason, _overrides_from_hydra(job_dir)), problem
     settings = settings_of(result.overrides) if result.overrides else _overrides_from_hydra(job_dir)
+    figures = result.figures()
     job = JobResult(
         path=job_dir,
         status=result.status,
         reason=result.reason,
         settings=settings,
-        metrics=result.metrics,
-        samples=_samples(result),
+        figures=figures,
+        samples=_samples(result, figures),
         result=result,
     )
     return job, None

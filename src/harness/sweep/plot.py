@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.measured import USABLE, is_finite_number
-from harness.sweep.cells import MIB, is_number, short_label
+from harness.sweep.render import MIB, missing_cell
 from harness.sweep.table import Comparison
 
 RATIO_LABELS = {"train_speedup": "training speed-up", "inference_speedup": "inference speed-up",
@@ -36,8 +36,8 @@ def measured_steps(comparison: Comparison) -> dict[str, str]:
     """Phase -> measured steps per job (warm-up excluded), '40' or a range '12-40'."""
     found: dict[str, str] = {}
     for phase in ("train", "inference"):
-        steps = {int(j.metrics[f"{phase}_measured_steps"]) for j in comparison.jobs
-                 if j.status in USABLE and is_finite_number(j.metrics.get(f"{phase}_measured_steps"))}
+        steps = {int(j.figures[f"{phase}_measured_steps"]) for j in comparison.jobs
+                 if j.status in USABLE and is_finite_number(j.figures.get(f"{phase}_measured_steps"))}
         if steps:
             found[phase] = (f"{min(steps)}" if len(steps) == 1
                             else f"{min(steps)}-{max(steps)}")
@@ -81,13 +81,9 @@ def _series(comparison: Comparison, label: str, column: str, scale: float,
             spread: tuple[str, str] | None) -> tuple[list[int], list[float], list[list[float]]]:
     """(row indexes, values, [below, above]) of one variant's usable points."""
     index, values, below, above = [], [], [], []
-    points = comparison.points
     for n, row in enumerate(comparison.rows):
-        match = points[(points["row"].astype(str) == row) & (points["variant"] == label)]
-        if match.empty or match.iloc[0]["status"] not in USABLE:
-            continue
-        p = match.iloc[0]
-        if not is_finite_number(p[column]):
+        p = comparison.point(row, label)
+        if p is None or p["status"] not in USABLE or not is_finite_number(p[column]):
             continue
         low = p[spread[0]] if spread else None
         high = p[spread[1]] if spread else None
@@ -98,10 +94,19 @@ def _series(comparison: Comparison, label: str, column: str, scale: float,
     return index, values, [below, above]
 
 
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _draw(ax: Any, comparison: Comparison, column: str, scale: float, ratio: bool) -> None:
     variants = [v for v in comparison.variants if not (ratio and v == comparison.baseline)]
     single_row = len(comparison.rows) == 1
-    numeric = all(is_number(r) for r in comparison.rows) and not single_row
+    # numeric row values (batch sizes) sit at their value on the x axis, others side by side
+    numeric = all(_is_number(r) for r in comparison.rows) and not single_row
     positions = [float(r) for r in comparison.rows] if numeric else list(range(len(comparison.rows)))
     log_x = numeric and min(positions) > 0 and max(positions) / min(positions) >= 4
     top = 0.0
@@ -110,7 +115,7 @@ def _draw(ax: Any, comparison: Comparison, column: str, scale: float, ratio: boo
         index, values, errors = _series(comparison, label, column, scale, spread)
         if not index:
             continue
-        name = short_label(comparison, label) or comparison.root.name
+        name = comparison.short_label(label) or comparison.root.name
         color = f"C{comparison.variants.index(label)}"
         yerr = errors if spread else None
         top = max(top, *(v + e for v, e in zip(values, errors[1], strict=True)))
@@ -126,7 +131,7 @@ def _draw(ax: Any, comparison: Comparison, column: str, scale: float, ratio: boo
         _mark_failed(ax, comparison, column, positions, single_row, variants)
     if single_row:
         ax.set_xticks(range(len(variants)))
-        ax.set_xticklabels([short_label(comparison, v) for v in variants], rotation=15)
+        ax.set_xticklabels([comparison.short_label(v) for v in variants], rotation=15)
         ax.set_xlabel(", ".join(comparison.variant_keys) or "variant")
     else:
         if log_x:
@@ -136,7 +141,7 @@ def _draw(ax: Any, comparison: Comparison, column: str, scale: float, ratio: boo
         ax.set_xlabel(comparison.row_key or "run")
     if ratio:
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1,
-                   label=f"baseline ({short_label(comparison, comparison.baseline)})")
+                   label=f"baseline ({comparison.short_label(comparison.baseline)})")
     # From zero, with room above the highest bar: a gap on the axis is the gap in the numbers.
     ax.set_ylim(0, max(top, 1.0 if ratio else 0.0) * 1.12 or 1.0)
     ax.grid(True, alpha=0.3)
@@ -149,13 +154,10 @@ def _step(positions: list[float]) -> float:
 def _mark_failed(ax: Any, comparison: Comparison, column: str, positions: list[float],
                  single_row: bool, variants: list[str]) -> None:
     """A red x at zero, with the cell's word (OOM, failed...), where a job gave no figure."""
-    from harness.sweep.cells import missing_cell
-
-    points = comparison.points
     for k, label in enumerate(variants):
         for n, row in enumerate(comparison.rows):
-            match = points[(points["row"].astype(str) == row) & (points["variant"] == label)]
-            word = missing_cell(match.iloc[0], column) if not match.empty else None
+            point = comparison.point(row, label)
+            word = missing_cell(point, column) if point is not None else None
             if word is None or word == "-":
                 continue
             x = k if single_row else positions[n]
@@ -179,7 +181,7 @@ def figure(comparison: Comparison) -> Any:
     rows = 2 if with_ratios else 1
     fig, axes = plt.subplots(rows, len(panels), figsize=(5.2 * len(panels), 3.8 * rows + 0.9),
                              squeeze=False)
-    base = short_label(comparison, comparison.baseline)
+    base = comparison.short_label(comparison.baseline)
     for n, (column, label, ratio, scale) in enumerate(panels):
         _draw(axes[0][n], comparison, column, scale, ratio=False)
         axes[0][n].set_ylabel(label)

@@ -1,11 +1,26 @@
-"""What a sweep shows while it runs: job k/N, elapsed time and ETA, one line per finished job.
+"""The sweep in progress in this process: one `SweepInProgress`, and the lines it prints.
 
-Hydra's basic launcher runs the jobs in this process: `ProgressCallback` says when a job
-starts and, when it ends, its status, examples/s and between-steps share (from its
-result.json); while a job runs, the terminal leaves the job's own output to its cli.log
-(harness.terminal.job_running). The submitit launchers run the jobs elsewhere and say the
-same through `Progress` when they submit and collect them. The callback also applies the
-top-level `verbose` knob, in single runs too.
+A multirun's Hydra callbacks (harness.sweep.callbacks) start it when the multirun starts;
+`current()` returns it, in the process that runs the sweep only (a submitit job or a
+single run has none). It holds:
+
+- where the sweep writes: its directory, and its `sweep.log`, which harness.terminal
+  copies every line it prints into; and whether one of its jobs is running in this
+  process (`job_running`: the terminal then leaves the job's own output to its cli.log
+  and prints each warning once per sweep);
+- its progress (`Progress`): job k/N, elapsed time and ETA, one line per finished job
+  (status, examples/s and between-steps share, from the job's result.json). Hydra's basic
+  launcher runs the jobs in this process and the callbacks say when each starts and ends;
+  the submitit launchers run them elsewhere and say the same when they submit and collect
+  them; the rounds sweeper announces how many jobs there are;
+- its comparison (`table`: rows, baseline, plot) and, once written, its `verdict`: the
+  exit status of the command, non-zero only when no job of the sweep measured its point;
+- how to end it before Hydra does: between its jobs SIGTERM stops it as Ctrl-C does, and
+  `harness.cli` calls `end_early`, which writes the table of the jobs that finished.
+
+Its MLflow parent run is found the way its jobs find it, through the sweep directory
+(harness.tracking.parent_run). Nothing heavy is imported here: harness.cli asks `current()`
+after every command.
 """
 
 from __future__ import annotations
@@ -14,35 +29,15 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-from typing_extensions import override
 
 from harness import terminal
 from harness.measured import MAIN_PHASES, USABLE, is_finite_number
 
 log = logging.getLogger(__name__)
 SWEEP_LOG = "sweep.log"  # what the sweep printed: progress, table, the jobs' warnings
-_sweep: dict[str, Any] = {}  # this process's sweep: its job count and its Progress
-
-
-def announce_jobs(total: int) -> None:
-    """The sweeper tells how many jobs the sweep launches, every round included."""
-    _sweep["jobs"] = total
-
-
-def announced_jobs() -> int | None:
-    return _sweep.get("jobs")
-
-
-def current() -> Progress:
-    """The Progress of this process's sweep (a launcher's lines add to the callback's)."""
-    if "progress" not in _sweep:
-        _sweep["progress"] = Progress()
-    return _sweep["progress"]
 
 
 def duration(seconds: float) -> str:
@@ -85,15 +80,11 @@ class Progress:
 
     def __init__(self, total: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._total = total
+        self.total = total  # the jobs of the sweep, every round included, once announced
         self.clock = clock
         self.started = clock()
         self.durations: list[float] = []
         self.statuses: list[str] = []
-
-    @property
-    def total(self) -> int | None:
-        return self._total or announced_jobs()
 
     def _job(self, number: int) -> str:
         return f"job {number}/{self.total}" if self.total else f"job {number}"
@@ -127,89 +118,164 @@ class Progress:
                 + (f" ({counts})" if counts else ""))
 
 
-def check_verbose(config: DictConfig) -> bool:
-    from harness.config.checks import boolean
+@dataclass(frozen=True)
+class TableSettings:
+    """How the sweep's comparison is made (hydra.callbacks.sweep_report)."""
 
-    return boolean("verbose", config.get("verbose", False))
+    rows: str | None = None
+    baseline: str | None = None
+    plot: bool = True
 
 
-class ProgressCallback(Callback):
-    """Applies `verbose`; in a multirun, the lines above (see the module docstring)."""
+@dataclass(frozen=True)
+class Verdict:
+    """How the sweep ended, for the command's exit status."""
 
-    def __init__(self) -> None:
-        self.pid: int | None = None  # the process that runs the sweep (not a submitit job)
-        self.swept: list[str] = []
-        self.progress: Progress | None = None
-        self._job_started = 0.0
+    exit_code: int
+    message: str | None = None
 
-    def _apply_verbose(self, config: DictConfig) -> None:
-        if check_verbose(config):  # the jobs, their DDP ranks and submitit jobs inherit it
-            os.environ[terminal.VERBOSE_ENV] = "1"
 
-    @override
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._apply_verbose(config)
+def verdict_of(statuses: list[str]) -> Verdict:
+    """Non-zero when no job of the sweep ended ok or partial (or none ran)."""
+    if not statuses:
+        return Verdict(1, "the sweep ran no job")
+    if "ok" in statuses or "partial" in statuses:
+        return Verdict(0)
+    if "invalid" not in statuses:
+        return Verdict(1, f"all {len(statuses)} jobs of the sweep failed (see comparison.md)")
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+    return Verdict(1, f"no job of the sweep measured what it was asked ({counts};"
+                      " see comparison.md)")
 
-    @override
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.config.sweep_keys import swept_keys_of
 
-        self._apply_verbose(config)
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        terminal.sweep_started(sweep_dir / SWEEP_LOG)
-        self.pid, self.swept, self.progress = os.getpid(), swept_keys_of(config), Progress()
-        _sweep["progress"] = self.progress
-        quiet = "" if terminal.verbose() else " (verbose=true prints it here too)"
-        log.info("sweep in %s: one line per job; each job's own output is in its cli.log%s",
-                 sweep_dir, quiet)
+@dataclass
+class SweepInProgress:
+    """The sweep this process runs; see the module docstring."""
 
-    def _ours(self) -> bool:
-        return self.progress is not None and self.pid == os.getpid()
+    directory: Path
+    swept: list[str] = field(default_factory=list)  # the keys it varies: they name its jobs
+    progress: Progress = field(default_factory=Progress)
+    log_path: Path | None = None  # sweep.log; None once it cannot be written
+    job_running: bool = False
+    printed_warnings: set[str] = field(default_factory=set)  # each is printed once per sweep
+    table: TableSettings | None = None  # set by the comparison callback; None once written
+    verdict: Verdict | None = None
+    running: bool = True
+    pid: int = field(default_factory=os.getpid)
+    _job_started: float = 0.0
+    _sigterm_before: Any = None
 
-    def _label(self, config: DictConfig) -> tuple[int, str]:
-        from harness.config.sweep_keys import job_label
+    def announce_jobs(self, total: int) -> None:
+        """The sweeper tells how many jobs the sweep launches, every round included."""
+        self.progress.total = total
 
-        number = int(config.hydra.job.get("num", 0)) + 1
-        return number, job_label(list(config.hydra.overrides.task), self.swept)
-
-    @override
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not self._ours():
-            return
-        assert self.progress is not None
-        self.progress.starting(*self._label(config))
+    def job_starting(self, number: int, label: str) -> None:
+        self.progress.starting(number, label)
         self._job_started = time.monotonic()
-        terminal.job_running(True)
+        self.job_running = True
 
-    @override
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        output_dir = Path(str(config.hydra.runtime.output_dir))
-        if self.pid is None:  # a single run
-            self._say_hidden(output_dir / f"{config.hydra.job.name}.log")
-            return
-        if not self._ours():
-            return
-        assert self.progress is not None
-        terminal.job_running(False)
-        self.progress.finished(*self._label(config), output_dir,
-                               time.monotonic() - self._job_started)
+    def job_ended(self, number: int, label: str, output_dir: Path) -> None:
+        self.job_running = False
+        self.progress.finished(number, label, output_dir, time.monotonic() - self._job_started)
 
-    @override
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if not self._ours():
-            return
-        assert self.progress is not None
-        if self.progress.statuses:  # launchers that run the jobs elsewhere keep their own count
-            log.info("sweep done: %s", self.progress.summary())
-        self._say_hidden("the jobs' cli.log")
-        terminal.sweep_ended()
-        self.pid = self.progress = None
-        _sweep.clear()
+    def write_comparison(self) -> None:
+        """At the sweep's end: comparison.* and the table, then the verdict."""
+        settings, self.table = self.table, None
+        if settings is not None:
+            self.verdict = verdict_of(self._write_table(settings))
 
-    @staticmethod
-    def _say_hidden(where: Any) -> None:
-        count = terminal.hidden_warnings(reset=True)
-        if count and not terminal.verbose():
-            log.info("%d Python warning(s) (from libraries) are in %s only; verbose=true"
-                     " prints them", count, where)
+    def end(self) -> None:
+        """The sweep is over: SIGTERM back to what it was, the terminal no longer follows it.
+        Its verdict stays, for harness.cli."""
+        if not self.running:
+            return
+        self._stop()
+        terminal.follow(None)
+
+    def end_early(self, interrupted: bool) -> None:
+        """The sweep stopped before its end (`interrupted`: by Ctrl-C or SIGTERM, else by an
+        error: a setting refused at its start, a job that exited): the table of the jobs
+        that finished, and the command that rebuilds it. harness.cli calls this; Hydra does
+        not. What is said after it still goes to sweep.log."""
+        if not self.running:
+            return
+        self._stop()
+        settings, self.table = self.table, None
+        if settings is None:
+            return
+        if not any(p.is_dir() and p.name != ".submitit" for p in self.directory.glob("*")):
+            return  # stopped before its first job: no table to write
+        statuses = self._write_table(settings)
+        done = sum(status not in ("interrupted", "missing") for status in statuses)
+        log.warning("the sweep %s: %s in %s. Rebuild the table once the rest have run:"
+                    " harness-report %s", "was interrupted" if interrupted else "stopped early",
+                    f"the table shows the {done} job(s) that finished" if done
+                    else "no job finished", self.directory, self.directory)
+
+    def _stop(self) -> None:
+        from harness.launch.signals import restore_sigterm
+
+        # Hydra skips on_job_end for a job that raised SystemExit (an interrupted job): the
+        # job is over, and what follows is the sweep's to print.
+        self.running = self.job_running = False
+        restore_sigterm(self._sigterm_before)
+
+    def _write_table(self, settings: TableSettings) -> list[str]:
+        """comparison.* and the table of the jobs in the sweep directory; their statuses."""
+        try:
+            from harness.sweep.report_cli import report_sweep
+
+            comparison = report_sweep(self.directory, rows=settings.rows,
+                                      baseline=settings.baseline, plot=settings.plot)
+            return [job.status for job in comparison.jobs]
+        except Exception as err:  # the jobs' own results are safe on disk: say so, go on
+            log.warning("could not build the sweep comparison: %s. Rebuild it with:"
+                        " harness-report %s", err, self.directory)
+            return _statuses_on_disk(self.directory)
+
+
+_current: SweepInProgress | None = None  # the sweep this process started last
+
+
+def current() -> SweepInProgress | None:
+    """The sweep this process runs (or ran last: its verdict); None in any other process."""
+    if _current is None or _current.pid != os.getpid():
+        return None
+    return _current
+
+
+def sweep_of(config: Any) -> SweepInProgress:
+    """The sweep of this multirun's composed `config`, started by the first callback that
+    asks: its directory made, SIGTERM turned into a stop between jobs (the table of the
+    jobs that finished is still written), the terminal following it."""
+    from harness.config.sweep_keys import swept_keys_of
+    from harness.launch.signals import stop_sweep_on_sigterm
+
+    global _current
+    directory = Path(str(config.hydra.sweep.dir))
+    sweep = current()
+    if sweep is not None and sweep.running and sweep.directory == directory:
+        return sweep
+    directory.mkdir(parents=True, exist_ok=True)
+    sweep = SweepInProgress(directory, swept_keys_of(config), log_path=directory / SWEEP_LOG)
+    sweep._sigterm_before = stop_sweep_on_sigterm()
+    terminal.follow(sweep)
+    _current = sweep
+    return sweep
+
+
+def sweep_progress() -> Progress:
+    """The progress of this process's sweep (a launcher's lines add to the callbacks'), or
+    a count of its own where no callback started one."""
+    sweep = current()
+    return sweep.progress if sweep is not None and sweep.running else Progress()
+
+
+def _statuses_on_disk(sweep_dir: Path) -> list[str]:
+    from harness.errors import HarnessError
+    from harness.sweep.collect import collect
+
+    try:
+        return [job.status for job in collect(sweep_dir).jobs]
+    except HarnessError:
+        return []

@@ -1,27 +1,261 @@
-"""Write a Comparison as comparison.{md,csv,json} (+ .png, harness.sweep.plot) and show it.
+"""A Comparison (harness.sweep.table) as text: comparison.md, .csv, .json and the terminal's tables.
 
-Markdown and the terminal show the PhysicsNeMo-style layout (harness.sweep.layout):
-rows by the row key, one column group per variant, training and inference side by
-side; the CSV and JSON hold the same points in tidy form (one line per row x variant),
-with medians, min..max and the speed-ups as plain numbers.
+Markdown and the terminal show the PhysicsNeMo-style layout: rows by the row key, one
+column group per variant, training and inference side by side; the CSV and JSON hold the
+same points in tidy form (one line per row x variant), with medians, min..max and the
+speed-ups as plain numbers. comparison.png is harness.sweep.plot's.
+
+The tables are laid out once for both (`sections`). A section (training, inference, the
+diagnosis, peak memory) has one row per row value and, per variant, a few figures (s/it,
+ex/s, speed-up). Markdown gives each figure its own column; the terminal stacks a variant's
+figures in one cell, so a wide sweep still fits, with a column naming the stacked figures
+and their units. A sweep with one variant (a single swept key) has no speed-ups: each
+figure gets its own column there too. The baseline has no ratio column. A cell is a
+figure's number with its spread, or text: a section may show a column of words (a
+verdict, a reason).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.measured import MAIN_PHASES, USABLE, is_finite_number
 from harness.reports.files import write_csv, write_json, write_text
-from harness.sweep.cells import CELL_FOR_STATUS
-from harness.sweep.headroom import headroom_lines, largest_batches
-from harness.sweep.layout import BEST, markdown_table, sections, terminal_table
-from harness.sweep.points import METRIC_NAMES, METRICS, RATIOS, TABLE_PHASES
-from harness.sweep.table import DEFAULT, Comparison
+from harness.sweep.table import (
+    DEFAULT,
+    KEEP_FREE,
+    MAX_EXTRAPOLATION,
+    METRIC_NAMES,
+    METRICS,
+    RATIOS,
+    Comparison,
+)
 
 STEM = "comparison"
+# What comparison.json points to for the meaning of its fields (spread, ratio ranges...).
+DOC = "docs/sweeps.md#comparisonjson"
+BEST = "best"  # after the examples/s of a row's fastest variant, when it is beyond noise
+MIB = 2**20
+CELL_FOR_STATUS = {
+    "invalid": "invalid",
+    "oom": "OOM",
+    "failed": "failed",
+    "interrupted": "interrupted",
+    "missing": "no result",
+    "unreadable": "unreadable",
+}
 
 
+# -- cells ------------------------------------------------------------------------------------
+def _spread_suffix(point: Any, metric: str) -> str:
+    if point["samples"] <= 1:
+        return ""
+    lo, hi, mid = point[f"{metric}_min"], point[f"{metric}_max"], point[metric]
+    if not (is_finite_number(lo) and is_finite_number(hi) and is_finite_number(mid)) or mid == 0:
+        return ""
+    return f" ±{(hi - lo) / 2 / mid:.0%}"
+
+
+def _phase(metric: str) -> str | None:
+    phase = metric.split("_", 1)[0]
+    return phase if phase in ("train", "validation", "inference") else None
+
+
+def missing_cell(point: Any, metric: str | None = None) -> str | None:
+    """What a cell shows when there is no figure: '-' (no job), the job's status (OOM,
+    failed, invalid: a knob did not take effect), or 'failed' for the phase of a partial job."""
+    if point is None:
+        return "-"
+    if point["status"] not in USABLE:
+        return CELL_FOR_STATUS.get(point["status"], str(point["status"]))
+    phase = _phase(metric) if metric else None
+    if phase and point.get(f"{phase}_error"):
+        return "failed"
+    return None
+
+
+def _cautions(point: Any, metric: str) -> str:
+    """The cautions of a figure: `thin` (few measured steps), `NaN loss` (training)."""
+    phase = _phase(metric)
+    text = " thin" if phase and point.get(f"{phase}_thin") else ""
+    return text + (" NaN loss" if phase and point.get(f"{phase}_nonfinite_loss") else "")
+
+
+def value_cell(point: Any, metric: str) -> str:
+    """A metric's cell: the value (with its spread when repeated), or why there is none."""
+    missing = missing_cell(point, metric)
+    if missing is not None:
+        return missing
+    value = point[metric]
+    if isinstance(value, str):  # a column of words: a verdict, a reason
+        return value
+    if not is_finite_number(value):
+        return "-"
+    if metric.endswith("_flop_per_s"):
+        return f"{value / 1e12:.3f}"
+    if metric.endswith("_mfu"):
+        return f"{value:.0%}"
+    if metric == "peak_memory_bytes":
+        return f"{value / MIB:.0f}" + _spread_suffix(point, metric)
+    if metric.endswith("_share"):
+        return f"{value:.0%}"
+    text = f"{value:.4f}" if metric.endswith("seconds_per_iteration") else f"{value:.1f}"
+    return text + _spread_suffix(point, metric) + _cautions(point, metric)
+
+
+def ratio_cell(point: Any, ratio: str) -> str:
+    """A speed-up: the ratio, its range over the samples when repeated (* when that range
+    holds 1.00x: within noise), and `thin` when either side rests on few steps."""
+    missing = missing_cell(point, ratio)
+    if missing is not None:
+        return missing
+    value = point[ratio]
+    if not is_finite_number(value):
+        return "-"
+    text = f"{value:.2f}x"
+    low, high = point.get(f"{ratio}_min"), point.get(f"{ratio}_max")
+    if is_finite_number(low) and is_finite_number(high):
+        text += f" ({low:.2f}-{high:.2f})" + ("*" if point[f"{ratio}_within_spread"] else "")
+    return text + (" thin" if point.get(f"{ratio}_thin") else "")
+
+
+# -- sections: the tables, laid out once for markdown and the terminal -----------------------
+@dataclass
+class Figure:
+    label: str  # the figure's name with its unit: "ex/s", "between steps %", "speed-up x"
+    metric: str  # column of Comparison.points
+    ratio: bool = False  # a ratio against the baseline (none for the baseline itself)
+    best: str | None = None  # bool column of Comparison.points marking the row's best variant
+    terminal: bool = True  # shown on the terminal too (markdown shows every figure)
+
+
+@dataclass
+class Section:
+    title: str  # the markdown heading
+    terminal_title: str
+    figures: list[Figure]
+    # row value -> one list of (figure, text) per variant, in Comparison.variants order
+    rows: list[tuple[str, list[list[tuple[Figure, str]]]]] = field(default_factory=list)
+    failed: list[list[bool]] = field(default_factory=list)  # per row, per variant: not ok
+
+
+SECTION_PHASES = (("Training", "train"), ("Inference", "inference"))
+
+
+def _unmeasured(comparison: Comparison, metric: str) -> bool:
+    """Nobody measured this metric (mode=train: no inference); failed points, and a phase
+    that failed in a partial job, still show."""
+    points = comparison.points
+    measured = points[points["status"].isin(USABLE)]
+    error = f"{metric.split('_', 1)[0]}_error"
+    if error in measured and measured[error].notna().any():
+        return False
+    return bool(len(measured)) and bool(measured[metric].isna().all())
+
+
+def _cell(point: Any, figure: Figure) -> str:
+    if figure.ratio:
+        return ratio_cell(point, figure.metric)
+    text = value_cell(point, figure.metric)
+    if figure.best and point is not None and point.get(figure.best) is True:
+        text += f" {BEST}"
+    return text
+
+
+def _fill(section: Section, comparison: Comparison) -> Section:
+    for row in comparison.rows:
+        per_variant, failed = [], []
+        for label in comparison.variants:
+            point = comparison.point(row, label)
+            cells = [(figure, _cell(point, figure)) for figure in section.figures
+                     if not (figure.ratio and label == comparison.baseline)]
+            per_variant.append(cells)
+            failed.append(missing_cell(point, section.figures[0].metric) is not None)
+        section.rows.append((row, per_variant))
+        section.failed.append(failed)
+    return section
+
+
+def _versus(comparison: Comparison, what: str) -> str:
+    """', speed-up vs fp32' (nothing when there is one variant: nothing to compare)."""
+    if len(comparison.variants) < 2:
+        return ""
+    return f", {what} {comparison.short_label(comparison.baseline)}"
+
+
+def sections(comparison: Comparison) -> list[Section]:
+    """The training, inference, diagnosis and memory sections that have something to show."""
+    found = []
+    points = comparison.points
+    for title, phase in SECTION_PHASES:
+        if _unmeasured(comparison, f"{phase}_examples_per_second"):
+            continue
+        figures = [Figure("s/it", f"{phase}_seconds_per_iteration", terminal=False),
+                   Figure("ex/s", f"{phase}_examples_per_second", best=f"{phase}_best"),
+                   Figure("between steps %", f"{phase}_between_steps_share"),
+                   Figure("speed-up x", f"{phase}_speedup", ratio=True)]
+        found.append(_fill(Section(title, f"{title}{_versus(comparison, 'speed-up vs')}",
+                                   figures), comparison))
+    if "bound_by" in points and points["bound_by"].notna().any():
+        figures = [Figure("bound by", "bound_by"), Figure("TFLOP/s", "train_flop_per_s"),
+                   Figure("MFU %", "train_mfu")]
+        found.append(_fill(Section("Diagnosis (training)", "Diagnosis of training", figures),
+                           comparison))
+    if not _unmeasured(comparison, "peak_memory_bytes"):
+        sources = " / ".join(sorted({s for s in points["memory_source"].dropna()})) or "n/a"
+        figures = [Figure("peak MiB", "peak_memory_bytes"),
+                   Figure("vs base x", "memory_ratio", ratio=True)]
+        found.append(_fill(Section(f"Peak memory ({sources})",
+                                   f"Peak memory ({sources}){_versus(comparison, 'vs')}",
+                                   figures), comparison))
+    return found
+
+
+def _figures(section: Section, comparison: Comparison, label: str,
+             terminal: bool = False) -> list[Figure]:
+    return [f for f in section.figures if not (f.ratio and label == comparison.baseline)
+            and (f.terminal or not terminal)]
+
+
+def markdown_table(section: Section, comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): one column per figure of each variant."""
+    header = [comparison.row_key or "run"]
+    for label in comparison.variants:
+        name = comparison.short_label(label)
+        header += [f"{name} {figure.label}".strip()
+                   for figure in _figures(section, comparison, label)]
+    rows = [[row, *(text for cells in per_variant for _, text in cells)]
+            for row, per_variant in section.rows]
+    return header, rows
+
+
+def terminal_table(section: Section, comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): per variant one column, its figures stacked beside a column naming
+    them; with a single variant, one column per figure. A failed point says so once."""
+    header = [comparison.row_key or "run"]
+    single = len(comparison.variants) == 1
+    if single:
+        header += [f.label for f in _figures(section, comparison, comparison.variants[0], True)]
+    else:
+        header += ["", *(comparison.short_label(v) for v in comparison.variants)]
+    names = "\n".join(f.label for f in section.figures if f.terminal)
+    rows = []
+    for (row, per_variant), failed in zip(section.rows, section.failed, strict=True):
+        cells = [row] if single else [row, names]
+        for variant_cells, not_ok in zip(per_variant, failed, strict=True):
+            texts = [text for figure, text in variant_cells if figure.terminal]
+            if single:
+                cells += texts
+            else:
+                cells.append(texts[0] if not_ok else "\n".join(texts))
+        rows.append(cells)
+    return header, rows
+
+
+# -- the words around the tables ---------------------------------------------------------------
 def _preamble(comparison: Comparison) -> list[str]:
     lines = []
     ctx = comparison.context
@@ -43,6 +277,24 @@ def _preamble(comparison: Comparison) -> list[str]:
         )
     elif comparison.row_key:
         lines.append(f"Rows: {comparison.row_key}.")
+    return lines
+
+
+def headroom_lines(comparison: Comparison) -> list[str]:
+    """One legend line per variant with a memory headroom (Comparison.headroom)."""
+    lines = []
+    memory = "GPU memory" if comparison.context.get("accelerator") == "cuda" else "RAM"
+    for label, fit in comparison.headroom.items():
+        name = f" ({label})" if len(comparison.variants) > 1 else ""
+        size = (f"at least {fit['largest_batch_size']:,} (as far as the line is trusted:"
+                f" {MAX_EXTRAPOLATION}x the largest size measured)" if fit["at_least"]
+                else f"~{fit['largest_batch_size']:,}")
+        lines.append(
+            f"Memory headroom{name}: about {fit['bytes_per_example'] / 2**20:.1f} MiB per"
+            f" example over {fit['fixed_bytes'] / 2**30:.2f} GiB fixed, so batch_size up to"
+            f" {size} should fit in the {memory}'s {fit['capacity_bytes'] / 2**30:.0f} GiB"
+            f" ({KEEP_FREE:.0%} kept free; a straight line through batch sizes"
+            f" {fit['measured_batch_sizes']}: run that size to check)")
     return lines
 
 
@@ -79,15 +331,14 @@ def legend(comparison: Comparison) -> list[str]:
     else:
         lines.append("Each point ran once: no spread is known, so no speed-up can be called"
                      " real (run with repeat=N to measure it in N rounds).")
-    if any(comparison.points.get(f"{phase}_thin", False).any()
-           for phase in ("train", "inference") if f"{phase}_thin" in comparison.points):
+    points = comparison.points
+    if any(points[f"{phase}_thin"].any() for phase in MAIN_PHASES if f"{phase}_thin" in points):
         lines.append("thin: the phase has fewer measured steps than"
                      " profiler.speed.min_measured_steps: a figure on few samples.")
-    points = comparison.points
     if "train_nonfinite_loss" in points and points["train_nonfinite_loss"].astype(bool).any():
         lines.append("NaN loss: a training loss of the point was NaN or infinite (result.json"
                      " flag nonfinite_loss): the timings stand, the model stopped learning.")
-    if (comparison.points["status"] == "invalid").any():
+    if (points["status"] == "invalid").any():
         lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
                      " compile); its figures are in its result.json, not here. See below.")
     return lines + headroom_lines(comparison)
@@ -107,7 +358,7 @@ def failures(comparison: Comparison) -> list[str]:
     return lines
 
 
-# -- writers -----------------------------------------------------------------------------
+# -- comparison.md, .csv, .json -------------------------------------------------------------------
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
@@ -122,8 +373,9 @@ def to_markdown(comparison: Comparison) -> str:
     for section in sections(comparison):
         out += [f"## {section.title}", "", _md_table(*markdown_table(section, comparison)), ""]
     out += [f"{line}  " for line in legend(comparison)] + [""]
-    if failures(comparison):
-        out += ["## Failed jobs", ""] + [f"- {line}" for line in failures(comparison)] + [""]
+    failed = failures(comparison)
+    if failed:
+        out += ["## Failed jobs", ""] + [f"- {line}" for line in failed] + [""]
     if comparison.problems:
         out += ["## Problems reading the sweep", ""]
         out += [f"- {line}" for line in comparison.problems] + [""]
@@ -136,7 +388,7 @@ def csv_columns(comparison: Comparison) -> list[str]:
     for name in METRIC_NAMES:
         columns += [name, f"{name}_min", f"{name}_max"]
     columns += ["memory_source", "bound_by"]
-    for phase in TABLE_PHASES:
+    for phase in MAIN_PHASES:
         columns += [f"{phase}_thin", f"{phase}_error", f"{phase}_best"]
     columns.append("train_nonfinite_loss")
     for ratio in RATIOS:
@@ -153,7 +405,9 @@ def to_records(comparison: Comparison) -> list[dict[str, Any]]:
 
 
 def to_json(comparison: Comparison) -> dict[str, Any]:
+    """comparison.json; what each field means is in docs/sweeps.md (`doc`)."""
     return {
+        "doc": DOC,
         "sweep_dir": str(comparison.root),
         "row_key": comparison.row_key,
         "variant_keys": comparison.variant_keys,
@@ -165,39 +419,23 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "metrics": {m.name: {"unit": m.unit, "what": m.what} for m in METRICS},
         "ratios": {r: f"{m} of the variant / {m} of the baseline, same row"
                    for r, m in RATIOS.items()},
-        "spread": "min..max over every sample of the point (repeats in a job, rounds of the"
-                  " sweep); s/it = median, examples/s = examples per iteration / s/it",
-        "ratio_range": "<ratio>_min..<ratio>_max: the ratio over the samples, worst to best"
-                       " pairing of variant and baseline (null: ran once, unknown)",
-        "within_spread": "true when the ratio's range holds 1.0: the samples overlap, the"
-                         " difference is within noise (null: ran once, unknown)",
-        "thin": "<phase>_thin: fewer measured steps than profiler.speed.min_measured_steps",
-        "best": "<phase>_best: the row's highest examples/s, its lowest sample above every"
-                " other variant's highest (false when any point of the row ran once)",
-        "invalid": "status invalid: what ran contradicts a knob; no figures here",
-        "headroom": largest_batches(comparison),
+        "headroom": comparison.headroom,
         "points": to_records(comparison),
         "failures": failures(comparison),
         "problems": comparison.problems,
     }
 
 
-def write_all(comparison: Comparison, directory: Path, plot: bool = True) -> list[Path]:
-    """comparison.md, .csv, .json (and .png) in `directory`."""
-    from harness.sweep.plot import write_png
-
-    written = [
+def write_tables(comparison: Comparison, directory: Path) -> list[Path]:
+    """comparison.md, .csv and .json in `directory` (comparison.png: harness.sweep.plot)."""
+    return [
         write_text(directory / f"{STEM}.md", to_markdown(comparison)),
         write_csv(directory / f"{STEM}.csv", comparison.points[csv_columns(comparison)]),
         write_json(directory / f"{STEM}.json", to_json(comparison)),
     ]
-    if plot:
-        png = write_png(comparison, directory / f"{STEM}.png")
-        if png:
-            written.append(png)
-    return written
 
 
+# -- the terminal -----------------------------------------------------------------------------------
 def show_tables(comparison: Comparison) -> None:
     """The comparison on the terminal (and in the log): preamble, tables, legend, problems."""
     from rich.table import Table

@@ -3,8 +3,9 @@
     harness-report DIR          comparison.{md,csv,json,png} in DIR, table on the terminal
     harness-report A B          what changed from A to B, metric by metric (ratios B/A)
 
-Fast to start: argparse here, pandas and matplotlib only once there is work,
-never torch.
+`report_sweep` is what `harness-report DIR` does, and what a sweep does at its end
+(harness.sweep.progress), so the two write the same files. Fast to start: argparse here,
+pandas and matplotlib only once there is work, never torch.
 """
 
 from __future__ import annotations
@@ -14,14 +15,43 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.errors import HarnessError, OutputError, output_error
+
+if TYPE_CHECKING:
+    from harness.sweep.table import Comparison
 
 T = TypeVar("T")
 
 PROG = "harness-report"
 log = logging.getLogger(__name__)
+
+
+def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None = None,
+                 plot: bool = True, write: bool = True,
+                 settings_prefix: str | None = None) -> Comparison:
+    """The comparison of the jobs in `sweep_dir`: its tables on the terminal, and (unless
+    write=False) comparison.md, .csv, .json and (with `plot`) .png in `sweep_dir`. An error
+    in `rows` or `baseline` names them after `settings_prefix` (the sweep's own setting)."""
+    from harness.sweep import render
+    from harness.sweep.collect import collect
+    from harness.sweep.table import SETTINGS_KEY, build
+    from harness.terminal import show
+
+    comparison = build(collect(sweep_dir), rows=rows, baseline=baseline,
+                       settings_prefix=settings_prefix or f"{SETTINGS_KEY}.")
+    render.show_tables(comparison)
+    if write:
+        written = render.write_tables(comparison, sweep_dir)
+        if plot:
+            from harness.sweep.plot import write_png
+
+            png = write_png(comparison, sweep_dir / f"{render.STEM}.png")
+            if png:
+                written.append(png)
+        show("[bold]comparison:[/bold] " + ", ".join(str(p) for p in written))
+    return comparison
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,33 +84,34 @@ def parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from harness.sweep.collect import collect
-    from harness.sweep.report import report_sweep
     from harness.terminal import show
 
     if len(args.dirs) == 1:
         _written(lambda: report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
-                                      plot=not args.no_plot, write=not args.no_write),
+                                      plot=not args.no_plot, write=not args.no_write,
+                                      settings_prefix="--"),
                  "print the table only: --no-write")
         return 0
     if len(args.dirs) != 2:
         raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
                            " Fix: harness-report DIR, or harness-report A B")
-    from harness.sweep import compare
+    from harness.sweep import diff
     from harness.sweep.table import build
 
-    a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline) for d in args.dirs)
+    a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline,
+                  settings_prefix="--") for d in args.dirs)
     for side, comp in (("A", a), ("B", b)):
         for problem in comp.problems:
             log.warning("(%s) %s", side, problem)
-    result = compare.diff(a, b)
+    result = diff.diff(a, b)
     if args.out:  # written first: a reader that stops early (`| head`) must not cost the files
-        written = _written(lambda: compare.write(result, args.out),
+        written = _written(lambda: diff.write(result, args.out),
                            "write elsewhere: --out DIR")
-    compare.show_diff(result)
+    diff.show_diff(result)
     if args.out:
         show("[bold]diff:[/bold] " + ", ".join(map(str, written)))
     if args.fail_if_worse is not None:
-        worse = compare.regressions(result, args.fail_if_worse)
+        worse = diff.regressions(result, args.fail_if_worse)
         for change in worse:
             show(f"[red]regression[/red] {change.point}: {change.metric}"
                  f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"

@@ -1,21 +1,36 @@
-"""The comparison of a sweep: one point per combination of swept values, as a pandas frame.
+"""The comparison of a sweep as data: one point per combination of swept values, as a pandas frame.
 
-The swept keys make rows and column groups (variants); a point pools every job (and
-every repeat inside a job, and every round of a sweep) that ran the same settings
-(harness.sweep.points). Speed-ups compare a variant with the baseline variant in
-the same row.
+The swept keys make rows and column groups (variants). A point pools every job (and every
+repeat inside a job, and every round of a sweep) that ran the same settings: its figures are
+one consistent statistic over those samples (harness.measured.summarize: the median s/it,
+examples/s derived from it) with their min..max range. A job that did not measure what it
+was asked gives no number: `invalid` (a knob did not take effect) and failed jobs show their
+status; a `partial` job keeps the phases it measured, and the phase that failed says so. A
+phase measured on too few steps is `thin`.
+
+On top of the points: speed-ups against the baseline variant in the same row (with their
+range over the samples and whether that range holds 1.0), each row's best variant beyond
+noise, and, with a sweep over batch_size, the memory headroom. Everything is computed here
+once; harness.sweep.render and harness.sweep.plot only read it. The sweep's own settings
+(`rows`, `baseline`) are checked by `check_settings`, when a sweep starts and when a table
+is built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import HarnessError
+from harness.config.overrides import parse_overrides
+from harness.config.sweep_keys import short_setting
+from harness.errors import ConfigError, HarnessError
+from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, summarize
 from harness.sweep.collect import Collection, JobResult
-from harness.sweep.points import METRIC_NAMES, add_best, add_ratios, point
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,11 +39,60 @@ DEFAULT = "(default)"
 ROW_PREFERENCE = ("batch_size",)
 # Keys that never make rows or variants: they say how a run was launched, not what ran.
 NOT_AXES = ("sweep",)
+# Where a sweep's `rows` and `baseline` are set (the comparison callback, conf/config.yaml);
+# harness-report names them --rows and --baseline.
+SETTINGS_KEY = "hydra.callbacks.sweep_report"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # column in comparison.csv / key in comparison.json
+    unit: str
+    what: str
+    higher_is_better: bool
+    compared: bool = True  # whether harness-report A B compares it
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("train_seconds_per_iteration", "s",
+           "training: seconds per iteration (median over samples), warm-up excluded", False),
+    Metric("train_examples_per_second", "examples/s",
+           "training: examples per iteration / seconds per iteration, warm-up excluded", True),
+    Metric("train_between_steps_share", "share",
+           "training: share of each iteration between steps (batch fetch, end-of-step work)", False, False),
+    Metric("inference_seconds_per_iteration", "s",
+           "inference (predict, eval mode): seconds per iteration, warm-up excluded", False),
+    Metric("inference_examples_per_second", "examples/s",
+           "inference: examples per iteration / seconds per iteration, warm-up excluded", True),
+    Metric("inference_between_steps_share", "share",
+           "inference: share of each iteration between steps (batch fetch, end-of-step work)", False, False),
+    Metric("train_flop_per_s", "FLOP/s",
+           "training: FLOPs of a step (diagnose preset) / seconds per iteration", True, False),
+    Metric("train_mfu", "share",
+           "training: FLOP/s / the device's dense peak (null without a peak)", True, False),
+    Metric("peak_memory_bytes", "bytes",
+           "peak device memory allocated by torch (CUDA), else peak resident set of the process"
+           " during the job (CPU)", False),
+)
+METRIC_NAMES = tuple(m.name for m in METRICS)
+# speed-up column -> the metric it divides (variant / baseline, same row)
+RATIOS = {
+    "train_speedup": "train_examples_per_second",
+    "inference_speedup": "inference_examples_per_second",
+    "memory_ratio": "peak_memory_bytes",
+}
+
+# Memory headroom (`largest_batches`): the share of memory kept free, and when the line
+# through memory against batch size is noise or stretched too far to read.
+KEEP_FREE = 0.10
+MIN_GROWTH_OVER_NOISE = 3.0
+MIN_GROWTH_SHARE = 0.05
+MAX_EXTRAPOLATION = 4
 
 
 @dataclass
 class Comparison:
-    """Everything the renderers need, built from a Collection."""
+    """Everything the renderings need, built from a Collection by `build`."""
 
     root: Path
     row_key: str | None
@@ -41,6 +105,8 @@ class Comparison:
     jobs: list[JobResult]
     problems: list[str] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
+    variant_settings: dict[str, dict[str, str]] = field(default_factory=dict)  # label -> settings
+    headroom: dict[str, dict[str, Any]] = field(default_factory=dict)  # see largest_batches
 
     @property
     def status_counts(self) -> dict[str, int]:
@@ -58,6 +124,20 @@ class Comparison:
         """Rounds of the sweep (repeat=N in a multirun), 0 when it ran none."""
         return int(self.points["rounds"].max()) if len(self.points) else 0
 
+    @cached_property
+    def _by_place(self) -> dict[tuple[str, str], Any]:
+        # Built on first use, once: the renderings look a point up per cell.
+        return {(str(p["row"]), p["variant"]): p for _, p in self.points.iterrows()}
+
+    def point(self, row: str, variant: str) -> Any:
+        """The point (a row of `points`) at this row value and variant; None if none ran."""
+        return self._by_place.get((row, variant))
+
+    def short_label(self, label: str) -> str:
+        """'precision=bf16, compile=true' -> 'bf16 compile=true': bare words stand alone."""
+        settings = self.variant_settings.get(label, {})
+        return " ".join(short_setting(k, settings.get(k, DEFAULT)) for k in self.variant_keys)
+
 
 def _sort_key(value: str) -> tuple[int, float, str]:
     try:
@@ -66,24 +146,19 @@ def _sort_key(value: str) -> tuple[int, float, str]:
         return (1, 0.0, value)
 
 
-def variant_label(keys: Sequence[str], settings: dict[str, str]) -> str:
+def variant_label(keys: Sequence[str], settings: Mapping[str, str]) -> str:
     if not keys:
         return "all"
     return ", ".join(f"{k}={settings.get(k, DEFAULT)}" for k in keys)
 
 
-def parse_variant_spec(spec: str) -> dict[str, str]:
+def parse_variant_spec(spec: str, prefix: str = "") -> dict[str, str]:
     """'precision=bf16,compile=true' -> {'precision': 'bf16', 'compile': 'true'}."""
-    pairs: dict[str, str] = {}
-    for part in spec.replace(";", ",").split(","):
-        key, sep, value = part.strip().partition("=")
-        if not sep or not key.strip():
-            raise HarnessError(
-                f"baseline={spec!r} is not valid: expected key=value pairs separated by commas."
-                " Fix: e.g. baseline='precision=fp32,compile=false'"
-            )
-        pairs[key.strip()] = value.strip()
-    return pairs
+    parts = [part.strip() for part in spec.replace(";", ",").split(",")]
+    if not all(part.partition("=")[0].strip() and "=" in part for part in parts):
+        raise ConfigError(f"{prefix}baseline", spec, "key=value pairs separated by commas",
+                          f"{prefix}baseline='precision=fp32,compile=false'")
+    return parse_overrides(parts)
 
 
 def choose_row_key(axes: list[str], rows: str | None) -> str | None:
@@ -94,71 +169,89 @@ def choose_row_key(axes: list[str], rows: str | None) -> str | None:
     return rows or next((k for k in ROW_PREFERENCE if k in axes), fallback)
 
 
-def _choose_baseline(spec: str | None, variants: list[str], variant_keys: list[str],
+def check_settings(rows: str | None, baseline: str | None, swept: Mapping[str, Sequence[str]],
+                   prefix: str = f"{SETTINGS_KEY}.") -> None:
+    """Raise a ConfigError naming `<prefix>rows` or `<prefix>baseline` when it cannot match
+    this sweep, whose swept keys and values are `swept`: when a sweep starts, and when a
+    table is built (by harness-report too: prefix `--`)."""
+    axes = [k for k in swept if k not in NOT_AXES]
+    if rows is not None and rows not in axes:
+        raise ConfigError(f"{prefix}rows", rows,
+                          f"a swept key (swept: {', '.join(axes) or 'nothing'})",
+                          f"{prefix}rows={axes[0]}" if axes else f"drop {prefix}rows")
+    if not baseline:
+        return
+    row_key = choose_row_key(axes, rows)
+    columns = [k for k in axes if k != row_key]
+    for key, value in parse_variant_spec(baseline, prefix).items():
+        if key not in columns:
+            raise ConfigError(f"{prefix}baseline", baseline,
+                              f"key=value pairs of the column keys ({', '.join(columns) or 'none'})",
+                              f"{prefix}baseline='{columns[0]}={swept[columns[0]][0]}'" if columns
+                              else f"drop {prefix}baseline")
+        if value not in swept[key]:
+            variants = [variant_label(columns, dict(zip(columns, combo, strict=True)))
+                        for combo in itertools.product(*(swept[k] for k in columns))]
+            raise ConfigError(f"{prefix}baseline", baseline,
+                              f"one of the swept values of {key}: {', '.join(swept[key])}"
+                              f" (variants: {'; '.join(variants)})",
+                              f"{prefix}baseline='{key}={swept[key][0]}'")
+
+
+def _choose_baseline(spec: str | None, variants: list[str],
                      settings_of: dict[str, dict[str, str]]) -> str:
+    """The variant `spec` names (checked by check_settings), else the first."""
     if not spec:
         return variants[0]
     wanted = parse_variant_spec(spec)
-    for key in wanted:
-        if key not in variant_keys:
-            raise HarnessError(
-                f"baseline={spec!r} names '{key}', which is not a column key of this sweep"
-                f" (column keys: {', '.join(variant_keys) or 'none'})."
-                f" Fix: choose one of the variants: {'; '.join(variants)}"
-            )
     for label in variants:
         if all(settings_of[label].get(k, DEFAULT) == v for k, v in wanted.items()):
             return label
-    raise HarnessError(
-        f"baseline={spec!r} matches no variant of this sweep. Fix: choose one of: "
+    raise HarnessError(  # each value was swept, but no job ran this combination
+        f"baseline={spec!r} matches no variant that ran in this sweep. Fix: choose one of: "
         + "; ".join(variants)
     )
 
 
-def swept_and_fixed(jobs: list[JobResult]) -> tuple[list[str], dict[str, str]]:
-    """Keys whose value differs between jobs (in first-seen order) and the rest with their value."""
-    keys: list[str] = []
+def swept_and_fixed(jobs: list[JobResult]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Keys whose value differs between jobs (in first-seen order) with their values, and
+    the rest with their one value."""
+    values: dict[str, list[str]] = {}
     for job in jobs:
         for key in job.settings:
-            if key not in keys:
-                keys.append(key)
-    swept, fixed = [], {}
-    for key in keys:
-        values = {job.settings.get(key, DEFAULT) for job in jobs}
-        if len(values) > 1:
-            swept.append(key)
-        else:
-            fixed[key] = values.pop()
+            values.setdefault(key, [])
+    for key, seen in values.items():
+        for job in jobs:
+            value = job.settings.get(key, DEFAULT)
+            if value not in seen:
+                seen.append(value)
+    swept = {key: seen for key, seen in values.items() if len(seen) > 1}
+    fixed = {key: seen[0] for key, seen in values.items() if len(seen) == 1}
     return swept, fixed
 
 
-def build(collection: Collection, rows: str | None = None,
-          baseline: str | None = None) -> Comparison:
-    """Arrange the collected jobs as rows x variants, with speed-ups against the baseline."""
+def build(collection: Collection, rows: str | None = None, baseline: str | None = None,
+          settings_prefix: str = f"{SETTINGS_KEY}.") -> Comparison:
+    """Arrange the collected jobs as rows x variants, with speed-ups against the baseline
+    (`settings_prefix` names rows and baseline in an error: `--` for harness-report)."""
     import pandas as pd
 
     jobs = collection.jobs
     swept, fixed = swept_and_fixed(jobs)
+    check_settings(rows, baseline, swept, settings_prefix)
     axes = [k for k in swept if k not in NOT_AXES]
-    if rows is not None and rows not in axes:
-        raise HarnessError(
-            f"rows={rows!r} is not a swept key of {collection.root}"
-            f" (swept: {', '.join(axes) or 'nothing'}). Fix: choose one of the swept keys"
-        )
     row_key = choose_row_key(axes, rows)
     variant_keys = [k for k in axes if k != row_key]
 
     groups: dict[tuple[str, str], list[JobResult]] = {}
     settings_of: dict[str, dict[str, str]] = {}
-    variants: list[str] = []
     for job in jobs:
         label = variant_label(variant_keys, job.settings)
         row = job.settings.get(row_key, DEFAULT) if row_key else "all"
         groups.setdefault((row, label), []).append(job)
-        if label not in variants:
-            variants.append(label)
-            settings_of[label] = job.settings
-    chosen = _choose_baseline(baseline, variants, variant_keys, settings_of)
+        settings_of.setdefault(label, job.settings)
+    variants = list(settings_of)
+    chosen = _choose_baseline(baseline, variants, settings_of)
 
     records = []
     for (row, label), members in groups.items():
@@ -185,7 +278,7 @@ def build(collection: Collection, rows: str | None = None,
     frame["_r"] = frame["row"].map(lambda r: row_values.index(str(r)))
     frame["_v"] = frame["variant"].map(order)
     frame = frame.sort_values(["_r", "_v"]).drop(columns=["_r", "_v"]).reset_index(drop=True)
-    return Comparison(
+    comparison = Comparison(
         root=collection.root,
         row_key=row_key,
         variant_keys=variant_keys,
@@ -197,7 +290,10 @@ def build(collection: Collection, rows: str | None = None,
         jobs=jobs,
         problems=list(collection.problems),
         context=_context(jobs),
+        variant_settings=settings_of,
     )
+    comparison.headroom = largest_batches(comparison)
+    return comparison
 
 
 def _context(jobs: list[JobResult]) -> dict[str, Any]:
@@ -215,3 +311,192 @@ def _context(jobs: list[JobResult]) -> dict[str, Any]:
                 "host": result.host,
             }
     return {}
+
+
+# -- one point ---------------------------------------------------------------------------
+def peak_memory(figures: dict[str, Any]) -> tuple[float | None, str | None]:
+    """(bytes, where they come from) for one run's figures."""
+    device = figures.get("peak_device_allocated_bytes")
+    if is_finite_number(device):
+        return float(device), "device allocated"
+    rss = figures.get("peak_rss_bytes")
+    if is_finite_number(rss):
+        return float(rss), "process RSS"
+    return None, None
+
+
+def _sample(figures: dict[str, Any]) -> dict[str, Any]:
+    values = {name: figures.get(name) for name in METRIC_NAMES if name != "peak_memory_bytes"}
+    values["peak_memory_bytes"] = peak_memory(figures)[0]
+    return values
+
+
+def _status(jobs: list[JobResult]) -> str:
+    usable = [j.status for j in jobs if j.status in USABLE]
+    if usable:
+        return "partial" if "partial" in usable else "ok"
+    return jobs[0].status
+
+
+def point(jobs: list[JobResult]) -> dict[str, Any]:
+    """The pooled figures of the jobs of one (row, variant), with status and phase notes."""
+    usable = [j for j in jobs if j.status in USABLE]
+    first = usable[0] if usable else jobs[0]
+    record: dict[str, Any] = {"jobs": " ".join(j.name for j in jobs), "status": _status(jobs),
+                              "reason": None if usable else first.reason}
+    samples = [_sample(s) for j in usable for s in j.samples]
+    record["samples"] = len(samples)
+    value, low, high = summarize(samples) if samples else ({}, {}, {})
+    for name in METRIC_NAMES:
+        record[name] = value.get(name) if is_finite_number(value.get(name)) else None
+        record[f"{name}_min"], record[f"{name}_max"] = low.get(name), high.get(name)
+    record["memory_source"] = peak_memory(first.samples[0] if first.samples else {})[1]
+    flags = {f for j in usable if j.result for f in j.result.flags}
+    for phase in PHASES:
+        record[f"{phase}_thin"] = f"thin:{phase}" in flags
+        errors = [j.result.phase_errors[phase] for j in usable
+                  if j.result and phase in j.result.phase_errors]
+        record[f"{phase}_error"] = errors[0] if errors else None
+    bounds = [j.result.diagnosis.bound_by for j in usable if j.result and j.result.diagnosis]
+    record["bound_by"] = majority(bounds)
+    # A NaN or infinite training loss in any job of the point (result.json flag).
+    record["train_nonfinite_loss"] = "nonfinite_loss" in flags
+    rounds = {j.result.sweep_round for j in jobs if j.result and j.result.sweep_round is not None}
+    record["rounds"] = len(rounds)
+    return record
+
+
+def majority(bounds: list[str]) -> str | None:
+    """The bound most of the point's samples name; a tie names both ("compute/host"), in the
+    order they first appear, so a report reads the same however often it is made."""
+    if not bounds:
+        return None
+    counts = Counter(bounds)
+    top = max(counts.values())
+    return "/".join(dict.fromkeys(b for b in bounds if counts[b] == top))
+
+
+# -- ratios and the best variant ------------------------------------------------------------
+def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
+    """Per ratio: the value, its range over the samples of both sides, and the noise flag.
+
+    The range is min(variant) / max(baseline) .. max(variant) / min(baseline); the speed-up
+    is within noise when that range holds 1.0 (the samples of the two overlap). A ratio
+    involving a thin phase is flagged `<ratio>_thin`.
+    """
+    import pandas as pd
+
+    base = frame[frame["variant"] == baseline].set_index("row")
+    for ratio, metric in RATIOS.items():
+        phase = metric.split("_", 1)[0]
+        columns: dict[str, list[Any]] = {c: [] for c in ("", "_min", "_max", "_within_spread",
+                                                           "_thin")}
+        for _, p in frame.iterrows():
+            found: dict[str, Any] = dict.fromkeys(columns)
+            ref = base.loc[p["row"]] if p["row"] in base.index else None
+            if ref is not None and is_finite_number(p.get(metric)) and is_finite_number(
+                    ref.get(metric)) and ref[metric] > 0:
+                found[""] = p[metric] / ref[metric]
+                repeated = p["samples"] > 1 or ref["samples"] > 1
+                if repeated and p["variant"] != baseline:
+                    found["_min"], found["_max"], found["_within_spread"] = ratio_range(
+                        p, ref, metric)
+                if phase in PHASES:
+                    found["_thin"] = bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
+            for suffix, value in found.items():
+                columns[suffix].append(value)
+        for suffix, values in columns.items():
+            # object dtype keeps True / False / None (not numpy bools, not NaN)
+            frame[f"{ratio}{suffix}"] = pd.Series(values, index=frame.index, dtype=object)
+
+
+def ratio_range(side: Any, base: Any, metric: str) -> tuple[float, float, bool]:
+    """side/base over their samples: (lowest, highest, whether 1.0 lies between: the two
+    overlap, so the ratio is within noise). `side` and `base` hold <metric>_min and _max."""
+    low = side[f"{metric}_min"] / base[f"{metric}_max"]
+    high = side[f"{metric}_max"] / base[f"{metric}_min"]
+    return low, high, bool(low <= 1.0 <= high)
+
+
+def add_best(frame: pd.DataFrame) -> None:
+    """`<phase>_best`: per row, True for the variant with the highest examples/s when it is
+    beyond noise, its lowest sample above every other variant's highest. Each point must
+    have a spread (repeats or rounds): a point that ran once has no known noise, so no
+    variant of its row is called best."""
+    import pandas as pd
+
+    for phase in MAIN_PHASES:
+        metric = f"{phase}_examples_per_second"
+        best = pd.Series(False, index=frame.index, dtype=object)
+        usable = frame[frame["status"].isin(USABLE) & frame[metric].map(is_finite_number)]
+        for _, group in usable.groupby("row", sort=False):
+            if len(group) < 2 or (group["samples"] <= 1).any():
+                continue
+            top = group[metric].astype(float).idxmax()
+            others = group.drop(index=top)
+            if float(group.at[top, f"{metric}_min"]) > float(others[f"{metric}_max"].max()):
+                best[top] = True
+        frame[f"{phase}_best"] = best
+
+
+# -- memory headroom ---------------------------------------------------------------------------
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """(intercept, slope) of the least-squares line, None when it cannot be fitted."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return mean_y - slope * mean_x, slope
+
+
+def _noise(rows: Any) -> float:
+    """The widest min..max of peak memory over a point's samples (0 when each ran once)."""
+    widths = [float(r["peak_memory_bytes_max"]) - float(r["peak_memory_bytes_min"])
+              for _, r in rows.iterrows()
+              if is_finite_number(r.get("peak_memory_bytes_max"))
+              and is_finite_number(r.get("peak_memory_bytes_min"))]
+    return max(widths, default=0.0)
+
+
+def largest_batches(comparison: Comparison) -> dict[str, dict[str, Any]]:
+    """With rows over batch_size: variant -> per-example bytes, fixed bytes and the largest
+    batch_size that should fit (`Comparison.headroom`, computed once by `build`).
+
+    Peak memory grows about linearly with the batch: a fixed part (weights, optimizer state,
+    the framework) plus a part per example. A straight line through a variant's measured
+    points (least squares, at least two batch sizes) gives both; the largest batch that keeps
+    KEEP_FREE of the memory free is read off it. It is an estimate: fragmentation and kernels
+    that pick other algorithms at other sizes bend the line, so the next step is a run at
+    that size. None is given where the line is noise: when memory grows over the measured
+    batch sizes by less than MIN_GROWTH_OVER_NOISE x the spread between a point's repeated
+    samples, or by less than MIN_GROWTH_SHARE of the memory used (on a CPU the process RSS,
+    mostly libraries and the allocator's pool, hides what a batch adds). Past
+    MAX_EXTRAPOLATION x the largest measured batch the figure is only a lower bound
+    (`at_least`).
+    """
+    capacity = comparison.context.get("memory_bytes")
+    if comparison.row_key != "batch_size" or not capacity:
+        return {}
+    found = {}
+    points = comparison.points
+    for label in comparison.variants:
+        rows = points[(points["variant"] == label) & points["status"].isin(USABLE)]
+        pairs = [(float(r["row"]), float(r["peak_memory_bytes"])) for _, r in rows.iterrows()
+                 if is_finite_number(r["peak_memory_bytes"]) and str(r["row"]).isdigit()]
+        line = _line(*map(list, zip(*pairs, strict=True))) if len(pairs) >= 2 else None
+        if line is None or line[1] <= 0:
+            continue
+        fixed, per_example = line
+        sizes = sorted(int(x) for x, _ in pairs)
+        growth = per_example * (sizes[-1] - sizes[0])
+        if (growth < MIN_GROWTH_OVER_NOISE * _noise(rows)
+                or growth < MIN_GROWTH_SHARE * max(y for _, y in pairs)):
+            continue
+        fits = max(int(((1 - KEEP_FREE) * capacity - fixed) // per_example), 0)
+        cap = MAX_EXTRAPOLATION * sizes[-1]
+        found[label] = {"bytes_per_example": per_example, "fixed_bytes": fixed,
+                        "largest_batch_size": min(fits, cap), "at_least": fits > cap,
+                        "capacity_bytes": capacity, "measured_batch_sizes": sizes}
+    return found

@@ -1,5 +1,6 @@
 """What the run's logger and the sweep's parent run share: the experiment, and the file in
-the sweep directory through which a sweep's jobs find their parent run."""
+the sweep directory through which a sweep's jobs (wherever a launcher runs them) and the
+command that ends the sweep early find its parent run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-PARENT_ENV = "HARNESS_MLFLOW_PARENT_RUN_ID"
 PARENT_FILE = "mlflow_parent_run.json"
 PARENT_TAG = "mlflow.parentRunId"
 # MLflow 3 files an experiment under a kind: "Machine learning" (model training) or GenAI.

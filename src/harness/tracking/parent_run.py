@@ -1,12 +1,13 @@
 """One MLflow parent run per multirun, with every job as its child.
 
-Hydra calls `on_multirun_start` before launching any job: the parent run is
-created then, and its id handed to the jobs through an environment variable
-(read by conf/logger/mlflow.yaml; launchers such as submitit copy the
-environment into each job) and a file in the sweep directory. At
-`on_multirun_end` the sweep's comparison files are logged to the parent. A sweep that
-stops before its end never reaches it: `harness.cli.main` calls `end_unfinished`, which
-logs what there is and closes the parent KILLED (interrupted) or FAILED.
+Hydra calls `on_multirun_start` before launching any job: the parent run is created
+then, and its id written into the sweep directory (`mlflow_parent_run.json`,
+harness.tracking.experiments): the jobs read it there, in this process or wherever a
+launcher runs them (the MLflow logger, harness.tracking.mlflow_logger). At
+`on_multirun_end` the sweep's comparison files are logged to the parent and it is
+closed. A sweep that stops before its end never reaches it: `harness.cli` calls
+`end_parent_run` on the sweep directory, which logs what there is and closes the parent
+KILLED (interrupted) or FAILED. A parent already closed is left as it is.
 
 Importing this module is cheap: Hydra loads it at start-up of every run.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from typing_extensions import override
 
 from harness.tracking import store_access
-from harness.tracking.experiments import PARENT_ENV, experiment_for, write_sweep_info
+from harness.tracking.experiments import experiment_for, sweep_info, write_sweep_info
 
 log = logging.getLogger(__name__)
 LOGGER_TARGET = "harness.tracking.mlflow_logger.HarnessMLFlowLogger"
@@ -42,11 +42,6 @@ def _mlflow_settings(config: DictConfig) -> DictConfig | None:
 class ParentRunCallback(Callback):
     """Creates the sweep's parent run and logs the comparison table into it."""
 
-    def __init__(self) -> None:
-        self.parent_run_id: str | None = None
-        self.tracking_uri: str | None = None
-        self.sweep_dir: Path | None = None
-
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         settings = _mlflow_settings(config)
@@ -55,74 +50,65 @@ class ParentRunCallback(Callback):
         from harness.tracking import run_logging, store_access
 
         store_access.route_mlflow_logs()
-        self.sweep_dir = Path(str(config.hydra.sweep.dir))
-        self.tracking_uri = str(settings.tracking_uri)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        tracking_uri = str(settings.tracking_uri)
         try:
             store_access.configure_http(int(settings.http_timeout_s),
                                         int(settings.http_max_retries))
-            reason = store_access.probe(self.tracking_uri, float(settings.probe_timeout_s))
+            reason = store_access.probe(tracking_uri, float(settings.probe_timeout_s))
             if reason:
                 raise ConnectionError(reason)
-            self.parent_run_id = _create_parent(config, settings, self.sweep_dir)
+            _create_parent(config, settings, sweep_dir)
         except Exception as err:
             log.warning(
                 "MLflow tracking at %s failed (%s); the sweep has no parent run and its jobs"
-                " try on their own. Upload the sweep later with: %s", self.tracking_uri,
+                " try on their own. Upload the sweep later with: %s", tracking_uri,
                 store_access.short_reason(err),
-                run_logging.upload_hint(self.sweep_dir, self.tracking_uri))
-            return
-        os.environ[PARENT_ENV] = self.parent_run_id
-        global _open
-        _open = self
+                run_logging.upload_hint(sweep_dir, tracking_uri))
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self.end("FINISHED")
-
-    def end(self, status: str) -> None:
-        """Log the sweep's files into the parent run and give it its end `status`."""
-        global _open
-        _open = None
-        if self.parent_run_id is None or self.sweep_dir is None or self.tracking_uri is None:
-            return
-        from harness.terminal import show
-        from harness.tracking import store_access
-        from harness.tracking.run_logging import where_to_look
-
-        os.environ.pop(PARENT_ENV, None)
-        try:
-            from mlflow import MlflowClient
-
-            client = MlflowClient(self.tracking_uri)
-            log_sweep_files(client, self.parent_run_id, self.sweep_dir, status)
-            experiment = client.get_run(self.parent_run_id).info.experiment_id
-            show(where_to_look(self.tracking_uri, experiment, self.parent_run_id,
-                               what="sweep run"))
-        except Exception as err:
-            log.warning("MLflow: the sweep's comparison files were not logged to parent run %s"
-                        " (%s); they are in %s", self.parent_run_id,
-                        store_access.short_reason(err), self.sweep_dir)
-        finally:
-            self.parent_run_id = None
+        settings = _mlflow_settings(config)
+        if settings is not None:
+            end_parent_run(Path(str(config.hydra.sweep.dir)), "FINISHED",
+                           shown_uri=str(settings.tracking_uri))
 
 
-_open: ParentRunCallback | None = None  # the parent run of a sweep in progress
+def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None) -> None:
+    """Log the sweep's files into the parent run of `sweep_dir` and give it its end `status`
+    (FINISHED; KILLED when the sweep was interrupted, FAILED when it stopped otherwise). No
+    parent (logger=none, tracking failed), or one already closed: nothing to do. The line
+    that says where to look names the store as `shown_uri` (as configured)."""
+    info = sweep_info(sweep_dir)
+    parent_run_id, tracking_uri = info.get("parent_run_id"), info.get("tracking_uri")
+    if not parent_run_id or not tracking_uri:
+        return
+    from harness.terminal import show
+    from harness.tracking.run_logging import where_to_look
+
+    try:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+        run = client.get_run(parent_run_id)
+        if run.info.status != "RUNNING":
+            return  # closed already (the end was interrupted after it)
+        log_sweep_files(client, parent_run_id, sweep_dir, status)
+        show(where_to_look(shown_uri or tracking_uri, run.info.experiment_id, parent_run_id,
+                           what="sweep run"))
+    except Exception as err:
+        log.warning("MLflow: the sweep's comparison files were not logged to parent run %s"
+                    " (%s); they are in %s", parent_run_id, store_access.short_reason(err),
+                    sweep_dir)
 
 
-def end_unfinished(status: str) -> None:
-    """Close the parent run of a sweep that stopped before Hydra's end of it (KILLED when
-    interrupted, FAILED when refused): never left RUNNING."""
-    if _open is not None:
-        _open.end(status)
-
-
-def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) -> str:
+def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) -> None:
     """The parent run, named by what the sweep varies ('bs x precision (sweep)'), with its
     settings as params ('batch_size': '2,4'): the children's param columns read the same."""
     from mlflow import MlflowClient
     from mlflow.entities import Param
 
-    from harness.config.overrides import as_typed
+    from harness.config.overrides import as_typed, parse_overrides
     from harness.config.sweep_keys import sweep_run_name, swept_values_of
     from harness.tracking import store_access
     from harness.tracking.sweep_summary import sweep_params
@@ -131,7 +117,7 @@ def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) ->
     client = MlflowClient(uri)
     task = as_typed(config.hydra.overrides.task)  # a ${...} in an override stays as written
     swept = swept_values_of(config)
-    named = next((o.split("=", 1)[1] for o in task if o.startswith("sweep=")), None)
+    named = parse_overrides(task).get("sweep")
     with store_access.creation_lock(uri):
         experiment_id = experiment_for(client, str(settings.experiment_name),
                                        settings.get("artifact_location"))
@@ -150,7 +136,6 @@ def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) ->
         "tracking_uri": store_access.absolute_uri(uri),
         "swept_keys": list(swept),
     })
-    return run.info.run_id
 
 
 def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,

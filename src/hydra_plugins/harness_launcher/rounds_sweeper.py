@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+# Hydra's grid sweeper is private API (hydra._internal): Hydra has no public base class for
+# a sweeper that only changes the job list. It is to come from harness.private_api
+# (`hydra_basic_sweeper()`), where every private use lives; this line is the one to change.
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-from harness.config.overrides import ROUND_KEY
+from harness.config.overrides import ROUND_KEY, parse_overrides
 
 
 def in_rounds(grid: list[list[str]], rounds: int) -> list[list[str]]:
@@ -26,7 +29,7 @@ def in_rounds(grid: list[list[str]], rounds: int) -> list[list[str]]:
     for round_index in range(rounds):
         order = grid if round_index % 2 == 0 else list(reversed(grid))
         for overrides in order:
-            kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != "repeat"]
+            kept = [o for o in overrides if "repeat" not in parse_overrides([o])]
             jobs.append([*kept, "repeat=1", f"+{ROUND_KEY}={round_index}"])
     return jobs
 
@@ -35,14 +38,16 @@ class RoundsSweeper(BasicSweeper):
     """BasicSweeper whose job list holds `repeat` rounds of the grid (module docstring)."""
 
     def split_arguments(self, overrides: list[Any], max_batch_size: int | None) -> list[Any]:
-        from harness.sweep.progress import announce_jobs
+        from harness.sweep.progress import current
 
         batches = BasicSweeper.split_arguments(overrides, None)
         jobs = [job for batch in batches for job in batch]
         rounds = self._rounds(overrides)
         if rounds > 1:
             jobs = in_rounds(jobs, rounds)
-        announce_jobs(len(jobs))  # the "job k/N" of the sweep's progress lines
+        sweep = current()
+        if sweep is not None:
+            sweep.announce_jobs(len(jobs))  # the "job k/N" of the sweep's progress lines
         size = max_batch_size if max_batch_size and max_batch_size > 0 else len(jobs)
         return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 

@@ -21,7 +21,9 @@ three ways:
 
 Each job is named as in the in-process sweep's progress lines (harness.sweep.progress):
 `job 3/6 batch_size=8,bf16`, with one line when it is submitted and one when it is
-collected (status, examples/s, between-steps share, elapsed and ETA).
+collected (status, examples/s, between-steps share, elapsed and ETA), counted with the
+sweep's other lines. A job finds the sweep's MLflow parent run in the sweep directory,
+as an in-process job does (harness.tracking.experiments.sweep_info).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -45,6 +47,9 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.launch.output_dirs import register_resolver
+
+if TYPE_CHECKING:
+    from harness.sweep.progress import Progress
 
 # A job process resolves its config's ${unique_dir:...} (from the cache the config carries).
 register_resolver()
@@ -115,19 +120,18 @@ class _Job:
         write_result(self.output_dir, RunResult(
             status="failed", reason=reason, overrides=filter_overrides(self.overrides)))
 
-    def say_how_it_ended(self, seconds: float | None = None) -> None:
+    def say_how_it_ended(self, progress: Progress, seconds: float | None = None) -> None:
         """The job's line in the sweep's progress: status, figures, elapsed and ETA (an
         error line, with the reason, for a job that measured nothing)."""
         from harness.errors import HarnessError
         from harness.result.store import load_result
-        from harness.sweep.progress import current
 
         if seconds is None:
             try:
                 seconds = load_result(self.output_dir).duration_s or 0.0
             except HarnessError:
                 seconds = 0.0
-        current().finished(self.number, self.label, self.output_dir, seconds)
+        progress.finished(self.number, self.label, self.output_dir, seconds)
 
     def stand_in(self) -> JobReturn:
         """What Hydra gets for a job that did not run: completed, so the sweep goes on."""
@@ -146,8 +150,9 @@ class _HarnessMixin(BaseSubmititLauncher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         from harness.config.sweep_keys import swept_keys_of
-        from harness.sweep.progress import current
+        from harness.sweep.progress import sweep_progress
 
+        progress = sweep_progress()
         log.info("%s executor: %d job(s) to submit; each job's output is in %s/<job>/ and"
                  " %s/.submitit/", self._EXECUTOR, len(job_overrides), sweep_dir, sweep_dir)
         returns: dict[int, JobReturn] = {}
@@ -155,11 +160,11 @@ class _HarnessMixin(BaseSubmititLauncher):
         jobs = [self._prepare(initial_job_idx + n, o) for n, o in enumerate(job_overrides)]
         swept = swept_keys_of(self.config)
         for job in jobs:
-            job.name_by(swept, current().total or len(job_overrides))
+            job.name_by(swept, progress.total or len(job_overrides))
             params = self._job_params(job)
             if params is None:
                 returns[job.idx] = job.stand_in()
-                job.say_how_it_ended(0.0)
+                job.say_how_it_ended(progress, 0.0)
                 continue
             key = json.dumps(params, sort_keys=True, default=str)
             groups.setdefault(key, (params, []))[1].append(job)
@@ -168,14 +173,14 @@ class _HarnessMixin(BaseSubmititLauncher):
         # array on its own, so the groups run one after another: never more jobs at once than
         # asked for (timings stay comparable), at the price of the groups not overlapping.
         for params, jobs in groups.values():
-            handles = self._submit(params, jobs)
+            handles = self._submit(params, jobs, progress)
             if handles is None:
                 for job in jobs:
                     returns[job.idx] = job.stand_in()
-                    job.say_how_it_ended(0.0)
+                    job.say_how_it_ended(progress, 0.0)
                 continue
             for job, handle in zip(jobs, handles, strict=True):
-                returns[job.idx] = self._collect(job, handle)
+                returns[job.idx] = self._collect(job, handle, progress)
         return [returns[idx] for idx in sorted(returns)]
 
     def _prepare(self, idx: int, overrides: Sequence[str]) -> _Job:
@@ -200,11 +205,10 @@ class _HarnessMixin(BaseSubmititLauncher):
             return None
         return params
 
-    def _submit(self, params: dict[str, Any], jobs: list[_Job]) -> list[Any] | None:
+    def _submit(self, params: dict[str, Any], jobs: list[_Job],
+                progress: Progress) -> list[Any] | None:
         """Submit `jobs` as one array with `params`; None if the cluster refuses."""
         import submitit
-
-        from harness.sweep.progress import current
 
         init = {"folder": params["submitit_folder"]}
         if "max_num_timeout" in params:
@@ -231,20 +235,20 @@ class _HarnessMixin(BaseSubmititLauncher):
                 job.record_failure(reason)
             return None
         for job, handle in zip(jobs, handles, strict=True):
-            current().starting(job.number, job.label,
-                               f"submitted as {self._EXECUTOR} job {handle.job_id}")
+            progress.starting(job.number, job.label,
+                              f"submitted as {self._EXECUTOR} job {handle.job_id}")
         return handles
 
-    def _collect(self, job: _Job, handle: Any) -> JobReturn:
+    def _collect(self, job: _Job, handle: Any, progress: Progress) -> JobReturn:
         try:
             ret = handle.results()[0]
-            job.say_how_it_ended()
+            job.say_how_it_ended(progress)
             return ret
         except Exception as err:
             state = getattr(handle, "state", "?")
             job.record_failure(f"{self._EXECUTOR} job {handle.job_id} ended without a result"
                                f" (state {state}): {one_line(str(err))}")
-            job.say_how_it_ended(0.0)
+            job.say_how_it_ended(progress, 0.0)
             return job.stand_in()
 
 

@@ -1,4 +1,5 @@
-"""`harness-report A B`: what changed from result set A to result set B, metric by metric.
+"""`harness-report A B`: what changed from result set A to result set B, metric by metric,
+and its renderings (the terminal's table; diff.md, diff.csv, diff.json).
 
 Points are matched on the keys swept in either set; when both sets hold one
 point each (two single runs, say fp32 against bf16), those two are compared.
@@ -14,8 +15,8 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.measured import USABLE, is_finite_number
-from harness.sweep.points import METRICS, ratio_range
-from harness.sweep.table import DEFAULT, Comparison
+from harness.sweep.render import CELL_FOR_STATUS
+from harness.sweep.table import DEFAULT, METRICS, Comparison, ratio_range
 
 
 @dataclass
@@ -162,8 +163,6 @@ def rows(result: Diff) -> list[dict[str, Any]]:
 def _cell(change: Change, side: str) -> str:
     status = change.status_a if side == "a" else change.status_b
     if status not in USABLE:
-        from harness.sweep.cells import CELL_FOR_STATUS
-
         return CELL_FOR_STATUS.get(status, status)
     return _fmt(change.a if side == "a" else change.b, change.unit)
 
