@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -229,3 +231,23 @@ def test_system_table_gives_bytes_in_binary_units_and_every_row_its_unit():
     assert rows["disk read (all disks)"] == ["512 bytes/s", "512 bytes/s"]
     assert rows["disk write (all disks)"] == ["2.5 MiB/s", "2.5 MiB/s"]
     assert rows["process CPU, % of one core"] == ["150.00", "150.00"]
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces
+    to hyphens."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_reports_doc_link_names_a_section_that_exists():
+    # The report JSONs carry a link to the page that explains their fields instead of prose.
+    root = Path(__file__).resolve().parent.parent
+    source = "\n".join(p.read_text() for p in (root / "src/harness/profilers").rglob("*.py"))
+    links = set(re.findall(r"(docs/[\w/{}.-]+\.md)#([\w-]+)", source))
+    links = {(page.format(report=report), anchor) for page, anchor in links
+             for report in ("pytorch", "memory")}  # torch_reports' f-string, else unchanged
+    assert len(links) >= 12, links  # every preset that writes a json
+    for page, anchor in sorted(links):
+        assert (root / page).is_file(), page
+        assert anchor in _anchors(root / page), (page, anchor)

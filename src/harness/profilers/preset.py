@@ -36,9 +36,10 @@ Lightning Profilers only `pytorch` + `memory` combine (`absorb`: the pytorch pre
 over the memory preset's report, one torch profiler for both). Any other pair is refused,
 naming both.
 
-**Step windows.** Presets that record part of a run (pytorch, memory, snapshot, pyspy, nsys,
-the diagnose preset's communication window) follow its training steps with a `StepWindow`
-and check at the start of training that the window fits the run (`check_window`).
+**Step windows.** Presets that record part of a run (snapshot, pyspy, nsys, the diagnose
+preset's communication window) follow its training steps with a `StepWindow`; pytorch,
+memory, snapshot and pyspy check at the start of training that their window fits the run
+(`check_window`), so a report is never empty for want of steps.
 """
 
 from __future__ import annotations

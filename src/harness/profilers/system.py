@@ -256,7 +256,8 @@ class SystemPreset(Preset, Callback):
         payload = {
             "report": "system",
             "doc": "docs/presets/system.md#output",
-            "stages": [str(stage) for stage in dict.fromkeys(s["stage"] for s in samples)],
+            "stages": [str(getattr(stage, "value", stage))
+                       for stage in dict.fromkeys(s["stage"] for s in samples)],
             "interval_s": self.interval_s,
             **figures,
         }
