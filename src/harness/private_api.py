@@ -11,11 +11,14 @@ Checked on: torch 2.2-2.13 (CPU 2.13.0 here; CUDA 2.11 on an H100), lightning 2.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from lightning.pytorch.profilers import PyTorchProfiler
+from lightning.pytorch.strategies.launchers import subprocess_script
+from torch._dynamo.utils import counters
 from typing_extensions import override
 
 CHECKED_ON = {"torch": "2.2 - 2.13", "lightning": "2.2 - 2.6.6"}
@@ -60,11 +63,6 @@ def profiler_stage(profiler: Any) -> str | None:
     return None if stage is None else str(getattr(stage, "value", stage))
 
 
-def profiler_was_initialised(profiler: Any) -> bool:
-    """Whether Lightning's Profiler.__init__ ran (it sets `_output_file`); its __del__ needs it."""
-    return hasattr(profiler, "_output_file")
-
-
 # -- Lightning's DDP launcher -----------------------------------------------------------------
 def replace_ddp_child_command(build: Any) -> None:
     """Make Lightning start rank > 0 processes of a Hydra job with `build(local_rank)`.
@@ -72,8 +70,6 @@ def replace_ddp_child_command(build: Any) -> None:
     Lightning's subprocess launcher calls the module-level `_hydra_subprocess_cmd` by name
     when it starts the ranks; it has no hook for the command. Idempotent.
     """
-    from lightning.pytorch.strategies.launchers import subprocess_script
-
     subprocess_script._hydra_subprocess_cmd = build
 
 
@@ -89,15 +85,11 @@ def compile_seconds() -> float:
 
 def compiled_graphs() -> int:
     """Graphs TorchDynamo has compiled in this process since the last reset (`counters`)."""
-    from torch._dynamo.utils import counters
-
     return int(counters["stats"]["unique_graphs"])
 
 
 def reset_compile_counters() -> None:
     """Zero TorchDynamo's counters; `torch.compiler.reset()` drops graphs but keeps them."""
-    from torch._dynamo.utils import counters
-
     counters.clear()
 
 
@@ -105,15 +97,11 @@ def graph_breaks() -> int:
     """Graph breaks TorchDynamo met since the counters were zeroed (`counters`): an explicit
     `torch._dynamo.graph_break()` counts under 'graph_break', an unsupported call (a
     `Tensor.item()`, say) under 'unimplemented' (torch 2.13)."""
-    from torch._dynamo.utils import counters
-
     return int(sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values()))
 
 
 def inductor_cxx() -> tuple[str, ...]:
     """The C++ compiler names TorchInductor searches (`torch._inductor.config.cpp.cxx`)."""
-    import os
-
     try:
         from torch._inductor import config
     except ImportError:  # what torch 2.x does on Linux

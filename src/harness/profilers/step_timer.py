@@ -1,4 +1,8 @@
-"""Per-phase step timing: the arithmetic behind the speed report, free of Lightning.
+"""Per-phase step timing: the clock, and the arithmetic behind the speed report (no Lightning).
+
+The clock every preset times steps with (the speed preset, the diagnose preset's passes) is
+`time.perf_counter`, read after `torch.cuda.synchronize()` when the device is a GPU, so a
+step's time includes the kernels it queued and not only their launch.
 
 An iteration is one whole loop step as the user experiences it: from the end
 of the previous step (or the start of the phase) to the end of this one, so
@@ -10,9 +14,25 @@ callbacks' hooks, checkpoints, logging). The diagnose preset tells the two apart
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+
+
+def now(device: torch.device | None) -> float:
+    """Seconds on the host's clock, once `device` has finished the work queued on it."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def clock_name(device: torch.device | None) -> str:
+    """The clock `now` reads on `device`, as the reports state it."""
+    if device is not None and device.type == "cuda":
+        return "time.perf_counter after torch.cuda.synchronize"
+    return "time.perf_counter"
 
 
 @dataclass
