@@ -198,14 +198,15 @@ def test_a_knob_set_in_a_config_file_is_checked_like_one_set_on_the_command_line
 
     from harness.config.knobs import read_knobs
     from harness.profilers.preset import BatchCounts
-    from harness.run.observe import check_what_ran
+    from harness.run.observe import check_what_ran, observed_of
 
     def status_after(*overrides: str, seen: int) -> RunResult:
         knobs = read_knobs(composed(*overrides, tmp_path=tmp_path))
         batches = BatchCounts()
         batches.sizes["train"][seen] = 5
         result = RunResult(status="running", overrides=[], data="user_data.Loader")
-        check_what_ran(result, knobs, batches, world_size=1, compiled=None)
+        result.observed = observed_of(batches, compiled=None)
+        check_what_ran(result, knobs, world_size=1)
         return result
 
     # batch_size 64 from a config file (no override recorded): the 128 that ran contradicts it

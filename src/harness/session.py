@@ -35,15 +35,14 @@ from typing_extensions import override
 
 from harness import memory_peaks
 from harness.cli_errors import describe
-from harness.config.knobs import Knobs
 from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
 from harness.launch.output_dirs import new_dir
-from harness.result.schema import RunResult
+from harness.result.schema import Observed, RunResult
 from harness.run import build
 from harness.run.finish import write_reports
 from harness.run.measure import record_trainer
-from harness.run.observe import BatchObserver, check_what_ran
+from harness.run.observe import observed_of
 from harness.run.record import RunRecord
 from harness.terminal import show, use_console
 
@@ -137,7 +136,7 @@ class ProfileSession:
         self.cfg = compose_presets(names, overrides, self.output_dir)
         with _hydra_config(self.cfg):
             self.presets = build.build_presets(self.cfg)
-        self._observer = BatchObserver()
+        self._observer = self.presets.observer
         self._seen = _TrainerSeen()
         self.record = RunRecord(self.output_dir, overrides=self.overrides)
         self.result: RunResult = self.record.result
@@ -186,10 +185,9 @@ class ProfileSession:
         result.model = _qualified(module)
         result.data = _qualified(datamodule) if datamodule is not None else None
         result.metrics.update(memory_peaks.read(trainer.strategy.root_device))
-        knobs = _knobs_of(self.cfg, trainer, self._observer)
-        result.knobs = {k: getattr(knobs, k) for k in ("batch_size", "precision",
-                                                          "lightning_precision", "mode")}
-        check_what_ran(result, knobs, self._observer, trainer.world_size, None)
+        # What the script chose is recorded as what ran: there are no knobs to hold it against.
+        result.observed = observed_of(self.presets.shared.batches, None)
+        result.knobs = _knobs_that_ran(trainer, result.observed)
         if trainer.is_global_zero:
             write_reports(self.presets.by_name, self.record)
         if trainer.interrupted:
@@ -225,18 +223,16 @@ def _qualified(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _knobs_of(cfg: DictConfig, trainer: Any, observer: Any) -> Any:
-    """The knobs as the script ran them: read off the Trainer and the batches (the script,
-    not harness, chose them), so check_what_ran finds what ran and contradicts nothing."""
-    sizes = {p: n for p, n in observer.examples_per_batch().items() if n is not None}
-    batch_size = next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),
-                      cfg.batch_size)
-    phases = set(observer.examples_per_batch())
-    if "train" in phases:
-        mode = "both" if "inference" in phases else "train"
-    else:
-        mode = "inference" if "inference" in phases else "validate"
-    return Knobs(batch_size=batch_size, precision=trainer.precision,
-                 lightning_precision=trainer.precision, compile=None,
-                 compile_module=cfg.compile_module, mode=mode, seed=cfg.seed, repeat=1,
-                 check_knobs=False)
+def _knobs_that_ran(trainer: Any, observed: Observed) -> dict[str, Any]:
+    """result.json's `knobs` of a script: read off the Trainer and the batches (the script,
+    not harness, chose them)."""
+    sizes = {p: n for p, n in observed.examples_per_batch.items() if n is not None}
+    knobs: dict[str, Any] = {
+        "batch_size": next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),
+                           None),
+        "precision": trainer.precision, "lightning_precision": trainer.precision}
+    phases = set(observed.examples_per_batch)
+    if {"train", "inference"} & phases:
+        knobs["mode"] = ("both" if {"train", "inference"} <= phases
+                         else "train" if "train" in phases else "inference")
+    return knobs

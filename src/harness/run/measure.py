@@ -33,7 +33,7 @@ from harness.run.compile import compile_facts, compile_network
 from harness.run.finish import diagnose_run, write_reports
 from harness.run.isolation import start_clean
 from harness.run.loss_watch import NONFINITE_LOSS, LossWatch
-from harness.run.observe import BatchObserver, check_what_ran
+from harness.run.observe import check_what_ran, observed_of
 from harness.run.record import RunRecord, classify_failure, write_error_log
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
-    observer, loss_watch = BatchObserver(), LossWatch()
+    observer, loss_watch = presets.observer, LossWatch()
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
                                   [observer, loss_watch])
     device = trainer.strategy.root_device
@@ -94,7 +94,8 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
         if knobs.compile:
             compiled = compile_facts(compiling_before)  # graphs and breaks: what ran (observed)
             result.metrics["compile_time_s"] = compiled.pop("compile_time_s")
-        check_what_ran(result, knobs, observer, trainer.world_size, compiled)
+        result.observed = observed_of(presets.shared.batches, compiled)
+        check_what_ran(result, knobs, trainer.world_size)
         if trainer.is_global_zero and result.observed is not None:
             for note in result.observed.notes:  # what ran differs from a knob: said, not hidden
                 log.info("what ran: %s", note)

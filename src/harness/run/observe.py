@@ -1,10 +1,11 @@
 """What really ran, read off the run, and held against the knobs the table labels it with.
 
-`check_what_ran` compares the examples per batch the run counted (harness.profilers.preset.
-BatchCounts: each batch counted once, by the speed preset inside its step or by harness's
-BatchObserver), the precision Lightning used and the graphs TorchDynamo compiled with the
-knobs. A knob the user set or swept that did not take effect makes the run `invalid`: its
-figures stay in result.json but no table shows them as a measurement of that knob.
+`observed_of` reads it; `check_what_ran` compares the examples per batch the run counted
+(harness.profilers.preset.BatchCounts: each batch counted once, by the speed preset inside
+its step or by harness's BatchObserver), the precision Lightning used and the graphs
+TorchDynamo compiled with the knobs. A knob the user set or swept that did not take effect
+makes the run `invalid`: its figures stay in result.json but no table shows them as a
+measurement of that knob.
 """
 
 from __future__ import annotations
@@ -28,19 +29,25 @@ def _set_by_user(key: str, value: Any, overrides: list[str]) -> bool:
     return str(defaults.get(key)) != str(value)
 
 
-def check_what_ran(result: RunResult, knobs: Knobs, batches: BatchCounts,
-                   world_size: int, compiled: dict[str, Any] | None) -> None:
-    """Fill `result.observed`; make the run invalid (or note it) where what ran contradicts
-    a knob. Knobs left at their default only get a note: the user did not ask for them."""
+def observed_of(batches: BatchCounts, compiled: dict[str, Any] | None) -> Observed:
+    """What ran, as result.json's `observed`: examples per batch per phase, compiled graphs."""
     sizes = batches.examples_per_batch()
-    readable = {phase: n for phase, n in sizes.items() if n is not None}
-    observed = Observed(
+    readable = any(n is not None for n in sizes.values())
+    return Observed(
         examples_per_batch=sizes,
         examples_source="batches" if readable else "knob" if sizes else None,
         compiled_graphs=(compiled or {}).get("compiled_graphs"),
         graph_breaks=(compiled or {}).get("graph_breaks"),
     )
-    result.observed = observed
+
+
+def check_what_ran(result: RunResult, knobs: Knobs, world_size: int) -> None:
+    """Hold `result.observed` against the knobs: make the run invalid (or note it) where what
+    ran contradicts a knob. Knobs left at their default only get a note: the user did not
+    ask for them."""
+    observed = result.observed
+    assert observed is not None, "observed_of first"
+    readable = {phase: n for phase, n in observed.examples_per_batch.items() if n is not None}
     problems = []
     main_phase = next((p for p in ("train", "inference", "validation") if p in readable), None)
     if main_phase is not None and readable[main_phase] != knobs.batch_size:

@@ -4,7 +4,7 @@ Built on Lightning's public `Logger` API and MLflow's `MlflowClient`, for three 
 - the run is created when the logger is built, under a file lock for a local sqlite
   store, so parallel jobs never race to create the database;
 - per-step metrics are buffered and sent in one batch, at most every `flush_every_s`,
-  and only after a validation, an epoch or predict (the FlushBetweenSteps callback): a
+  and only after a validation, an epoch or predict (RunShared.between_steps): a
   store write (about 5 ms on sqlite, seconds on a slow server) inside a step would
   count as that step's time;
 - a failing store (server down, database locked) turns tracking off for the rest of
@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
@@ -222,12 +221,10 @@ class HarnessMLFlowLogger(Logger):
             self.flush()
 
     def flush_if_due(self) -> None:
+        """Send the buffered metrics if flush_every_s has passed: called where no step is
+        timed (harness.run.build hands it to the presets' RunShared.between_steps)."""
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
-
-    def flush_callback(self) -> Callback:
-        """The callback that sends the buffered metrics between timed steps."""
-        return FlushBetweenSteps(self)
 
     def flush(self) -> None:
         """Send the buffered metrics now."""
@@ -253,26 +250,3 @@ class HarnessMLFlowLogger(Logger):
     def finalize(self, status: str) -> None:
         # The run's end status is set once the whole job ends (harness.tracking.run_logging).
         self.flush()
-
-
-class FlushBetweenSteps(Callback):
-    """Sends the logger's buffered metrics where no step is being timed: after each
-    validation, training epoch and predict (Lightning logs `self.log` values right after
-    a step's end, which the speed report counts into the next step). It must come first
-    among the callbacks (harness.run.build): the speed preset restarts the training clock
-    in its own on_validation_end."""
-
-    def __init__(self, logger: HarnessMLFlowLogger) -> None:
-        self.logger = logger
-
-    @override
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        self.logger.flush_if_due()
-
-    @override
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        self.logger.flush_if_due()
-
-    @override
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
-        self.logger.flush_if_due()
