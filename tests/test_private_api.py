@@ -112,3 +112,32 @@ def test_memory_history_records_and_dumps_on_cuda(tmp_path):
     private_api.record_memory_history(None)
     assert (tmp_path / "s.pickle").stat().st_size > 0
     del x
+
+
+def test_hydras_basic_sweeper_asks_split_arguments_for_the_jobs():
+    import inspect
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.plugins.sweeper import Sweeper
+
+    basic = private_api.hydra_basic_sweeper()
+    assert issubclass(basic, Sweeper), (
+        "hydra's BasicSweeper moved or changed: update harness.private_api.hydra_basic_sweeper")
+    assert list(inspect.signature(basic.split_arguments).parameters) == [
+        "overrides", "max_batch_size"]
+    assert "self.split_arguments(" in inspect.getsource(basic.sweep), (
+        "BasicSweeper.sweep no longer takes its job list from split_arguments, which"
+        " RoundsSweeper overrides: update harness.private_api.hydra_basic_sweeper")
+    overrides = OverridesParser.create().parse_overrides(["a=1,2", "b=x"])
+    assert basic.split_arguments(overrides, None) == [[["a=1", "b=x"], ["a=2", "b=x"]]]
+    assert basic(max_batch_size=None).config is None  # set by setup(); RoundsSweeper reads it
+
+
+def test_importing_the_private_api_loads_neither_torch_nor_lightning():
+    import subprocess
+    import sys
+
+    probe = ("import sys, harness.private_api; "
+             "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -3,7 +3,9 @@
 Each entry says what it reaches into, why no public API does the job, and the
 releases it was checked on. tests/test_private_api.py checks each one against the
 installed releases and fails loudly, naming the entry, when a release changes it.
-Only modules that already import torch and Lightning import this one.
+Importing this module costs no torch or Lightning (Hydra imports the rounds sweeper, which
+uses Hydra's entry, at every start, `harness --help` included): each entry imports what it
+reaches into when it is first used.
 
 Checked on: torch 2.2-2.13 (CPU 2.13.0 here; CUDA 2.11 on an H100), lightning 2.2-2.6.6.
 """
@@ -13,48 +15,60 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from lightning.pytorch.profilers import PyTorchProfiler
-from lightning.pytorch.strategies.launchers import subprocess_script
-from torch._dynamo.utils import counters
-from typing_extensions import override
+if TYPE_CHECKING:
+    import torch
 
-CHECKED_ON = {"torch": "2.2 - 2.13", "lightning": "2.2 - 2.6.6"}
+CHECKED_ON = {"torch": "2.2 - 2.13", "lightning": "2.2 - 2.6.6", "hydra-core": "1.3.2 - 1.3.8"}
+
+
+def __getattr__(name: str) -> Any:
+    # PyTorchProfilerAccess subclasses Lightning's PyTorchProfiler: built on first use.
+    if name == "PyTorchProfilerAccess":
+        globals()[name] = found = _pytorch_profiler_access()
+        return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- Lightning's PyTorchProfiler ------------------------------------------------------------
-class PyTorchProfilerAccess(PyTorchProfiler):
-    """Lightning's PyTorchProfiler with the private parts harness needs, under public names.
+def _pytorch_profiler_access() -> type:
+    from lightning.pytorch.profilers import PyTorchProfiler
+    from typing_extensions import override
 
-    - `torch_profiler_kwargs`: the keyword arguments the torch profiler is created with
-      (`_profiler_kwargs`); the memory preset merges into the pytorch one by changing them
-      before the profiler starts. Lightning has no setter.
-    - `trainer`: the Trainer the profiler runs in (`_lightning_module.trainer`), for the
-      window check; Lightning hands profilers no trainer.
-    - `stop_profiling()`: stops the torch profiler at the end of a stage
-      (`_delete_profilers`), so a cut-short window still ends in on_trace_ready.
-    - `_cache_functions_events` is overridden to do nothing: harness reads each window's
-      events in on_trace_ready, and Lightning's caching fails on a stage that recorded
-      nothing.
-    """
+    class PyTorchProfilerAccess(PyTorchProfiler):
+        """Lightning's PyTorchProfiler with the private parts harness needs, under public names.
 
-    @property
-    def torch_profiler_kwargs(self) -> dict[str, Any]:
-        return self._profiler_kwargs
+        - `torch_profiler_kwargs`: the keyword arguments the torch profiler is created with
+          (`_profiler_kwargs`); the memory preset merges into the pytorch one by changing them
+          before the profiler starts. Lightning has no setter.
+        - `trainer`: the Trainer the profiler runs in (`_lightning_module.trainer`), for the
+          window check; Lightning hands profilers no trainer.
+        - `stop_profiling()`: stops the torch profiler at the end of a stage
+          (`_delete_profilers`), so a cut-short window still ends in on_trace_ready.
+        - `_cache_functions_events` is overridden to do nothing: harness reads each window's
+          events in on_trace_ready, and Lightning's caching fails on a stage that recorded
+          nothing.
+        """
 
-    @property
-    def trainer(self) -> Any:
-        module = self._lightning_module
-        return None if module is None else module.trainer
+        @property
+        def torch_profiler_kwargs(self) -> dict[str, Any]:
+            return self._profiler_kwargs
 
-    def stop_profiling(self) -> None:
-        self._delete_profilers()
+        @property
+        def trainer(self) -> Any:
+            module = self._lightning_module
+            return None if module is None else module.trainer
 
-    @override
-    def _cache_functions_events(self) -> None:
-        return None
+        def stop_profiling(self) -> None:
+            self._delete_profilers()
+
+        @override
+        def _cache_functions_events(self) -> None:
+            return None
+
+    PyTorchProfilerAccess.__qualname__ = "PyTorchProfilerAccess"
+    return PyTorchProfilerAccess
 
 
 def profiler_stage(profiler: Any) -> str | None:
@@ -70,6 +84,8 @@ def replace_ddp_child_command(build: Any) -> None:
     Lightning's subprocess launcher calls the module-level `_hydra_subprocess_cmd` by name
     when it starts the ranks; it has no hook for the command. Idempotent.
     """
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
     subprocess_script._hydra_subprocess_cmd = build
 
 
@@ -85,11 +101,15 @@ def compile_seconds() -> float:
 
 def compiled_graphs() -> int:
     """Graphs TorchDynamo has compiled in this process since the last reset (`counters`)."""
+    from torch._dynamo.utils import counters
+
     return int(counters["stats"]["unique_graphs"])
 
 
 def reset_compile_counters() -> None:
     """Zero TorchDynamo's counters; `torch.compiler.reset()` drops graphs but keeps them."""
+    from torch._dynamo.utils import counters
+
     counters.clear()
 
 
@@ -97,6 +117,8 @@ def graph_breaks() -> int:
     """Graph breaks TorchDynamo met since the counters were zeroed (`counters`): an explicit
     `torch._dynamo.graph_break()` counts under 'graph_break', an unsupported call (a
     `Tensor.item()`, say) under 'unimplemented' (torch 2.13)."""
+    from torch._dynamo.utils import counters
+
     return int(sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values()))
 
 
@@ -119,6 +141,8 @@ def uncompiled(module: torch.nn.Module) -> Iterator[None]:
     `torch.compile(network)`, not the in-place `nn.Module.compile()`: on torch 2.13 the
     latter compiled no graph at all for an `nn.Sequential` of torch's own layers.
     """
+    import torch
+
     swapped = []
     for parent in module.modules():
         for name, child in list(parent.named_children()):
@@ -140,6 +164,8 @@ def record_memory_history(max_entries: int | None) -> None:
     torch documents `torch.cuda.memory._record_memory_history` for memory_viz but keeps
     the underscore; there is no public name.
     """
+    import torch
+
     if max_entries is None:
         torch.cuda.memory._record_memory_history(enabled=None)
     else:
@@ -148,4 +174,17 @@ def record_memory_history(max_entries: int | None) -> None:
 
 def dump_memory_snapshot(path: str) -> None:
     """Write the recorded history as a pickle for https://pytorch.org/memory_viz."""
+    import torch
+
     torch.cuda.memory._dump_snapshot(path)
+
+
+# -- Hydra's grid sweeper ---------------------------------------------------------------------
+def hydra_basic_sweeper() -> type:
+    """Hydra's BasicSweeper (hydra._internal.core_plugins.basic_sweeper), the grid sweeper of
+    every multirun: RoundsSweeper (hydra_plugins/harness_launcher/rounds_sweeper.py) subclasses
+    it and overrides split_arguments to run repeat=N as rounds. Hydra has no public base for
+    a grid sweeper."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return BasicSweeper
