@@ -22,6 +22,24 @@ def metrics(train: float, inference: float, rss_mib: float = 500.0,
     }
 
 
+def steps(rate: float, batch_size: int = 8, phase: str = "train", cv: float = 0.03,
+          measured: int = 50, mean_over_median: float = 1.02) -> dict[str, Any]:
+    """A phase's speed figures as the speed preset writes them (issue #20 keys included), for
+    steps whose median runs at `rate` examples/s: their robust spread `cv` (1.4826 x MAD /
+    median) and the mean step `mean_over_median` x the median (a few slow steps)."""
+    median = batch_size / rate
+    per_iteration = median * mean_over_median
+    return {
+        f"{phase}_examples_per_second": batch_size / per_iteration,
+        f"{phase}_seconds_per_iteration": per_iteration,
+        f"{phase}_median_step_s": median,
+        f"{phase}_mad_step_s": cv * median / 1.4826,
+        f"{phase}_p90_step_s": median * (1 + 1.3 * cv),
+        f"{phase}_measured_steps": measured,
+        f"{phase}_between_steps_share": 0.05,
+    }
+
+
 def diagnosis(bound_by: str = "compute", **figures: float) -> dict[str, Any]:
     """A result.json `diagnosis` block (the diagnose preset's), with these per-phase figures."""
     return {"bound_by": bound_by, "verdict": f"{bound_by}-bound (hand-made)",
@@ -31,9 +49,11 @@ def diagnosis(bound_by: str = "compute", **figures: float) -> dict[str, Any]:
 def write_job(job_dir: Path, overrides: list[str], status: str = "ok",
               values: dict[str, Any] | None = None, reason: str | None = None,
               per_repeat: list[dict[str, Any]] | None = None, schema_version: int = 2,
-              diagnosed: dict[str, Any] | None = None) -> Path:
+              diagnosed: dict[str, Any] | None = None, flags: list[str] | None = None,
+              device: dict[str, Any] | None = None) -> Path:
     """A job directory as a job leaves it. Schema 2 (the default) still copied the diagnosis's
-    figures into `metrics`; from schema 3 they live only in `diagnosed` (its diagnosis)."""
+    figures into `metrics`; from schema 3 they live only in `diagnosed` (its diagnosis).
+    `flags`: result.json's (`contended:train`...); `device`: its device block."""
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / ".hydra").mkdir(exist_ok=True)
     (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -41,6 +61,10 @@ def write_job(job_dir: Path, overrides: list[str], status: str = "ok",
                               "reason": reason, "overrides": overrides, "metrics": values or {}}
     if diagnosed:
         record["diagnosis"] = diagnosed
+    if flags:
+        record["flags"] = flags
+    if device:
+        record["device"] = device
     if per_repeat:
         record["repeats"] = {"requested": len(per_repeat), "completed": len(per_repeat),
                              "what": "hand-made", "per_repeat": per_repeat}
