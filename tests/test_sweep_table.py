@@ -392,3 +392,44 @@ def test_the_table_reads_the_diagnosis_where_it_lives_and_old_results_still_comp
     # a schema-2 sweep and a schema-3 one of the same figures: nothing changed between them
     changes = diff(old, new).changes
     assert changes and all(c.ratio == pytest.approx(1.0) for c in changes if c.ratio is not None)
+
+
+def test_on_a_cpu_memory_is_the_training_phases_peak_rss_increase(tmp_path):
+    """Jobs whose training takes 1 MiB more per example (measured with a few % of noise), in
+    a process that holds ~490 MiB of libraries before training starts: the memory section
+    and the headroom read the increase, and the slope comes out at 1 MiB per example."""
+    from harness.sweep.render import headroom_lines
+
+    mib, root = 2**20, tmp_path / "sweep"
+    noise = {8: 1.03, 16: 0.97, 32: 1.02, 64: 0.99}
+    for n, bs in enumerate(noise):
+        increase = (40 + bs * noise[bs]) * mib
+        start = (490 + n % 2 * 6) * mib  # the start moves a little from job to job
+        values = {**metrics(10.0 * bs, 50.0 * bs, batch_size=bs),
+                  "peak_rss_bytes": start + increase + 30 * mib,  # the whole job's peak
+                  "train_rss_start_bytes": start, "train_peak_rss_bytes": start + increase,
+                  "train_peak_rss_increase_bytes": increase}
+        write_job(root / str(n), [f"batch_size={bs}"], values=values, schema_version=3,
+                  device={"accelerator": "cpu", "device_name": "x", "device_count": 1,
+                          "memory_bytes": 4 * 2**30})
+    comparison = build(collect(root))
+    assert set(comparison.points["memory_source"]) == {"peak RSS increase"}
+    fit = comparison.headroom["all"]
+    assert fit["bytes_per_example"] == pytest.approx(mib, rel=0.10)
+    assert fit["start_bytes"] == pytest.approx(493 * mib)
+    assert fit["fixed_bytes"] == pytest.approx((493 + 40) * mib, rel=0.05)
+    # 90% of 4 GiB = 3686 MiB, less ~533 MiB fixed: ~3150 examples, capped at 4x 64
+    assert fit["largest_batch_size"] == 256 and fit["at_least"] is True
+    assert "resident before training started" in headroom_lines(comparison)[0]
+    titles = [s.title for s in sections(comparison)]
+    assert "Peak memory (peak RSS increase)" in titles
+    assert any(line.startswith("peak RSS increase: on a CPU, the training phase's peak")
+               for line in legend(comparison))
+    points = comparison.points.set_index("batch_size")
+    assert points.loc["64", "peak_memory_bytes"] == pytest.approx((40 + 64 * 0.99) * mib)
+    # a CUDA run's device figures win, as before; a result without the increase: process RSS
+    from harness.sweep.table import peak_memory
+
+    assert peak_memory({"peak_device_allocated_bytes": 5.0, "train_peak_rss_increase_bytes": 3,
+                        "peak_rss_bytes": 9})[1] == "device allocated"
+    assert peak_memory({"peak_rss_bytes": 9})[1] == "process RSS"

@@ -31,13 +31,18 @@ from harness.sweep.table import (
     METRIC_NAMES,
     METRICS,
     RATIOS,
+    RSS_INCREASE,
+    SETTINGS_KEY,
     Comparison,
 )
+from harness.sweep.verdict import CAUTIONS, LEGACY_NOISY, TABLE_TOLERANCE
 
 STEM = "comparison"
 # What comparison.json points to for the meaning of its fields (spread, ratio ranges...).
 DOC = "docs/sweeps.md#comparisonjson"
 BEST = "best"  # after the examples/s of a row's fastest variant, when it is beyond noise
+UNDECIDED = "?"  # after a speed-up whose verdict is inconclusive (no range shown)
+SAME = "*"  # after a speed-up that is no difference beyond the noise and the tolerance
 MIB = 2**20
 CELL_FOR_STATUS = {
     "invalid": "invalid",
@@ -78,10 +83,15 @@ def missing_cell(point: Any, metric: str | None = None) -> str | None:
 
 
 def _cautions(point: Any, metric: str) -> str:
-    """The cautions of a figure: `thin` (few measured steps), `NaN loss` (training)."""
+    """The cautions of a figure: `thin` (few measured steps), `contended` (a busy machine),
+    `noisy` (erratic steps), `NaN loss` (training)."""
     phase = _phase(metric)
-    text = " thin" if phase and point.get(f"{phase}_thin") else ""
-    return text + (" NaN loss" if phase and point.get(f"{phase}_nonfinite_loss") else "")
+    if not phase:
+        return ""
+    marks = ["thin"] if point.get(f"{phase}_thin") else []
+    marks += [caution for caution in CAUTIONS if point.get(f"{phase}_{caution}")]
+    marks += ["NaN loss"] if point.get(f"{phase}_nonfinite_loss") else []
+    return "".join(f" {mark}" for mark in marks)
 
 
 def value_cell(point: Any, metric: str) -> str:
@@ -107,8 +117,10 @@ def value_cell(point: Any, metric: str) -> str:
 
 
 def ratio_cell(point: Any, ratio: str) -> str:
-    """A speed-up: the ratio, its range over the samples when repeated (* when that range
-    holds 1.00x: within noise), and `thin` when either side rests on few steps."""
+    """A speed-up: the ratio, then `?` and nothing more when its verdict is inconclusive (a
+    side contended or noisy, or a range wider than the tolerance); else its range over the
+    samples when repeated, and `*` when it is no difference (the verdict `same`; without a
+    verdict, the range holds 1.00x); `thin` when either side rests on few steps."""
     missing = missing_cell(point, ratio)
     if missing is not None:
         return missing
@@ -116,9 +128,15 @@ def ratio_cell(point: Any, ratio: str) -> str:
     if not is_finite_number(value):
         return "-"
     text = f"{value:.2f}x"
+    verdict = point.get(f"{ratio}_verdict")
+    if verdict == "inconclusive":
+        return f"{text} {UNDECIDED}"
     low, high = point.get(f"{ratio}_min"), point.get(f"{ratio}_max")
-    if is_finite_number(low) and is_finite_number(high):
-        text += f" ({low:.2f}-{high:.2f})" + ("*" if point[f"{ratio}_within_spread"] else "")
+    ranged = is_finite_number(low) and is_finite_number(high)
+    if ranged:
+        text += f" ({low:.2f}-{high:.2f})"
+    if verdict == "same" or (verdict is None and ranged and point[f"{ratio}_within_spread"]):
+        text += SAME
     return text + (" thin" if point.get(f"{ratio}_thin") else "")
 
 
@@ -289,9 +307,12 @@ def headroom_lines(comparison: Comparison) -> list[str]:
         size = (f"at least {fit['largest_batch_size']:,} (as far as the line is trusted:"
                 f" {MAX_EXTRAPOLATION}x the largest size measured)" if fit["at_least"]
                 else f"~{fit['largest_batch_size']:,}")
+        start = fit.get("start_bytes") or 0
+        resident = (f" ({start / 2**30:.2f} GiB of it resident before training started)"
+                    if start else "")
         lines.append(
             f"Memory headroom{name}: about {fit['bytes_per_example'] / 2**20:.1f} MiB per"
-            f" example over {fit['fixed_bytes'] / 2**30:.2f} GiB fixed, so batch_size up to"
+            f" example over {fit['fixed_bytes'] / 2**30:.2f} GiB fixed{resident}, so batch_size up to"
             f" {size} should fit in the {memory}'s {fit['capacity_bytes'] / 2**30:.0f} GiB"
             f" ({KEEP_FREE:.0%} kept free; a straight line through batch sizes"
             f" {fit['measured_batch_sizes']}: run that size to check)")
@@ -314,9 +335,53 @@ def legend(comparison: Comparison) -> list[str]:
         )
         lines.append(
             f"{BEST}: the {comparison.row_key or 'row'}'s highest examples/s, marked only when"
-            " its slowest sample beat every other variant's fastest (never when the points"
-            " ran once: their noise is unknown)."
+            " its slowest counted sample beat every other variant's fastest, and only in a"
+            f" {comparison.row_key or 'row'} whose every point rests on two or more counted"
+            " samples (never when the points ran once: their noise is unknown; never beside a"
+            " contended or noisy point)."
         )
+    lines += _pooling_lines(comparison)
+    lines += _verdict_lines(comparison)
+    points = comparison.points
+    if any(points[f"{phase}_thin"].any() for phase in MAIN_PHASES if f"{phase}_thin" in points):
+        lines.append("thin: the phase has fewer measured steps than"
+                     " profiler.speed.min_measured_steps: a figure on few samples.")
+    if _any(points, "contended"):
+        lines.append("contended: other processes took the machine while a sample of the point"
+                     " measured (result.json flag contended:<phase>, above"
+                     " profiler.speed.contended_above); its figures are shown, but it counts in"
+                     " no verdict, best or regression. Rerun on a quiet machine.")
+    if _any(points, "noisy"):
+        lines.append("noisy: a sample's step times vary too much for its figures to be precise"
+                     " (result.json flag noisy:<phase>; in older results, a mean step over"
+                     f" {LEGACY_NOISY}x the median); it counts in no verdict, best or regression.")
+    if "train_nonfinite_loss" in points and points["train_nonfinite_loss"].astype(bool).any():
+        lines.append("NaN loss: a training loss of the point was NaN or infinite (result.json"
+                     " flag nonfinite_loss): the timings stand, the model stopped learning.")
+    if (points["memory_source"] == RSS_INCREASE).any():
+        lines.append("peak RSS increase: on a CPU, the training phase's peak resident set minus"
+                     " the resident set at its start: what the phase took from the machine,"
+                     " with what the allocator kept (not the libraries loaded before it).")
+    if (points["status"] == "invalid").any():
+        lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
+                     " compile); its figures are in its result.json, not here. See below.")
+    return lines + headroom_lines(comparison)
+
+
+def _any(points: Any, caution: str) -> bool:
+    columns = [f"{phase}_{caution}" for phase in MAIN_PHASES if f"{phase}_{caution}" in points]
+    return any(points[column].astype(bool).any() for column in columns)
+
+
+def _pooling_lines(comparison: Comparison) -> list[str]:
+    """What a point's samples are: rounds, seeds (repeat keys), repeats; or a single run."""
+    lines = []
+    if comparison.repeat_keys:
+        pooled = "; ".join(f"{k}={','.join(v)}" for k, v in comparison.repeat_keys.items())
+        lines.append(
+            f"Pooled: {pooled} are repeats of each point, not variants ({SETTINGS_KEY}"
+            ".repeat_keys; harness-report --repeat-keys): a point's samples are its jobs over"
+            " them, and its ± and the verdicts of its speed-ups come from their spread.")
     if comparison.rounds > 1:
         lines.append(
             f"Each point ran {comparison.rounds} times, in {comparison.rounds} rounds of the"
@@ -325,23 +390,42 @@ def legend(comparison: Comparison) -> list[str]:
     if comparison.repeated:
         lines.append(
             "±: half the min..max range of the samples, as a share of the value shown."
-            " (a-b): the speed-up over the samples, worst to best pairing; *: that range holds"
-            " 1.00x, so the speed-up is within noise."
+            " (a-b): the speed-up over the samples, worst to best pairing."
         )
+    elif _verdicts(comparison):
+        lines.append("Each point ran once: the spread between runs is not known; a speed-up's"
+                     " verdict rests on each run's own step spread, and no best is named"
+                     " (run with repeat=N to measure it in N rounds).")
     else:
         lines.append("Each point ran once: no spread is known, so no speed-up can be called"
                      " real (run with repeat=N to measure it in N rounds).")
+    return lines
+
+
+def _verdicts(comparison: Comparison) -> set[str]:
     points = comparison.points
-    if any(points[f"{phase}_thin"].any() for phase in MAIN_PHASES if f"{phase}_thin" in points):
-        lines.append("thin: the phase has fewer measured steps than"
-                     " profiler.speed.min_measured_steps: a figure on few samples.")
-    if "train_nonfinite_loss" in points and points["train_nonfinite_loss"].astype(bool).any():
-        lines.append("NaN loss: a training loss of the point was NaN or infinite (result.json"
-                     " flag nonfinite_loss): the timings stand, the model stopped learning.")
-    if (points["status"] == "invalid").any():
-        lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
-                     " compile); its figures are in its result.json, not here. See below.")
-    return lines + headroom_lines(comparison)
+    return {v for phase in MAIN_PHASES if f"{phase}_speedup_verdict" in points
+            for v in points[f"{phase}_speedup_verdict"] if isinstance(v, str)}
+
+
+def _verdict_lines(comparison: Comparison) -> list[str]:
+    """The marks of the speed-ups' verdicts that the table shows."""
+    verdicts, lines = _verdicts(comparison), []
+    counted = ("the counted samples (neither contended nor noisy; their examples per step /"
+               " median step)")
+    if verdicts:
+        lines.append(f"{SAME}: no difference: on {counted}, the speed-up's range holds 1.00x"
+                     f" within the {TABLE_TOLERANCE:.0%} tolerance, or the speed-up is smaller"
+                     " than that (vs base: the memory samples' range holds 1.00x). A speed-up"
+                     " with neither * nor ? is real.")
+    elif comparison.repeated:
+        lines.append(f"{SAME}: the speed-up's range holds 1.00x, so it is within noise.")
+    if "inconclusive" in verdicts:
+        lines.append(f"{UNDECIDED}: inconclusive: a side has no counted sample (all contended"
+                     " or noisy), or on the counted samples the speed-up's range holds 1.00x"
+                     f" and reaches past {TABLE_TOLERANCE:.0%}: no difference shown, none ruled"
+                     " out (comparison.csv: <phase>_speedup_verdict_reason).")
+    return lines
 
 
 def failures(comparison: Comparison) -> list[str]:
@@ -384,16 +468,17 @@ def to_markdown(comparison: Comparison) -> str:
 
 def csv_columns(comparison: Comparison) -> list[str]:
     axes = ([comparison.row_key] if comparison.row_key else []) + comparison.variant_keys
-    columns = [*axes, "variant", "baseline", "status", "reason", "samples", "rounds"]
+    columns = [*axes, "variant", "baseline", "status", "reason", "samples", "rounds", "pooled"]
     for name in METRIC_NAMES:
         columns += [name, f"{name}_min", f"{name}_max"]
-    columns += ["memory_source", "bound_by"]
+    columns += ["memory_source", "memory_start_bytes", "bound_by"]
     for phase in MAIN_PHASES:
-        columns += [f"{phase}_thin", f"{phase}_error", f"{phase}_best"]
+        columns += [f"{phase}_thin", f"{phase}_contended", f"{phase}_noisy", f"{phase}_counted",
+                    f"{phase}_error", f"{phase}_best"]
     columns.append("train_nonfinite_loss")
     for ratio in RATIOS:
         columns += [ratio, f"{ratio}_min", f"{ratio}_max", f"{ratio}_within_spread",
-                    f"{ratio}_thin"]
+                    f"{ratio}_thin", f"{ratio}_verdict", f"{ratio}_verdict_reason"]
     columns.append("jobs")
     return columns
 
@@ -414,6 +499,8 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "variants": comparison.variants,
         "baseline": comparison.baseline,
         "fixed": comparison.fixed,
+        "repeat_keys": comparison.repeat_keys,
+        "verdict_tolerance": TABLE_TOLERANCE,
         "context": comparison.context,
         "jobs": {"total": len(comparison.jobs), **comparison.status_counts},
         "metrics": {m.name: {"unit": m.unit, "what": m.what} for m in METRICS},

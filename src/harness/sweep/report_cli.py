@@ -3,6 +3,10 @@
     harness-report DIR          comparison.{md,csv,json,png} in DIR, table on the terminal
     harness-report A B          what changed from A to B, metric by metric (ratios B/A)
 
+Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is full); 2 bad input,
+or a directory it cannot write; 3 --fail-if-worse found no regression but could not decide
+a comparison (a side contended or noisy): none ruled out. A regression wins over 3.
+
 `report_sweep` is what `harness-report DIR` does, and what a sweep does at its end
 (harness.sweep.progress), so the two write the same files. Fast to start: argparse here,
 pandas and matplotlib only once there is work, never torch.
@@ -13,7 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,22 +29,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 PROG = "harness-report"
+REGRESSION, BAD_INPUT, INCONCLUSIVE = 1, 2, 3  # exit statuses (0: done)
 log = logging.getLogger(__name__)
 
 
 def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None = None,
                  plot: bool = True, write: bool = True,
-                 settings_prefix: str | None = None) -> Comparison:
+                 settings_prefix: str | None = None,
+                 repeat_keys: Sequence[str] | None = None) -> Comparison:
     """The comparison of the jobs in `sweep_dir`: its tables on the terminal, and (unless
     write=False) comparison.md, .csv, .json and (with `plot`) .png in `sweep_dir`. An error
-    in `rows` or `baseline` names them after `settings_prefix` (the sweep's own setting)."""
+    in `rows`, `baseline` or `repeat_keys` (None: the default, harness.sweep.table.REPEAT_KEYS)
+    names them after `settings_prefix` (the sweep's own setting)."""
     from harness.sweep import render
     from harness.sweep.collect import collect
-    from harness.sweep.table import SETTINGS_KEY, build
+    from harness.sweep.table import REPEAT_KEYS, SETTINGS_KEY, build
     from harness.terminal import show
 
     comparison = build(collect(sweep_dir), rows=rows, baseline=baseline,
-                       settings_prefix=settings_prefix or f"{SETTINGS_KEY}.")
+                       settings_prefix=settings_prefix or f"{SETTINGS_KEY}.",
+                       repeat_keys=REPEAT_KEYS if repeat_keys is None else repeat_keys)
     render.show_tables(comparison)
     if write:
         written = render.write_tables(comparison, sweep_dir)
@@ -60,7 +68,9 @@ def parser() -> argparse.ArgumentParser:
         description="Rebuild the comparison table of a sweep from its jobs' result.json files,"
         " or compare two sweeps or runs (B against A).",
         epilog="Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is"
-        " full); 2 bad input, or a directory it cannot write.",
+        " full); 2 bad input, or a directory it cannot write; 3 --fail-if-worse found no"
+        " regression but could not decide a comparison (a side contended or noisy, or noise"
+        " wider than FRACTION): none ruled out. A regression (1) wins over 3.",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
@@ -70,6 +80,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None,
                    help="variant the speed-ups are against, e.g. 'precision=fp32,compile=false'"
                    " (default: the first variant)")
+    p.add_argument("--repeat-keys", default=None, metavar="KEYS",
+                   help="comma-separated keys whose values are repeats of a point, pooled into"
+                   " its samples like the rounds of repeat=N (default: seed,sweep_round; ''"
+                   " makes seed a variant again)")
     p.add_argument("--no-write", action="store_true",
                    help="print only; write no comparison files")
     p.add_argument("--no-plot", action="store_true", help="skip comparison.png")
@@ -78,18 +92,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-if-worse", type=float, default=None, metavar="FRACTION",
                    help="with two DIRs: exit 1 if any metric of B is worse than A by more than"
                    " FRACTION (0.1 = 10%%) and beyond the runs' spread, or a job of B failed"
-                   " where A's passed")
+                   " where A's passed; else exit 3 if a comparison could not be decided"
+                   " (contended or noisy samples, or noise wider than FRACTION)")
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
     from harness.sweep.collect import collect
+    from harness.sweep.table import check_repeat_keys
     from harness.terminal import show
 
+    repeat_keys = check_repeat_keys(args.repeat_keys, "--")
     if len(args.dirs) == 1:
         _written(lambda: report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
                                       plot=not args.no_plot, write=not args.no_write,
-                                      settings_prefix="--"),
+                                      settings_prefix="--", repeat_keys=repeat_keys),
                  "print the table only: --no-write")
         return 0
     if len(args.dirs) != 2:
@@ -97,28 +114,32 @@ def _run(args: argparse.Namespace) -> int:
                            " Fix: harness-report DIR, or harness-report A B")
     from harness.sweep import diff
     from harness.sweep.table import build
+    from harness.sweep.verdict import TABLE_TOLERANCE
 
     a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline,
-                  settings_prefix="--") for d in args.dirs)
+                  settings_prefix="--", repeat_keys=repeat_keys) for d in args.dirs)
     for side, comp in (("A", a), ("B", b)):
         for problem in comp.problems:
             log.warning("(%s) %s", side, problem)
-    result = diff.diff(a, b)
+    tolerance = TABLE_TOLERANCE if args.fail_if_worse is None else args.fail_if_worse
+    result = diff.diff(a, b, tolerance)
     if args.out:  # written first: a reader that stops early (`| head`) must not cost the files
         written = _written(lambda: diff.write(result, args.out),
                            "write elsewhere: --out DIR")
     diff.show_diff(result)
     if args.out:
         show("[bold]diff:[/bold] " + ", ".join(map(str, written)))
-    if args.fail_if_worse is not None:
-        worse = diff.regressions(result, args.fail_if_worse)
-        for change in worse:
-            show(f"[red]regression[/red] {change.point}: {change.metric}"
-                 f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
-                 f" (status A={change.status_a}, B={change.status_b})")
-        if worse:
-            return 1
-    return 0
+    worse = diff.regressions(result, tolerance) if args.fail_if_worse is not None else []
+    for change in worse:
+        show(f"[red]regression[/red] {change.point}: {change.metric}"
+             f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
+             f" (status A={change.status_a}, B={change.status_b})")
+    undecided = diff.inconclusive_line(result, tolerance)
+    if undecided:  # on stderr, as a warning: `| head` does not hide it
+        log.warning("%s", undecided)
+    if worse:
+        return REGRESSION
+    return INCONCLUSIVE if undecided and args.fail_if_worse is not None else 0
 
 
 def _written(write: Callable[[], T], instead: str) -> T:
@@ -141,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.fail_if_worse is not None and args.fail_if_worse < 0:
         log.error("--fail-if-worse=%s is not valid: expected a fraction >= 0."
                   " Fix: --fail-if-worse 0.1", args.fail_if_worse)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     try:
         code = _run(args)
     except OutputError as err:  # where to write: 2, or 1 for a full disk
@@ -149,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_status)
     except HarnessError as err:  # bad input: the directories, the settings
         log.error("%s", err)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     sys.exit(code)
 
 
