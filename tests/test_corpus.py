@@ -87,6 +87,16 @@ CONFIG = [
     # trainer keys harness sets itself
     Case(("+trainer.precision=16",), 2, "trainer.precision", "precision=bf16"),
     Case(("+trainer.logger=false",), 2, "trainer.logger", "logger=mlflow"),
+    # strategies whose ranks run in processes multiprocessing starts: no figures (#23)
+    Case(("trainer.strategy=ddp_spawn",), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=ddp_fork",), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=ddp_notebook",), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=DDP_Spawn_Find_Unused_Parameters_True",), 2, "trainer.strategy",
+         "trainer.strategy=ddp"),
+    Case(("+trainer.strategy._target_=lightning.pytorch.strategies.DDPStrategy",
+          "+trainer.strategy.start_method=spawn"), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=ddp",), 0, ""),
+    Case(("trainer.strategy=ddp_find_unused_parameters_true",), 0, ""),
     # a new top-level key that is a typo of an existing one (Hydra suggests `+key=`)
     Case(("+batchsize=8",), 2, "+batchsize", "batch_size=8"),
     Case(("+seeds=1",), 2, "+seeds", "seed=1"),

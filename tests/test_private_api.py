@@ -55,6 +55,24 @@ def test_the_ddp_launcher_calls_the_replaceable_command_builder():
         subprocess_script._hydra_subprocess_cmd = original
 
 
+def test_the_ddp_launcher_calls_the_replaceable_process_observer():
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    launcher = subprocess_script._SubprocessScriptLauncher
+    assert "_launch_process_observer" in launcher.launch.__code__.co_names, (
+        "Lightning no longer looks up _launch_process_observer by name: update"
+        " harness.private_api.replace_ddp_process_observer")
+    original = subprocess_script._launch_process_observer
+    assert list(inspect.signature(original).parameters) == ["child_processes"]
+    seen = []
+    try:
+        private_api.replace_ddp_process_observer(seen.append)
+        subprocess_script._launch_process_observer(["child"])
+        assert seen == [["child"]]
+    finally:
+        subprocess_script._launch_process_observer = original
+
+
 def test_compile_counters_count_graphs_breaks_and_seconds():
     torch.compiler.reset()
     private_api.reset_compile_counters()

@@ -89,6 +89,21 @@ def replace_ddp_child_command(build: Any) -> None:
     subprocess_script._hydra_subprocess_cmd = build
 
 
+def replace_ddp_process_observer(watch: Any) -> None:
+    """Make Lightning hand the rank > 0 processes it starts to `watch(child_processes)`
+    instead of starting its `_ChildProcessObserver`.
+
+    Lightning's observer is a thread that outlives the job: when a rank exits non-zero it
+    SIGKILLs every rank *and the main process*, which in a sweep run in one process is the
+    sweep. `_SubprocessScriptLauncher.launch` calls the module-level
+    `_launch_process_observer(self.procs)` by name (imported from Lightning Fabric's
+    launcher module); there is no hook. Idempotent.
+    """
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    subprocess_script._launch_process_observer = watch
+
+
 # -- torch.compile ----------------------------------------------------------------------------
 def compile_seconds() -> float:
     """Seconds TorchDynamo and TorchInductor have spent compiling in this process so far."""

@@ -37,9 +37,10 @@ from harness import memory_peaks
 from harness.cli_errors import describe
 from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
+from harness.launch.ddp import fits_in_other_processes
 from harness.launch.output_dirs import new_dir
 from harness.result.schema import Observed, RunResult
-from harness.run import build
+from harness.run import build, torch_settings
 from harness.run.finish import write_reports
 from harness.run.measure import record_trainer
 from harness.run.observe import observed_of
@@ -106,6 +107,8 @@ class _TrainerSeen(Callback):
 
     @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # Here in a process multiprocessing started: refused before a step is spent.
+        _refuse_other_processes(trainer)
         if self.trainer is None:
             memory_peaks.reset(trainer.strategy.root_device)
         self.trainer = trainer
@@ -171,6 +174,8 @@ class ProfileSession:
         return self.result
 
     def _record(self, trainer: Any) -> None:
+        if trainer is not None and self._seen.trainer is None:
+            _refuse_other_processes(trainer)
         if trainer is None or self._seen.trainer is not trainer:
             raise HarnessError("the session's callbacks never ran in a Trainer. Fix:"
                                " Trainer(callbacks=[..., *session.callbacks],"
@@ -185,6 +190,7 @@ class ProfileSession:
         result.model = _qualified(module)
         result.data = _qualified(datamodule) if datamodule is not None else None
         result.metrics.update(memory_peaks.read(trainer.strategy.root_device))
+        result.torch_settings = torch_settings.read()  # what the script's run ran with
         # What the script chose is recorded as what ran: there are no knobs to hold it against.
         result.observed = observed_of(self.presets.shared.batches, None)
         result.knobs = _knobs_that_ran(trainer, result.observed)
@@ -217,6 +223,16 @@ class ProfileSession:
         self.record.fail(err)
         if trainer is None or trainer.is_global_zero:
             self.record.write()
+
+
+def _refuse_other_processes(trainer: Any) -> None:
+    if fits_in_other_processes(trainer):
+        raise HarnessError(
+            f"the session cannot measure strategy {type(trainer.strategy).__name__} as it is"
+            " launched here: its fit runs in processes Lightning starts with multiprocessing"
+            " (ddp_spawn, ddp_fork, ddp_notebook), with copies of the session's presets."
+            " Fix: Trainer(strategy='ddp') in a script (each rank a process of its own), or"
+            " devices=1")
 
 
 def _qualified(obj: Any) -> str:

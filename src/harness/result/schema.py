@@ -24,7 +24,8 @@ Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interr
 STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
 OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
-            "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis")
+            "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis",
+            "torch_settings")
 
 
 PHASE_PREFIXES = ("train_", "validation_", "inference_")
@@ -186,6 +187,11 @@ class RunResult(_Record):
     slurm: dict[str, Any] | None = Field(None, description="SLURM's facts about the job")
     isolation: dict[str, Any] | None = Field(
         None, description="resets done before the measurement and the resident set it started from")
+    torch_settings: dict[str, Any] | None = Field(
+        None, description="process-wide torch settings the measurement ran with, read after it"
+        " (cudnn_*, float32_matmul_precision, *_allow_tf32, fp32_precision_*, deterministic_*,"
+        " sdp_*, num_threads, default_dtype; null: unreadable); isolation.torch_settings_put_back"
+        " names those the job changed and harness set back")
     repeats: Repeats | None = Field(None, description="with repeat > 1: each repeat's figures")
     report_errors: dict[str, str] = Field(default_factory=dict,
                                           description="preset -> why its report was not written")
