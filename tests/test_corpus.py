@@ -24,6 +24,7 @@ from test_config_compose import composed
 
 from harness.cli_errors import describe
 from harness.config.composed import check_resolves
+from harness.errors import HarnessError
 from harness.run.job import check_config
 
 
@@ -140,6 +141,31 @@ def test_config_case(case, tmp_path):
         assert "\n" not in line and "Traceback" not in line, line
         assert case.names in line, line
         assert case.fix in line, line
+
+
+@pytest.mark.parametrize(("strategy", "refused"), [
+    ("ddp_notebook", True), ("ddp_fork", True), ("ddp_spawn", True), ("ddp", False)])
+def test_a_session_refuses_a_fit_in_processes_multiprocessing_starts(strategy, refused, tmp_path):
+    """A notebook's `auto` with several devices is ddp_notebook: the fit runs in forked
+    processes with copies of the session's callbacks. Where the fit starts (setup, before a
+    step) the session refuses, in one line naming what to use; ddp is measured."""
+    import lightning.pytorch as pl
+
+    from harness import ProfileSession
+
+    session = ProfileSession(["speed"], output_dir=tmp_path)
+    trainer = pl.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False,
+                         enable_progress_bar=False, callbacks=session.callbacks)
+    seen = session.callbacks[-1]
+    if not refused:
+        seen.setup(trainer, None, "fit")
+        assert seen.trainer is trainer
+        return
+    with pytest.raises(HarnessError) as caught:
+        seen.setup(trainer, None, "fit")
+    code, line = describe(caught.value)
+    assert code == 1 and "\n" not in line, line
+    assert "multiprocessing" in line and "Fix: Trainer(strategy='ddp')" in line, line
 
 
 class _Sloppy:
