@@ -22,6 +22,7 @@ from harness.sweep.render import (
     terminal_rows_table,
     terminal_table,
     terminal_tables,
+    value_cell,
 )
 from harness.sweep.table import build
 
@@ -230,6 +231,9 @@ def test_flop_per_second_gets_a_unit_its_figures_read_in():
     assert flop_unit([None]) == ("TFLOP/s", 1e12)
     assert [significant(v) for v in (412.34, 41.234, 4.1, 0.00412, 1234.5, 0)] == [
         "412", "41.2", "4.10", "0.00412", "1234", "0"]
+    # MFU: a few percent says something too
+    assert [value_cell({"status": "ok", "train_mfu": v}, "train_mfu")
+            for v in (0.4, 0.05, 0.0042)] == ["40%", "5.0%", "0.42%"]
 
 
 def test_a_cpus_diagnosis_reads_in_gflop_per_second_on_the_terminal_and_in_markdown(tmp_path):

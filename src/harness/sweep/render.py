@@ -136,8 +136,8 @@ def value_cell(point: Any, metric: str, scale: float = 1e12) -> str:
         return "-"
     if metric.endswith("_flop_per_s"):
         return significant(value / scale)
-    if metric.endswith("_mfu"):
-        return f"{value:.0%}"
+    if metric.endswith("_mfu"):  # a few percent is common: 0.42%, not 0%
+        return f"{value:.0%}" if value >= 0.1 else f"{significant(value * 100, 2)}%"
     if metric == "peak_memory_bytes":
         return f"{value / MIB:.0f}" + _spread_suffix(point, metric)
     if metric.endswith("_share"):
@@ -625,12 +625,25 @@ def fitted_widths(header: list[str], rows: list[list[str]], width: int) -> list[
         excess = sum(widths) - room
         if excess <= 0:
             break
-        widths[n] = max(longest_word[n], natural[n] - excess)
+        target = max(longest_word[n], natural[n] - excess)
+        widths[n] = (_snug(header[n], target, max(body[n], longest_word[n]))
+                     if body[n] < natural[n] else target)
     if room < len(widths):
         return None
     while sum(widths) > room:
         widths[widths.index(max(widths))] -= 1
     return widths
+
+
+def _snug(heading: str, at_most: int, at_least: int) -> int:
+    """The narrowest width from `at_least` up that wraps `heading` into as few lines as
+    `at_most` does: "between steps %" at 14 columns is "between" / "steps %", 7 wide, not
+    "between steps" / "%"."""
+    import textwrap
+
+    lines = len(textwrap.wrap(heading, at_most))
+    return next((w for w in range(at_least, at_most)
+                 if len(textwrap.wrap(heading, w)) <= lines), at_most)
 
 
 def _stacked(section: Section, comparison: Comparison) -> Any:
