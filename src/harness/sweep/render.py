@@ -664,7 +664,7 @@ def _variants_as_rows(section: Section, comparison: Comparison, width: int) -> A
     from rich.table import Table
 
     header, rows = terminal_rows_table(section, comparison)
-    widths: list[int | None] = [*(fitted_widths(header, rows, width) or [None] * len(header))]
+    widths: list[int | None] = list(fitted_widths(header, rows, width) or [None] * len(header))
     table = Table(title=section.terminal_title)
     for n, (column, fixed) in enumerate(zip(header, widths, strict=True)):
         table.add_column(column, justify="left" if n == 1 else "right", overflow="fold",
@@ -694,7 +694,9 @@ def show_tables(comparison: Comparison) -> None:
     show(f"[bold]Sweep comparison:[/bold] {comparison.root}")
     for line in _preamble(comparison):
         show(line)
-    show(terminal_tables(comparison))
+    tables = terminal_tables(comparison)
+    if tables.wide:  # else no section has anything to show
+        show(tables)
     for line in legend(comparison):
         show(f"[dim]{line}[/dim]")
     for line in failures(comparison):
