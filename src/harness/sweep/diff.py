@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.measured import USABLE, is_finite_number
-from harness.sweep.render import CELL_FOR_STATUS, SAME, UNDECIDED
+from harness.sweep.render import CELL_FOR_STATUS, SAME, UNDECIDED, ByWidth
 from harness.sweep.table import DEFAULT, METRICS, Comparison, ratio_range
 from harness.sweep.verdict import TABLE_TOLERANCE, Band, Verdict, judge
 
@@ -266,25 +266,61 @@ def to_markdown(result: Diff) -> str:
     return "\n".join(lines) + "\n"
 
 
-def show_diff(result: Diff) -> None:
+def _ratio_markup(change: Change) -> str:
+    """B/A, in red or green where the change is real (worse or better)."""
+    ratio = _ratio_text(change)
+    verdict = change.verdict
+    real = (verdict.kind == "real" if verdict is not None else
+            change.ratio is not None and not change.within_spread and abs(change.ratio - 1) > 0.05)
+    return f"[{'red' if change.worse else 'green'}]{ratio}[/]" if real else ratio
+
+
+def _table_title(result: Diff) -> str:
+    return f"B: {result.b.root}\nagainst A: {result.a.root}"
+
+
+def _one_line_per_change(result: Diff) -> Any:
+    """The table as wide as it takes: point, metric, A, B, B/A on every line."""
+    from rich.markup import escape
     from rich.table import Table
 
+    table = Table(title=_table_title(result))
+    for column in ("point", "metric", "A", "B", "B/A"):
+        table.add_column(column, justify="left" if column in ("point", "metric") else "right",
+                         overflow="fold")
+    for c in result.changes:
+        table.add_row(escape(c.point), c.metric, _cell(c, "a"), _cell(c, "b"), _ratio_markup(c))
+    return table
+
+
+def _grouped_by_point(result: Diff) -> Any:
+    """For a narrow terminal: each point once, on a line of its own (it may wrap there),
+    its metrics under it, each with its A, B and B/A on its own line."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=_table_title(result))
+    table.add_column("point / metric", overflow="fold")
+    for column in ("A", "B", "B/A"):
+        table.add_column(column, justify="right", overflow="fold")
+    changes = result.changes
+    for n, c in enumerate(changes):
+        if n == 0 or changes[n - 1].point != c.point:
+            table.add_row(f"[bold]{escape(c.point)}[/bold]", "", "", "")
+        last = n + 1 == len(changes) or changes[n + 1].point != c.point
+        table.add_row(f"  {c.metric}", _cell(c, "a"), _cell(c, "b"), _ratio_markup(c),
+                      end_section=last)
+    return table
+
+
+def show_diff(result: Diff) -> None:
+    """The diff on the terminal: one line per change where that fits the width, else the
+    changes grouped under their point (harness.sweep.render.ByWidth)."""
     from harness.terminal import show
 
     for key, (va, vb) in result.setup_changes.items():
         show(f"setup differs: {key}: A={va}, B={vb}")
-    table = Table(title=f"B: {result.b.root}\nagainst A: {result.a.root}")
-    for column in ("point", "metric", "A", "B", "B/A"):
-        table.add_column(column, justify="left" if column in ("point", "metric") else "right")
-    for c in result.changes:
-        ratio = _ratio_text(c)
-        verdict = c.verdict
-        real = (verdict.kind == "real" if verdict is not None else
-                c.ratio is not None and not c.within_spread and abs(c.ratio - 1) > 0.05)
-        if real:
-            ratio = f"[{'red' if c.worse else 'green'}]{ratio}[/]"
-        table.add_row(c.point, c.metric, _cell(c, "a"), _cell(c, "b"), ratio)
-    show(table)
+    show(ByWidth([_one_line_per_change(result)], lambda width: [_grouped_by_point(result)]))
     show(f"[dim]{LEGEND} {_marks(result)}[/dim]")
     for label in result.only_in_a:
         show(f"only in A: {label}")

@@ -8,8 +8,10 @@ or a directory it cannot write; 3 --fail-if-worse found no regression but could 
 a comparison (a side contended or noisy): none ruled out. A regression wins over 3.
 
 `report_sweep` is what `harness-report DIR` does, and what a sweep does at its end
-(harness.sweep.progress), so the two write the same files. Fast to start: argparse here,
-pandas and matplotlib only once there is work, never torch.
+(harness.sweep.progress), so the two write the same files: `harness-report DIR` takes the
+sweep's own `rows`, `baseline` and `repeat_keys` (hydra.callbacks.sweep_report, as its
+multirun.yaml records them) unless the command line gives them (`table_settings`). Fast to
+start: argparse here, pandas and matplotlib only once there is work, never torch.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import HarnessError, OutputError, output_error
 
@@ -62,6 +64,70 @@ def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None 
     return comparison
 
 
+# What `harness-report DIR` takes from the sweep's own settings when the command line does not
+# give it: the setting (hydra.callbacks.sweep_report.<name>) -> its flag.
+RECORDED = {"rows": "--rows", "baseline": "--baseline", "repeat_keys": "--repeat-keys"}
+
+
+def recorded_settings(sweep_dir: Path) -> dict[str, Any]:
+    """The sweep's own table settings that its multirun.yaml records (hydra.callbacks.
+    sweep_report: `rows`, `baseline`, `repeat_keys`, those that are set); {} for a run's
+    directory, a sweep of another app, or a file that cannot be read."""
+    import yaml
+
+    from harness.sweep.collect import MULTIRUN_FILE
+
+    try:
+        config = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    node: Any = config
+    for key in ("hydra", "callbacks", "sweep_report"):
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return {}
+    return {name: node[name] for name in RECORDED if node.get(name) is not None}
+
+
+def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
+                   repeat_keys: str | None) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """(rows, baseline, repeat keys) for `harness-report DIR`: each as given on the command
+    line (None: not given), else as the sweep set it (`recorded_settings`), so the table is
+    the sweep's own. The sweep's baseline is left out when --rows makes one of its keys the
+    row key (it could name no variant there): the first variant is the baseline then."""
+    from harness.sweep.table import (
+        REPEAT_KEYS,
+        SETTINGS_KEY,
+        check_repeat_keys,
+        parse_variant_spec,
+    )
+
+    recorded = recorded_settings(sweep_dir)
+    used: dict[str, Any] = {}
+    if rows is None and "rows" in recorded:
+        rows = used["rows"] = str(recorded["rows"])
+    if repeat_keys is None and "repeat_keys" in recorded:
+        chosen = check_repeat_keys(recorded["repeat_keys"])
+        if chosen != REPEAT_KEYS:
+            used["repeat_keys"] = list(chosen)
+    else:
+        chosen = check_repeat_keys(repeat_keys, "--")
+    if baseline is None and "baseline" in recorded:
+        spec = str(recorded["baseline"])
+        if rows is not None and rows in parse_variant_spec(spec, f"{SETTINGS_KEY}."):
+            log.info("the sweep's baseline '%s' names %s, now the row key (--rows): the"
+                     " speed-ups are against the first variant; --baseline chooses another",
+                     spec, rows)
+        else:
+            baseline = used["baseline"] = spec
+    if used:
+        said = ", ".join(f"{name}={value!r}" for name, value in used.items())
+        flags = ", ".join(RECORDED[name] for name in used)
+        log.info("the table as the sweep set it (multirun.yaml): %s.%s; %s %s",
+                 SETTINGS_KEY, said, flags, "change them" if len(used) > 1 else "changes it")
+    return rows, baseline, chosen
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -75,15 +141,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
     p.add_argument("--rows", default=None,
-                   help="swept key whose values make the rows (default: batch_size if swept,"
-                   " else the first of two or more swept keys; a single swept key makes columns)")
+                   help="swept key whose values make the rows (default: a single DIR's own"
+                   " setting, else batch_size if swept, else the first of two or more swept"
+                   " keys; a single swept key makes columns)")
     p.add_argument("--baseline", default=None,
                    help="variant the speed-ups are against, e.g. 'precision=fp32,compile=false'"
-                   " (default: the first variant)")
+                   " (default: a single DIR's own setting, else the first variant)")
     p.add_argument("--repeat-keys", default=None, metavar="KEYS",
                    help="comma-separated keys whose values are repeats of a point, pooled into"
-                   " its samples like the rounds of repeat=N (default: seed,sweep_round; ''"
-                   " makes seed a variant again)")
+                   " its samples like the rounds of repeat=N (default: a single DIR's own setting,"
+                   " else seed,sweep_round; '' makes seed a variant again)")
     p.add_argument("--no-write", action="store_true",
                    help="print only; write no comparison files")
     p.add_argument("--no-plot", action="store_true", help="skip comparison.png")
@@ -102,13 +169,16 @@ def _run(args: argparse.Namespace) -> int:
     from harness.sweep.table import check_repeat_keys
     from harness.terminal import show
 
-    repeat_keys = check_repeat_keys(args.repeat_keys, "--")
     if len(args.dirs) == 1:
-        _written(lambda: report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
+        sweep_dir = Path(args.dirs[0])
+        rows, baseline, pooled = table_settings(sweep_dir, args.rows, args.baseline,
+                                                args.repeat_keys)
+        _written(lambda: report_sweep(sweep_dir, rows=rows, baseline=baseline,
                                       plot=not args.no_plot, write=not args.no_write,
-                                      settings_prefix="--", repeat_keys=repeat_keys),
+                                      settings_prefix="--", repeat_keys=pooled),
                  "print the table only: --no-write")
         return 0
+    repeat_keys = check_repeat_keys(args.repeat_keys, "--")
     if len(args.dirs) != 2:
         raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
                            " Fix: harness-report DIR, or harness-report A B")
