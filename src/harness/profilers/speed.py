@@ -182,11 +182,12 @@ class SpeedPreset(Preset, Callback):
     def _open_window(self, phase: str) -> None:
         """Measured steps start: the machine's counters, then the clock's window (on CUDA a
         synchronise), then the next step's origin, so neither costs a timed step anything."""
-        self.cpu_windows[phase].open()
-        if phase in self.gpu_windows:
-            self.gpu_windows[phase].open()
         timer = self.timers[phase]
-        timer.open_window(self._now())
+        if not timer.window_open:
+            self.cpu_windows[phase].open()
+            if phase in self.gpu_windows:
+                self.gpu_windows[phase].open()
+            timer.open_window(self._now())
         timer.restart(self._now())
 
     def _close_window(self, phase: str) -> None:

@@ -30,13 +30,6 @@ def now(device: torch.device | None) -> float:
     return time.perf_counter()
 
 
-def clock_name(device: torch.device | None) -> str:
-    """The clock `now` reads on `device`, as the reports state it."""
-    if device is not None and device.type == "cuda":
-        return "time.perf_counter after torch.cuda.synchronize"
-    return "time.perf_counter"
-
-
 # Which clock made a figure (speed.json `clocks`, result.json `clocks`); docs/presets/speed.md.
 CLOCKS = {
     "host": "time.perf_counter (no device queue: a CPU run)",
