@@ -137,3 +137,23 @@ def test_a_step_that_stalls_every_fourth_step_keeps_its_compute_share(tmp_path):
     assert found["bound_by"] == "compute", found["verdict"]
     assert found["train_compute_share"] > 0.7
     assert any(f["kind"] == "noisy" for f in found["findings"])
+
+
+def test_a_loader_that_delivers_in_bursts_still_reads_as_data():
+    """4 workers at 80 ms a batch feed a 2 ms step: most steps find a batch waiting (median
+    2.5 ms), every 4th waits for the next burst (mean 20 ms). The loop cannot iterate faster
+    than the loader alone delivers (20 ms): the step is the loader's pace, and the data wait
+    is what the median hides."""
+    preset = DiagnosePreset()
+    preset.passes["train"] = {"loader": PassResult(0.020, 4, 8),
+                              "model": PassResult(0.002, 3, 8, fastest_s=0.002, slowest_s=0.002)}
+    bursty = preset.phase_figures("train", {
+        "train_median_step_s": 0.0025, "train_seconds_per_iteration": 0.020,
+        "train_median_between_s": 0.0005, "train_mad_step_s": 0.0005}, None)
+    assert rules.bound_by(bursty["shares"]) == "data"
+    assert bursty["shares"]["data"] == pytest.approx(0.018 / 0.020)
+    assert rules.noise_beats_gap(bursty) is None
+    # the spikes of a fast loader stay out: the step is still the median
+    spiky = phase({"train_median_step_s": 0.1, "train_seconds_per_iteration": 0.325,
+                   "train_median_between_s": 0.0, "train_mad_step_s": 0.0})
+    assert spiky["shares"]["compute"] == pytest.approx(0.55)

@@ -19,7 +19,7 @@ phase never lowers the measurement's peak, and an excluded pass counts in neithe
 On a CPU the increase is what the process took from the machine, glibc's retention included:
 glibc serves allocations below its mmap threshold (which it raises by itself, up to 32 MiB,
 after freeing a mapped chunk) from its heap and keeps freed chunks there, so a tensor freed and
-allocated again may read as up to twice its size at small batches
+allocated again may read as twice its size or more at small batches
 (docs/presets/speed.md#memory). MALLOC_MMAP_THRESHOLD_=131072 in the environment makes the
 figure follow the tensors exactly, at a cost in speed harness does not impose.
 """

@@ -17,10 +17,10 @@
   per-step rows are the host's dispatch times, labelled so.
 
 In every mode the measured window is timed as a whole: each segment (the measured steps
-between the end of warm-up, or a return from another phase, and the next pause) has one
-synchronise at each end, so a run with V validation runs pays 2 + 2V synchronises, not two a
-step. With `events`, `events_over_window` = (the measured steps' event times) / (the
-window's time) is the cross-check: 1.00 when the events cover everything the device did
+between the end of warm-up, an epoch's start or a return from another phase, and the next
+pause) has one synchronise at each end: a few per epoch, not two a step. With `events`,
+`events_over_window` = (the measured steps' event times) / (the window's time) is the
+cross-check: 1.00 when the events cover everything the device did
 (slightly below: the hooks between a segment's last step and its pause), well below when work
 ran on a stream the events did not wait for (a side stream, a collective on NCCL's stream).
 Below EVENTS_MISS_WORK the headline s/it and examples/s come from the window, and `clocks`

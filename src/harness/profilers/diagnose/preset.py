@@ -216,18 +216,27 @@ class DiagnosePreset(Preset, Callback):
         (`metrics`: result.json's figures); `peak`: the device's dense peak TFLOP/s, if known.
 
         The step is the median iteration, like the passes' own figures (a few stalled steps
-        move the mean and would read as host time); results without it fall back to s/it."""
+        move the mean and would read as host time); results without it fall back to s/it.
+        The loop cannot iterate faster than the loader alone delivers a batch: where the
+        median step is shorter (workers that deliver in bursts: most steps find a batch
+        waiting, every few wait for the next burst), the step is the loader's pace, at most
+        the mean step, and the difference is time spent waiting for data."""
         found = self.passes.get(phase)
-        step_s = metrics.get(f"{phase}_median_step_s") or metrics.get(
-            f"{phase}_seconds_per_iteration")
+        median, mean = (metrics.get(f"{phase}_median_step_s"),
+                        metrics.get(f"{phase}_seconds_per_iteration"))
+        step_s = median or mean
         if not found:
             return {"note": f"no {phase} passes ran"}
         loader, model = found["loader"], found["model"]
-        comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
         between_s = metrics.get(f"{phase}_median_between_s")
         if between_s is None:
             between = metrics.get(f"{phase}_between_steps_share")
             between_s = between * step_s if between is not None and step_s else None
+        if median and mean and loader.step_s and between_s is not None:
+            paced = min(mean, loader.step_s)
+            if paced > median:
+                step_s, between_s = paced, between_s + paced - median
+        comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
         noise = robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
                            "median_step_s": metrics.get(f"{phase}_median_step_s")})
         notes = [n for n in (loader.note, model.note) if n]
