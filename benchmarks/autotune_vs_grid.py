@@ -15,7 +15,7 @@ grid's rounds overlap) or is the best, and when autotune's job-seconds (the sum 
 duration_s) are at most a third of the grid's. Neither side assumes which setting wins (on a
 CPU bf16 may well lose, and compile pays TorchInductor's compile in every job).
 
-    python benchmarks/autotune_vs_grid.py [--space batch_size=8,16,32,64 ...] [--json out.json]
+    python benchmarks/autotune_vs_grid.py [--space batch_size=8,16,32 ...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ from pathlib import Path
 from harness.autotune.reading import job_overrides, outcome_of
 from harness.autotune.settings import Settings
 from harness.autotune.stats import job_score
+from harness.autotune.verdict import line
 from harness.config.overrides import MEASUREMENT_KEYS, parse_overrides
 
 WORKLOAD = ("data=synthetic_cpu", "data.seq_len=16", "data.dim=32", "model.depth=1",
             "data.train_batches=24", "logger=none", "hydra.callbacks.sweep_report.plot=false")
-SPACE = ("batch_size=8,16,32,64", "precision=fp32,bf16", "compile=false,true",
+SPACE = ("batch_size=8,16,32,64,128", "precision=fp32,bf16", "compile=false,true",
          "data.num_workers=0,2")
 
 
@@ -93,7 +94,7 @@ def main() -> None:
         grid_cwd.mkdir(), tune_cwd.mkdir()
         grid_dir, grid_wall, _ = _sweep(grid_cwd, [*args.workload, *args.space, "repeat=2",
                                                    "mode=train", "trainer.limit_val_batches=0"])
-        tune_dir, tune_wall, tune_out = _sweep(tune_cwd, ["sweep=autotune", *args.workload,
+        tune_dir, tune_wall, _ = _sweep(tune_cwd, ["sweep=autotune", *args.workload,
                                                           *args.space])
         grid = {p: s for p, s in _points(grid_dir, keys, settings).items() if s}
         body = json.loads((tune_dir / "autotune.json").read_text())
@@ -111,8 +112,7 @@ def main() -> None:
         "autotune_best": body["best"],
         "autotune_best_in_grid_examples_per_s": statistics.median(mine) if mine else None,
         "autotune_best_in_grid_range": [min(mine), max(mine)] if mine else None,
-        "autotune_verdict": next((line for line in tune_out.splitlines()
-                                  if line.startswith(("best", "autotune:"))), None),
+        "autotune_verdict": line(body),
         "autotune_jobs": body["jobs"], "grid_job_seconds": grid_seconds,
         "autotune_job_seconds": tune_seconds, "job_seconds_ratio": tune_seconds / grid_seconds,
         "grid_wall_s": grid_wall, "autotune_wall_s": tune_wall,

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 
 from harness.autotune.command_line import Here, SpaceError, adapt, parse
 from harness.autotune.job import Shape, overrides, stage_and_round
+from harness.autotune.knowledge import Job
 from harness.autotune.reading import elapsed, outcome_of
-from harness.autotune.search import Job
 from harness.autotune.settings import Settings
 from harness.autotune.space import Candidate
 from harness.result.schema import Diagnosis, RunResult
@@ -123,11 +123,14 @@ def test_the_command_line_makes_the_space_and_the_fixed_overrides():
     assert parsed.fixed == ["sweep=autotune", "~model.lr"]
 
 
-def test_the_command_line_wins_key_by_key_and_one_value_fixes_a_key():
-    params = {"batch_size": "1,2,4", "precision": "fp32,bf16"}
-    parsed = _parse("batch_size=8,16", "precision=bf16", params=params)
-    assert [k.name for k in parsed.space.keys] == ["batch_size"]
-    assert parsed.space.keys[0].values == ("8", "16") and parsed.fixed == ["precision=bf16"]
+def test_a_space_on_the_command_line_replaces_the_default_one():
+    params = {"batch_size": "1,2,4", "precision": "fp32,bf16", "compile": "false,true"}
+    parsed = _parse("batch_size=8,16", params=params)
+    assert [(k.name, k.values) for k in parsed.space.keys] == [("batch_size", ("8", "16"))]
+    # without one, the default space; a single value fixes its key
+    parsed = _parse("precision=bf16", params=params)
+    assert [k.name for k in parsed.space.keys] == ["batch_size", "compile"]
+    assert parsed.fixed == ["precision=bf16"]
 
 
 def test_an_integer_interval_is_kept_as_bounds():
@@ -193,3 +196,34 @@ def test_a_points_probe_and_confirm_jobs_pool_into_one_cell():
     assert settings_of(probe) == settings_of(confirm) == {"sweep": "autotune", "batch_size": "64"}
     # outside autotune, the same keys are settings of the point
     assert settings_of(["mode=train", "batch_size=64"]) == {"mode": "train", "batch_size": "64"}
+
+
+def test_the_sweeper_plugin_loads_nothing_heavy_when_hydra_scans_it():
+    import subprocess
+    import sys
+
+    probe = ("import sys, hydra_plugins.harness_launcher.autotune_sweeper\n"
+             "print([m for m in ('torch', 'lightning', 'pydantic', 'harness.autotune.search')"
+             " if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_mlflow_parent_run_gets_the_verdict_and_the_speed_up():
+    from harness.autotune.report import tracking_summary
+
+    body = {"objective": "training", "status": "done", "stopped": None,
+            "best": {"batch_size": "64", "precision": "bf16"}, "best_trusted": True,
+            "default": {"batch_size": "32", "precision": "fp32"}, "tie": None,
+            "speedup": {"value": 2.0, "low": 1.8, "high": 2.2, "confirmed": True,
+                        "within_spread": False, "trusted": True},
+            "jobs": 14, "points_tried": 9, "grid_points": 20, "job_seconds": 30.0,
+            "wall_seconds": 31.0, "noise": 0.03, "largest_batch_that_fits": 128,
+            "command": "harness batch_size=64 precision=bf16", "infeasible": {}}
+    params, metrics, tags = tracking_summary(body)
+    assert params == {"autotune.best.batch_size": "64", "autotune.best.precision": "bf16",
+                      "autotune.objective": "training"}
+    assert metrics["autotune_speedup"] == 2.0 and metrics["autotune_speedup_min"] == 1.8
+    assert metrics["autotune_largest_batch_that_fits"] == 128.0
+    assert tags["autotune.verdict"].startswith("best: batch_size=64 precision=bf16: 2.00x")
+    assert tags["autotune.command"] == "harness batch_size=64 precision=bf16"

@@ -14,7 +14,8 @@ from harness.autotune.settings import Budget, SettingError, Settings, job_budget
 from harness.autotune.space import Key, Space, check_space, role_of
 from harness.autotune.verdict import line, summary
 
-CORE = ("space", "settings", "outcome", "stats", "search", "verdict")
+CORE = ("space", "settings", "outcome", "stats", "knowledge", "fit", "screen", "halving", "search",
+        "verdict")
 
 
 def space(**values: str) -> Space:

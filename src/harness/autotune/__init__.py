@@ -7,12 +7,16 @@ and `harness-report DIR` (a replay of the job directories). docs/autotune.md say
 searches.
 
 The core, which imports only the standard library and itself:
-  space     the keys searched, their values as typed, roles, and what "simpler" means
-  settings  every `autotune.*` key with its default, and the job budget
-  outcome   what one job said (status, the objective's figures, trust), as the core reads it
-  stats     a candidate's figure in a stage (compile charged), its spread, ties
-  search    the stages: fit, screen, recheck, successive halving, confirm; the budget
-  verdict   autotune.json's body and the one verdict line
+  space      the keys searched, their values as typed, roles, and what "simpler" means
+  settings   every `autotune.*` key with its default, and the job budget
+  outcome    what one job said (status, the objective's figures, trust), as the core reads it
+  stats      a candidate's figure in a stage (compile charged), its spread, ties
+  knowledge  what the search knows (jobs, outcomes, decisions) and may still spend (budget)
+  fit        the batch ladder: the largest batch that fits, and the calibration
+  screen     one key at a time around the incumbent, and the batch recheck
+  halving    successive halving, the winner and the confirm stage
+  search     the driver: waves out, outcomes in, the stages in order
+  verdict    autotune.json's body and the one verdict line
 
 Around it, the only modules that read harness's files and Hydra's syntax:
   command_line  the space from the command line and the named sweep's `auto` lines

@@ -2,11 +2,12 @@
 it, the named sweep's default space fitted to the machine, and what autotune refuses before
 any compute.
 
-Exactly the grid's inputs: `hydra.sweeper.params` (the named sweep's lines), then the
-command line's overrides, the command line winning key by key. A sweep override
-(`batch_size=8,16,32`, `choice(...)`, `range(...)`, an integer `interval(lo,hi)`) makes a key
-searched; a single value fixes it (it is passed to every job, and replaces the named sweep's
-line); every other override is passed to every job as typed.
+The grid's inputs: `hydra.sweeper.params` (the named sweep's default space), then the
+command line's overrides. A sweep override (`batch_size=8,16,32`, `choice(...)`,
+`range(...)`, an integer `interval(lo,hi)`) makes a key searched; the command line's sweep
+overrides are the whole space when there are any (the default space applies only to a
+command line without one); a single value fixes a key (it is passed to every job, and
+replaces that key's default line); every other override is passed to every job as typed.
 """
 
 from __future__ import annotations
@@ -68,13 +69,16 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
-    typed = [f"{k}={v}" for k, v in (params or {}).items()]
+    given = parser.parse_overrides(arguments)
+    default = parser.parse_overrides([f"{k}={v}" for k, v in (params or {}).items()])
+    if any(o.is_sweep_override() for o in given):  # the command line gives the space
+        default = [o for o in default if not o.is_sweep_override()]
     entries: dict[str, tuple[str, Any, bool]] = {}  # bare key -> (key as typed, override, from params)
-    for n, override in enumerate(parser.parse_overrides([*typed, *arguments])):
+    for n, override in enumerate([*default, *given]):
         key = override.get_key_element()
         bare = key.lstrip("+~")
         entries.pop(bare, None)  # a later override of the key replaces an earlier one
-        entries[bare] = (key, override, n < len(typed))
+        entries[bare] = (key, override, n < len(default))
     notes: list[str] = []
     keys, fixed = [], []
     for key, override, from_params in entries.values():

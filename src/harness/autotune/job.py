@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.autotune.search import Job
+from harness.autotune.knowledge import Job
 from harness.autotune.settings import Settings
 from harness.config.overrides import AUTOTUNE_STAGE, ROUND_KEY, parse_overrides
 

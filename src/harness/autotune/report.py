@@ -92,3 +92,25 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+def tracking_summary(body: dict[str, Any]) -> tuple[dict[str, str], dict[str, float],
+                                                     dict[str, str]]:
+    """autotune.json as the sweep's MLflow parent run records it: (params, metrics, tags).
+    Params: the winner's value of each searched key (`autotune.best.<key>`) and the
+    objective; metrics: the speed-up and its range, jobs, points, job-seconds, the largest
+    batch that fits, the noise; tags: the verdict line, the status, the command to run."""
+    params = {f"autotune.best.{k}": v for k, v in (body.get("best") or {}).items()}
+    params["autotune.objective"] = str(body["objective"])
+    speedup = body.get("speedup") or {}
+    found = {"autotune_speedup": speedup.get("value"), "autotune_speedup_min": speedup.get("low"),
+             "autotune_speedup_max": speedup.get("high"), "autotune_jobs": body["jobs"],
+             "autotune_points": body["points_tried"], "autotune_grid_points": body["grid_points"],
+             "autotune_job_seconds": body["job_seconds"], "autotune_noise": body["noise"],
+             "autotune_largest_batch_that_fits": body["largest_batch_that_fits"]}
+    metrics = {k: float(v) for k, v in found.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    tags = {"autotune.verdict": line(body)[:5000], "autotune.status": str(body["status"])}
+    if body.get("command"):
+        tags["autotune.command"] = str(body["command"])[:5000]
+    return params, metrics, tags

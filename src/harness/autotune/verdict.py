@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.autotune.search import CONFIRM, FINAL, PROBE_STAGES, Search, stage_rank
+from harness.autotune.knowledge import CONFIRM, FINAL, PROBE_STAGES, Knowledge, stage_rank
 from harness.autotune.space import Candidate
 from harness.autotune.stats import Estimate
 
@@ -26,7 +26,7 @@ def _est(e: Estimate | None) -> dict[str, Any] | None:
     return e.as_dict() if e is not None else None
 
 
-def speedup(search: Search) -> dict[str, Any] | None:
+def speedup(search: Knowledge) -> dict[str, Any] | None:
     """The winner over the default configuration: from the confirm stage, else (stopped
     before it) from the deepest stage that measured both."""
     confirm, winner, default = search.confirm or {}, search.winner, search.space.default()
@@ -45,7 +45,7 @@ def speedup(search: Search) -> dict[str, Any] | None:
             "within_spread": low <= 1.0 <= high, "trusted": w.trusted and d.trusted}
 
 
-def in_the_running(search: Search) -> tuple[list[dict[str, Any]], str | None]:
+def in_the_running(search: Knowledge) -> tuple[list[dict[str, Any]], str | None]:
     """Stopped early: every candidate still in the running, with the winner's ratio over it,
     and whether the winner is beyond the spread of each ('sure')."""
     if search.status not in ("budget", "interrupted") or search.winner is None:
@@ -70,7 +70,7 @@ def in_the_running(search: Search) -> tuple[list[dict[str, Any]], str | None]:
     return found, sure
 
 
-def points(search: Search) -> list[dict[str, Any]]:
+def points(search: Knowledge) -> list[dict[str, Any]]:
     """Every point tried, with the deepest stage that measured it and its figure there."""
     found = []
     for c in search.tried():
@@ -91,7 +91,7 @@ def points(search: Search) -> list[dict[str, Any]]:
     return found
 
 
-def summary(search: Search, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """autotune.json's body (`extra`: what the driver adds: the command's fixed overrides
     under `fixed`, the sweep directory)."""
     extra = dict(extra or {})

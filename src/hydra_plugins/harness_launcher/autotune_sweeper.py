@@ -13,6 +13,9 @@ It prints no verdict itself: Hydra's callbacks run after `sweep` returns, and th
 comparison table comes first; harness.sweep.report_cli then rebuilds the verdict from the
 job directories (harness.autotune.report), as `harness-report DIR` does. Ctrl-C or SIGTERM
 (a KeyboardInterrupt here) leaves autotune.json marked interrupted, with the best so far.
+
+Hydra imports every plugin module when any `harness` command starts: harness.autotune (and
+the result schema it reads with) loads only when a sweep starts.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
@@ -29,16 +32,13 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 from typing_extensions import override
 
-from harness.autotune import job as autotune_job
-from harness.autotune.command_line import Here, SpaceError, config_value, parse
-from harness.autotune.outcome import Outcome
-from harness.autotune.reading import elapsed, outcome_of
-from harness.autotune.replay import Setup
-from harness.autotune.report import body_of, write_summary
-from harness.autotune.search import Search, Wave
-from harness.autotune.settings import AUTO, SettingError, Settings
-from harness.config.overrides import AUTOTUNE_STAGE
-from harness.errors import ConfigError
+if TYPE_CHECKING:
+    from harness.autotune.command_line import Here
+    from harness.autotune.job import Shape
+    from harness.autotune.knowledge import Wave
+    from harness.autotune.replay import Setup
+    from harness.autotune.search import Search
+    from harness.autotune.space import Space
 
 log = logging.getLogger(__name__)
 MULTIRUN_FILE = "multirun.yaml"
@@ -65,6 +65,11 @@ class AutotuneSweeper(Sweeper):
 
     @override
     def sweep(self, arguments: list[str]) -> Any:
+        from harness.autotune import job as autotune_job
+        from harness.autotune.reading import elapsed, outcome_of
+        from harness.autotune.report import body_of, write_summary
+        from harness.autotune.search import Search
+
         assert self.config is not None
         setup = self._setup(list(arguments))  # bad input: a ConfigError, before any job
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -76,7 +81,7 @@ class AutotuneSweeper(Sweeper):
         search = Search(setup.space, setup.settings)
         self._announce(setup, search)
         shape = self._shape()
-        seen: list[Outcome] = []
+        seen = []
         told = 0
         try:
             wave = search.start()
@@ -102,6 +107,11 @@ class AutotuneSweeper(Sweeper):
 
     # -- before the first job --------------------------------------------------------------
     def _setup(self, arguments: list[str]) -> Setup:
+        from harness.autotune.command_line import parse
+        from harness.autotune.replay import Setup
+        from harness.autotune.settings import AUTO, SettingError, Settings
+        from harness.errors import ConfigError
+
         assert self.config is not None
         raw = self.config.get("autotune")
         try:
@@ -127,7 +137,10 @@ class AutotuneSweeper(Sweeper):
         return Setup(parsed.space, settings, fixed, time.time(), parsed.notes, launcher)
 
     def _here(self, launcher: str, params: Any, arguments: list[str]) -> Here:
-        """The machine the jobs run on, as far as `auto` and device-bound values need it."""
+        """The machine the jobs run on, as far as the default space and device-bound values
+        need it."""
+        from harness.autotune.command_line import Here, config_value
+
         assert self.config is not None
         if "Slurm" in launcher:
             cpus = self.config.hydra.launcher.get("cpus_per_task")
@@ -149,6 +162,8 @@ class AutotuneSweeper(Sweeper):
                     cpus=len(affinity(0)) if affinity else os.cpu_count())
 
     def _check_profiler(self) -> None:
+        from harness.autotune.command_line import SpaceError
+
         assert self.config is not None
         profiler = self.config.get("profiler")
         if not hasattr(profiler, "keys") or "speed" not in profiler:
@@ -156,7 +171,7 @@ class AutotuneSweeper(Sweeper):
                              " profiler list has no speed. Fix: keep speed in it, e.g."
                              " profiler=[speed,diagnose]")
 
-    def _check_values(self, space: Any, fixed: list[str]) -> None:
+    def _check_values(self, space: Space, fixed: list[str]) -> None:
         """Each value of each key composed into the config and checked as a job checks its
         config (knobs, `+key` typos, targets and their arguments): one line, exit 2. An
         interval is checked at its two ends."""
@@ -178,7 +193,10 @@ class AutotuneSweeper(Sweeper):
         finally:
             hydra.cfg = before
 
-    def _shape(self) -> autotune_job.Shape:
+    def _shape(self) -> Shape:
+        from harness.autotune import job as autotune_job
+        from harness.autotune.command_line import config_value
+
         assert self.config is not None
 
         def count(key: str) -> int | None:
@@ -192,6 +210,8 @@ class AutotuneSweeper(Sweeper):
                                   prefetch=count(autotune_job.PREFETCH) or 2)
 
     def _announce(self, setup: Setup, search: Search) -> None:
+        from harness.autotune.settings import AUTO
+        from harness.config.overrides import AUTOTUNE_STAGE
         from harness.sweep.progress import current
 
         cap = search.job_cap
