@@ -1,11 +1,13 @@
 """Does autotune find what the exhaustive grid finds, for a third of its cost?
 
-One invocation runs both, on the built-in workload (the transformer, data made on the CPU so
-loader workers matter), over the same space:
+One invocation runs both, on the built-in workload (the transformer, small, on the CPU
+here; its data is made on the device, so the loader workers of the space do not matter:
+the grid runs them anyway, autotune should not), over the same space:
 
 1. the grid: `harness -m <space> repeat=2 mode=train`: every point in 2 rounds (order
    alternating), each job the data's train_batches steps;
-2. autotune: `harness -m sweep=autotune <space>`.
+2. autotune: `harness -m sweep=autotune <space> autotune.budget.jobs=<a third of the grid's
+   jobs>` (the grid ran every point twice, so a third of its jobs is a third of its cost).
 
 Both sweeps are read back from their job directories the same way (harness.autotune.reading:
 each job's robust examples/s, compile charged its compile time over autotune.planned_steps),
@@ -37,8 +39,8 @@ from harness.autotune.stats import job_score
 from harness.autotune.verdict import line
 from harness.config.overrides import MEASUREMENT_KEYS, parse_overrides
 
-WORKLOAD = ("data=synthetic_cpu", "data.seq_len=16", "data.dim=32", "model.depth=1",
-            "data.train_batches=24", "logger=none", "hydra.callbacks.sweep_report.plot=false")
+WORKLOAD = ("data.seq_len=16", "data.dim=32", "model.depth=1", "data.train_batches=24",
+            "logger=none", "hydra.callbacks.sweep_report.plot=false")
 SPACE = ("batch_size=8,16,32,64,128", "precision=fp32,bf16", "compile=false,true",
          "data.num_workers=0,2")
 
@@ -85,17 +87,25 @@ def main() -> None:
     parser.add_argument("--space", nargs="*", default=list(SPACE))
     parser.add_argument("--workload", nargs="*", default=list(WORKLOAD))
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="run the two sweeps in DIR/grid and DIR/autotune and keep them"
+                        " (default: a temporary directory, removed)")
+    parser.add_argument("--autotune", nargs="*", default=[],
+                        help="autotune.* settings for the autotune sweep (default:"
+                        " autotune.budget.jobs=<a third of the grid's jobs>)")
     args = parser.parse_args()
     keys = [s.partition("=")[0] for s in args.space]
     assert not set(keys) & set(MEASUREMENT_KEYS)
     settings = Settings(objective="training")
     with tempfile.TemporaryDirectory() as tmp:
-        grid_cwd, tune_cwd = Path(tmp, "grid"), Path(tmp, "autotune")
-        grid_cwd.mkdir(), tune_cwd.mkdir()
+        where = args.dir or Path(tmp)
+        grid_cwd, tune_cwd = where / "grid", where / "autotune"
+        grid_cwd.mkdir(parents=True), tune_cwd.mkdir(parents=True)
         grid_dir, grid_wall, _ = _sweep(grid_cwd, [*args.workload, *args.space, "repeat=2",
                                                    "mode=train", "trainer.limit_val_batches=0"])
+        budget = args.autotune or [f"autotune.budget.jobs={len(list(grid_dir.glob('*/result.json'))) // 3}"]
         tune_dir, tune_wall, _ = _sweep(tune_cwd, ["sweep=autotune", *args.workload,
-                                                          *args.space])
+                                                   *args.space, *budget])
         grid = {p: s for p, s in _points(grid_dir, keys, settings).items() if s}
         body = json.loads((tune_dir / "autotune.json").read_text())
         grid_seconds, tune_seconds = _job_seconds(grid_dir), _job_seconds(tune_dir)

@@ -65,6 +65,7 @@ class Landscape:
     overhead_s: float = 1.0  # a job's fixed seconds
     invalid: set[str] = field(default_factory=set)  # "key=value" that make a job invalid
     untrusted: dict[str, int] = field(default_factory=dict)  # "key=value" -> jobs it stays noisy
+    cold_first: float = 1.0  # the first job of the process is this many times slower
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -93,7 +94,8 @@ class Landscape:
         if b > self.max_fit:
             return Outcome("oom", f"out of memory: planted, {b} > {self.max_fit}",
                            job_seconds=self.overhead_s)
-        jitter = self.rng.lognormvariate(0, self.noise)
+        jitter = self.rng.lognormvariate(0, self.noise) * (
+            self.cold_first if len(self.launched) == 1 else 1.0)
         train_s = self.train_ms(b, precision, workers, compiled) / 1000 * jitter
         fetch = fetch_ms(b) * self.fetch_scale
         infer_s = (self.train_ms(b, precision, workers, compiled) / 3 + (

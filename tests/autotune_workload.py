@@ -62,17 +62,18 @@ class LandscapeData(pl.LightningDataModule):
 
 
 class LandscapeModule(pl.LightningModule):
-    def __init__(self) -> None:
+    def __init__(self, max_fit: int = MAX_FIT) -> None:
         super().__init__()
+        self.max_fit = max_fit  # larger batches run out of memory
         self.net = Shape()
         # elementwise only: bf16 autocast costs nothing here, so bf16 costs what the
         # landscape says (a bf16 Linear took 36 ms a step on a 2-core CPU: real, unplanted)
         self.weight = torch.nn.Parameter(torch.zeros(8))
 
     def _step_ms(self, batch_size: int) -> float:
-        if batch_size > MAX_FIT:
+        if batch_size > self.max_fit:
             raise torch.OutOfMemoryError(
-                f"planted: a batch of {batch_size} does not fit (largest: {MAX_FIT})")
+                f"planted: a batch of {batch_size} does not fit (largest: {self.max_fit})")
         workers = getattr(self.trainer.datamodule, "num_workers", 0) or 0
         return step_ms(batch_size, str(self.trainer.precision), workers)
 

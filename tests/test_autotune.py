@@ -75,7 +75,7 @@ def test_autotune_names_the_planted_best_in_a_third_of_the_grid(tmp_path):
     rows = list(csv.DictReader((root / "comparison.csv").open()))
     assert [r["status"] for r in rows if r["batch_size"] == "256"] == ["oom"]
     # a point's jobs of every stage pool into one cell of the table
-    assert stage_and_round(jobs[0][2]["overrides"]) == ("fit", 0)
+    assert [stage_and_round(r["overrides"]) for _, _, r in jobs[:2]] == [("warmup", 0), ("fit", 0)]
     assert "trainer.max_steps" not in {k for r in rows for k in r}
 
     untrusted = [(n, s) for n, s, r in jobs if _untrusted(r)]
@@ -122,7 +122,7 @@ def test_sigterm_keeps_the_table_and_the_best_so_far(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode in (130, 128 + signal.SIGTERM), err[-3000:]  # between jobs / in one
+    assert proc.returncode in (130, 128 + signal.SIGTERM), (proc.returncode, out[-1500:], err[-3000:])
     assert "Traceback" not in out + err
     root = sweep_dir(tmp_path)
     body = json.loads((root / "autotune.json").read_text())
@@ -132,6 +132,19 @@ def test_sigterm_keeps_the_table_and_the_best_so_far(tmp_path):
     assert "interrupted" in verdict
     report = harness_report(str(root), "--no-write", "--no-plot")
     assert verdict in report.stdout + report.stderr
+
+
+@pytest.mark.slow
+def test_every_candidate_infeasible_exits_1_naming_why(tmp_path):
+    done = run_harness(tmp_path, "-m", "sweep=autotune", *LANDSCAPE, "+model.max_fit=2",
+                       "batch_size=4,8,16,32", "precision=fp32,bf16", fast=False, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    verdict = next(line for line in done.stdout.splitlines()
+                   if line.startswith("autotune: no candidate is feasible"))
+    for batch in (4, 8, 16, 32):  # the ladder walked down from the default, each one named
+        assert f"batch_size={batch} precision=fp32: oom: out of memory: planted" in verdict
+    body = json.loads((sweep_dir(tmp_path) / "autotune.json").read_text())
+    assert body["status"] == "infeasible" and body["best"] is None and body["jobs"] == 4
 
 
 @pytest.mark.parametrize(("overrides", "needle"), [

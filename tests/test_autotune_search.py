@@ -122,6 +122,16 @@ def test_every_candidate_infeasible_names_why():
     assert "batch_size=4 " in verdict and "out of memory" in verdict
 
 
+def test_a_warm_up_job_keeps_a_cold_first_job_out_of_the_figures():
+    # in one process the first job pays the cold start; here it runs 10x slower
+    body, waves, *_ = run(Settings(warmup_job=True), cold_first=10.0)
+    assert waves[0].stage == "warmup" and waves[1].jobs[0].candidate == waves[0].jobs[0].candidate
+    assert body["best"] == PLANTED_BEST and body["noise"] < 0.05
+    assert body["jobs"] <= body["grid_points"] / 3
+    cold, *_ = run(Settings(warmup_job=False), cold_first=10.0)
+    assert cold["noise"] > 0.3  # the calibration reads the cold start as job-to-job noise
+
+
 def test_a_start_that_does_not_fit_walks_the_batch_down():
     body, waves, *_ = run(max_fit=20)
     fit = [j.candidate["batch_size"] for w in waves if w.stage == "fit" for j in w.jobs]

@@ -1,4 +1,5 @@
-"""The fit stage: the batch ladder at the start point, up to the first OOM and never above
+"""The fit stage: (in this process, a warm-up job first, its figures not used) the batch
+ladder at the start point, up to the first OOM and never above
 it (down first when the start does not fit), bisection below that OOM (the largest batch
 that fits, a side result), smaller batches while smaller is faster, and one probe measured
 twice (the calibration: the job-to-job noise every one-job figure is read with)."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 
-from harness.autotune.knowledge import FIT, Knowledge, Plan, Wave
+from harness.autotune.knowledge import FIT, WARMUP, Knowledge, Plan, Wave
 from harness.autotune.outcome import Outcome
 from harness.autotune.space import Candidate
 from harness.autotune.stats import Estimate
@@ -16,6 +17,8 @@ from harness.autotune.stats import Estimate
 
 def fit(search: Knowledge, start: Candidate) -> Plan:
     """The fit stage from the start point (module docstring)."""
+    if search.settings.warmup_job is True:
+        yield from warm_up(search, start)
     batch = search.space.batch
     if batch is None:
         yield from search.probe(FIT, [start])
@@ -159,3 +162,15 @@ def falling(ladder: list[int], rate: Callable[[int], Estimate | None]) -> bool:
     """Slower at each of the last two rungs."""
     values = [e.value if (e := rate(b)) else 0.0 for b in ladder]
     return len(values) >= 3 and values[-1] < values[-2] < values[-3]
+
+
+def warm_up(search: Knowledge, start: Candidate) -> Plan:
+    """One job of the start point whose figures are not used: the first job of a process
+    pays its cold start (thread pools, allocator, kernels chosen on first use), which would
+    read as a slower start point and a large job-to-job noise. An OOM still counts."""
+    jobs = [search.job(start, WARMUP, 0, search.settings.probe_steps)]
+    if search.room(jobs) < 1:
+        return
+    yield Wave(WARMUP, tuple(jobs))
+    search.decide(WARMUP, start, "probed", "warm-up: the process's first job, its figures not"
+                  " used (a cold start)")

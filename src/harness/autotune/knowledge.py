@@ -16,6 +16,7 @@ from harness.autotune.space import Candidate, Space
 from harness.autotune.stats import Estimate, estimate, job_score, pooled_sigma
 
 FIT, SCREEN, RECHECK, CONFIRM, FINAL = "fit", "screen", "recheck", "confirm", "final"
+WARMUP = "warmup"  # a first job whose figures are not used (autotune.warmup_job)
 PROBE_STAGES = (FIT, SCREEN, RECHECK)
 
 Plan = Generator["Wave", list[Outcome], None]
@@ -56,7 +57,9 @@ class Stop(Exception):
 
 
 def stage_rank(name: str) -> int:
-    """fit < screen < recheck < s1 < s2 < ... < confirm."""
+    """warmup < fit < screen < recheck < s1 < s2 < ... < confirm."""
+    if name == WARMUP:
+        return -1
     if name in PROBE_STAGES:
         return PROBE_STAGES.index(name)
     if name == CONFIRM:
@@ -145,9 +148,10 @@ class Knowledge:
         return pooled_sigma(list(groups.values()), self.settings.noise_floor / 2)
 
     def latest(self, candidate: Candidate) -> Estimate | None:
-        """The candidate's figure from the deepest stage that measured it, confirm excluded."""
+        """The candidate's figure from the deepest stage that measured it, confirm (and the
+        warm-up job) excluded."""
         stages = sorted({r.job.stage for r in self.records if r.job.candidate == candidate
-                         and r.job.stage != CONFIRM}, key=stage_rank, reverse=True)
+                         and r.job.stage not in (CONFIRM, WARMUP)}, key=stage_rank, reverse=True)
         for stage in stages:
             found = self.estimate(candidate, PROBE_STAGES if stage in PROBE_STAGES else (stage,))
             if found is not None:

@@ -49,6 +49,8 @@ class Settings:
     bisect_steps: int = 3  # probes between the largest batch that fit and the first that did not
     find_max_batch: bool = True  # climb to the first OOM (the largest batch that fits, a side result)
     calibrate: bool = True  # probe the start point twice: the job-to-job noise
+    # a first job whose figures are not used (the process's cold start); auto: in this process
+    warmup_job: bool | str = AUTO
     probes: str = AUTO  # job: the batch ladder job by job; stage: a wave per stage; auto: by launcher
     loader_keys: tuple[str, ...] = LOADER_KEYS
     budget: Budget = field(default_factory=Budget)
@@ -100,6 +102,9 @@ class Settings:
                                    f"autotune.{name}={getattr(Settings, name, 0.05)}")
         if self.keep == 0:
             raise SettingError("autotune.keep", self.keep, "a fraction above 0", "autotune.keep=0.333")
+        if self.warmup_job not in (True, False, AUTO):
+            raise SettingError("autotune.warmup_job", self.warmup_job, "auto, true or false",
+                               "autotune.warmup_job=auto")
         for name in ("find_max_batch", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingError(f"autotune.{name}", getattr(self, name), "true or false",

@@ -160,7 +160,10 @@ def line(body: dict[str, Any]) -> str:
         if body["status"] == "interrupted":
             return f"autotune: interrupted {where} before any candidate was measured"
         why = "; ".join(f"{k}: {v}" for k, v in body["infeasible"].items()) or "no job measured"
-        return f"autotune: no candidate is feasible {where}: {why}"
+        untried = (" (the start point failed at every batch size tried, so no other value was:"
+                   " fix that failure, or search without it)"
+                   if body["points_tried"] < body["grid_points"] else "")
+        return f"autotune: no candidate is feasible {where}: {why}{untried}"
     best = " ".join(f"{k}={v}" for k, v in body["best"].items())
     s = body["speedup"]
     if s is None:

@@ -123,6 +123,8 @@ class AutotuneSweeper(Sweeper):
         in_process = launcher == "BasicLauncher"  # Hydra's own: the jobs run in this process
         if settings.probes == AUTO:  # the ladder job by job where that is free and prunes
             settings = settings.resolved(probes="job" if in_process else "stage")
+        if settings.warmup_job == AUTO:  # a process's first job is slower: in process, one
+            settings = settings.resolved(warmup_job=in_process)
         params = OmegaConf.to_container(self.params, resolve=False) if self.params else {}
         parsed = parse(params, arguments, self.config, settings, self._here(launcher, params,
                                                                            arguments))
