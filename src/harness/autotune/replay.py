@@ -62,10 +62,9 @@ def _natural(path: Path) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path.name)]
 
 
-def job_dirs(sweep_dir: Path) -> dict[tuple[Candidate, str, int], list[Path]]:
-    """The sweep's autotune jobs by (candidate, stage, round), each key's directories in
-    job order."""
-    setup_space = Setup.read(sweep_dir).space
+def job_dirs(sweep_dir: Path, space: Space) -> dict[tuple[Candidate, str, int], list[Path]]:
+    """The sweep's autotune jobs by (candidate of `space`, stage, round), each key's
+    directories in job order."""
     found: dict[tuple[Candidate, str, int], list[Path]] = {}
     dirs = {p.parent for p in Path(sweep_dir).glob(f"*/{RESULT_FILE}")}
     dirs |= {p.parent.parent for p in Path(sweep_dir).glob(f"*/{OVERRIDES_FILE}")}
@@ -76,7 +75,7 @@ def job_dirs(sweep_dir: Path) -> dict[tuple[Candidate, str, int], list[Path]]:
             continue
         settings = parse_overrides(overrides)  # type: ignore[arg-type]
         candidate = Candidate(tuple((k.name, settings.get(k.name.lstrip("+~"), ABSENT))
-                                    for k in setup_space.keys))
+                                    for k in space.keys))
         found.setdefault((candidate, *where), []).append(job_dir)
     return found
 
@@ -84,7 +83,7 @@ def job_dirs(sweep_dir: Path) -> dict[tuple[Candidate, str, int], list[Path]]:
 def replay(sweep_dir: Path) -> tuple[Search, Setup]:
     """The sweep's search, its waves answered by the job directories on disk."""
     setup = Setup.read(sweep_dir)
-    jobs = job_dirs(sweep_dir)
+    jobs = job_dirs(sweep_dir, setup.space)
     search = Search(setup.space, setup.settings)
     seen: list[Outcome] = []
     wave = search.start()
