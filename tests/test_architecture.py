@@ -15,7 +15,7 @@ LAYERS: list[set[str]] = [
     {"errors", "measured", "memory_peaks", "contention", "terminal", "private_api"},
     {"config", "reports", "instrument"},
     {"result"},
-    {"launch", "workload"},
+    {"launch", "workload", "autotune"},  # autotune: the search core and its readers
     {"profilers", "tracking", "sweep"},
     {"run"},
     {"cli_errors"},
