@@ -1,9 +1,10 @@
 """reports.files.write_csv writes a list of dicts with the csv module, byte for byte what pandas
 wrote before (issue #22: a job's reports no longer import pandas for a list): checked on the rows
-the speed, pytorch and memory presets really write, and on planted edge cases."""
+the speed, pytorch, memory and system presets really write, and on planted edge cases."""
 
 from __future__ import annotations
 
+import enum
 import math
 
 import lightning.pytorch as pl
@@ -16,23 +17,30 @@ from harness.profilers import speed, torch_reports
 from harness.reports import files
 
 
+class _Stage(str, enum.Enum):
+    FIT = "fit"
+
+
 def _pandas(rows) -> str:
     return pd.DataFrame(list(rows)).to_csv(index=False)
 
 
 def test_the_presets_rows_read_as_pandas_wrote_them(tmp_path, monkeypatch):
     written: dict[str, list[dict]] = {}
+    write_csv = files.write_csv
 
     def recording(path, rows):
         rows = list(rows)
         written[path.name] = rows
-        return files.write_csv(path, rows)
+        return write_csv(path, rows)
 
-    # The presets call write_csv by the name they imported.
-    monkeypatch.setattr(speed, "write_csv", recording)
-    monkeypatch.setattr(torch_reports, "write_csv", recording)
-    session = ProfileSession(["speed", "pytorch", "memory"], output_dir=tmp_path / "run",
-                             overrides=["profiler.speed.warmup_steps=2"])
+    # write_report calls it in files; the presets by the name they imported
+    for module in (files, speed, torch_reports):
+        monkeypatch.setattr(module, "write_csv", recording)
+    session = ProfileSession(["speed", "pytorch", "memory", "system"],
+                             output_dir=tmp_path / "run",
+                             overrides=["profiler.speed.warmup_steps=2",
+                                        "profiler.system.interval_s=0.05"])
     trainer = pl.Trainer(max_epochs=1, callbacks=session.callbacks, profiler=session.profiler,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu")
@@ -41,7 +49,8 @@ def test_the_presets_rows_read_as_pandas_wrote_them(tmp_path, monkeypatch):
     trainer.predict(module, dataloaders=module.val_dataloader(), return_predictions=False)
     session.finish(trainer)
 
-    assert {"speed_steps.csv", "pytorch.csv", "memory.csv"} <= set(written), sorted(written)
+    assert {"speed.csv", "speed_steps.csv", "pytorch.csv", "memory.csv", "system.csv"} <= set(
+        written), sorted(written)
     for name, rows in written.items():
         assert rows, name
         assert files._csv_of_rows(rows) is not None, f"{name} fell back to pandas"
@@ -62,6 +71,7 @@ def test_the_presets_rows_read_as_pandas_wrote_them(tmp_path, monkeypatch):
     [{"a": ""}], [{"a": None}],
     [{"a": "two\nlines", "b": " spaced "}],
     [{"a": 3, "b": 2.0}, {"a": 4, "b": 1}],
+    [{"stage": _Stage.FIT, "n": 1}],  # a str enum (Lightning's TrainerFn): by its value
 ])
 def test_planted_rows_read_as_pandas_writes_them(rows, tmp_path):
     assert files._csv_of_rows(rows) == _pandas(rows)

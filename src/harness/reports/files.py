@@ -119,7 +119,7 @@ def _cell_kind(value: Any) -> str | None:
         return "int" if -(2**63) <= value < 2**63 else None  # beyond int64 pandas keeps objects
     if isinstance(value, float):  # float and numpy.float64, written by repr as pandas does
         return "float"
-    return "str" if kind is str else None
+    return "str" if isinstance(value, str) else None  # a str enum is written by its value
 
 
 def _bool_text(value: bool) -> str:
@@ -128,6 +128,10 @@ def _bool_text(value: bool) -> str:
 
 def _float_text(value: float) -> str:
     return repr(float(value))
+
+
+def _as_is(value: str) -> str:
+    return value
 
 
 def _column_texts(values: list[Any]) -> list[str] | None:
@@ -143,7 +147,7 @@ def _column_texts(values: list[Any]) -> list[str] | None:
     elif present and present <= {"int", "float"}:  # a float64 column, a gap included
         write = _float_text
     elif present <= {"str"}:
-        write = str
+        write = _as_is
     else:  # bools beside numbers or text, numbers beside text: object columns
         return None
     return ["" if kind == "missing" else write(v) for v, kind in zip(values, kinds, strict=True)]
