@@ -121,3 +121,28 @@ def test_a_sweeps_jobs_share_one_tracker(tmp_path):
     for job in sorted(tmp_path.glob("multirun/*/*/*/result.json")):
         tracking = json.loads(job.read_text())["tracking"]
         assert tracking["logged"] is True and tracking["parent_run_id"] == parent[0].info.run_id
+
+
+def test_a_sweep_jobs_late_tracking_failure_still_reaches_its_result_json(tmp_path):
+    """A sweep's job does not wait for its MLflow writes (the next job's run waits for them):
+    when they fail, the job's result.json still ends up saying so, and what to upload. Job 0
+    removes the store when its training ends (job 1 removes a file of no account)."""
+    db, spare = tmp_path / "mlflow.db", tmp_path / "spare.txt"
+    spare.write_text("x")
+    done = subprocess.run(
+        [*harness_command(), "-m", *FAST, "logger=mlflow", "mode=train",
+         "+profiler.breaker._target_=store_breaker.RemoveStore",
+         f"+profiler.breaker.path={db},{spare}"],
+        cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job0, job1 = (json.loads(p.read_text()) for p in
+                  sorted(tmp_path.glob("multirun/*/*/[01]/result.json")))
+    assert job0["status"] == job1["status"] == "ok"
+    for job in (job0, job1):
+        assert job["tracking"]["logged"] is False, job["tracking"]
+        assert "harness-mlflow-upload" in job["tracking"]["upload_command"]
+    assert "end status" in "; ".join(job0["tracking"]["not_logged"])  # its end never went in
+    assert "the whole run" in job1["tracking"]["not_logged"]  # no store to start a run in
+    sweep = next(tmp_path.glob("multirun/*/*"))
+    warned = [x for x in done.stderr.splitlines() if f"Reports are on disk in {sweep}/0." in x]
+    assert len(warned) == 1 and "MLflow tracking" in warned[0], done.stderr[-3000:]

@@ -37,8 +37,9 @@ from harness.tracking.run_facts import MAX_PARAM_CHARS, flatten
 _NOT_A_METRIC_CHAR = re.compile(r"[^a-zA-Z0-9_/. -]+")
 
 
-def _from_hydra_job() -> tuple[str, str | None]:
-    """(run name, parent run id its sweep left in the sweep dir) of the current Hydra job.
+def _from_hydra_job() -> tuple[str, str | None, bool]:
+    """(run name, parent run id its sweep left in the sweep dir, whether it is a sweep's job) of
+    the current Hydra job.
 
     The name is the job's overrides; in a sweep only what tells the children apart, short
     ("bs=8 bf16 r1"): the UI's runs table shows about 14 characters of a child's name.
@@ -49,14 +50,14 @@ def _from_hydra_job() -> tuple[str, str | None]:
     from harness.config.sweep_keys import run_name
 
     if not HydraConfig.initialized():
-        return "harness", None
+        return "harness", None, False
     job = HydraConfig.get()
     overrides = as_typed(job.overrides.task)  # a ${...} in an override stays as written
     if job.mode != RunMode.MULTIRUN:
-        return ",".join(overrides)[:250] or "harness", None
+        return ",".join(overrides)[:250] or "harness", None, False
     sweep = sweep_info(Path(str(job.sweep.dir)))
     name = run_name(overrides, sweep.get("swept_keys") or [])
-    return name[:250] or "harness", sweep.get("parent_run_id")
+    return name[:250] or "harness", sweep.get("parent_run_id"), True
 
 
 class HarnessMLFlowLogger(Logger):
@@ -100,7 +101,7 @@ class HarnessMLFlowLogger(Logger):
             parsed_number("logger.http_max_retries", http_max_retries,
                           integer=True, allow_zero=True),
         )
-        default_name, sweep_parent = _from_hydra_job()
+        default_name, sweep_parent, self.in_sweep = _from_hydra_job()
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.run_name = run_name or default_name

@@ -90,11 +90,12 @@ def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None,
 
     try:
         client = tracker_for(tracking_uri, *http)
+        client.confirm()  # the last jobs' runs, logged without waiting: their failures first
         experiment_id, run_status = client.run_info(parent_run_id)
         if run_status != "RUNNING":
             return  # closed already (the end was interrupted after it)
         log_sweep_files(client, parent_run_id, sweep_dir, status)
-        client.sync(parent_run_id)
+        client.check(parent_run_id)
         show(where_to_look(shown_uri or tracking_uri, experiment_id, parent_run_id,
                            what="sweep run"))
     except Exception as err:

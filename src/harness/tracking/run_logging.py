@@ -4,12 +4,13 @@
 is written). It never raises: a store that fails leaves the run on disk and
 logs one warning line naming what is missing and the command that uploads it.
 The calls go to the job's tracker process (harness.tracking.tracker), which reports a
-failure by the step it belonged to when the job syncs; `harness-mlflow-upload` makes the
+failure by the step it belonged to when the job checks; `harness-mlflow-upload` makes the
 same calls on a store of its own (harness.tracking.store_ops), where a failure raises at once.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,9 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
     """Log the finished run into the MLflow run `logger` opened (no-op for other loggers).
 
     Sets `result.tracking` and rewrites result.json with it before logging it as an
-    artifact, so the file in MLflow says where it is tracked too.
+    artifact, so the file in MLflow says where it is tracked too. A single run waits until
+    the store has all of it; a sweep's job does not (the next job's run waits for it, see
+    harness.tracking.tracker): a failure found later rewrites the job's result.json the same.
     """
     from harness.tracking.mlflow_logger import HarnessMLFlowLogger
 
@@ -103,11 +106,25 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
             logger.client.set_terminated(logger.run_id, END_STATUS.get(result.status, "FAILED"),
                                          step="end status")
             done.append("end status")
-            logger.client.sync(logger.run_id)  # all of it is in the store, or what failed raises
+            if logger.in_sweep:
+                logger.client.check_later(logger.run_id, functools.partial(
+                    _not_all_logged, logger, result, run_dir, tracking, done))
+            else:
+                logger.client.check(logger.run_id)  # all of it is in the store, or it raises
             show(where_to_look(uri, logger.experiment_id, logger.run_id))
             return
     except Exception as err:
-        _undo_after(getattr(err, "step", None), done, logger, err)
+        _not_all_logged(logger, result, run_dir, tracking, done, err)
+        return
+    _not_all_logged(logger, result, run_dir, tracking, done, None)
+
+
+def _not_all_logged(logger: Any, result: RunResult, run_dir: Path, tracking: Tracking,
+                    done: list[str], err: Exception | None) -> None:
+    """Say what the store lacks (one warning) and record it in result.json. `done`: the end's
+    steps sent; `err`: why (None: tracking had stopped before the run's end)."""
+    if err is not None:
+        _undo_after(err, done, logger)
         logger.fail(_missing(done), err)
     if "the whole run" not in logger.not_logged:  # e.g. the last metrics' flush failed
         logger.fail(_missing(done), logger.failure or "unknown")
@@ -117,16 +134,22 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
 STEPS = ["params", "tags", "final metrics", "system metrics", "artifacts", "end status"]
 
 
-def _undo_after(failed: str | None, done: list[str], logger: Any, err: Exception) -> None:
-    """The tracker names the step whose call failed, and skipped every later call of the run:
-    that step and the ones after it are not in the store. A step from before the run's end
-    (the module's hyperparameters, per-step metrics) is said first, and none of the end's
-    steps went in."""
-    if failed in STEPS:
-        del done[STEPS.index(failed):]
-    elif failed:
-        logger.fail(failed, err)
-        done.clear()
+def _undo_after(err: Exception, done: list[str], logger: Any) -> None:
+    """The steps of `done` that a failure in the tracker undid. It names the step whose call
+    failed and skipped every later call of the run: that step and the ones after it are not
+    in the store. A step from before the run's end (the module's hyperparameters, per-step
+    metrics) is said first, and none of the end's steps went in; so with a tracker that ended
+    before it said anything."""
+    from harness.tracking.tracker import TrackerError
+
+    if not isinstance(err, TrackerError):
+        return  # raised here, at the step it names by `done`
+    if err.step in STEPS:
+        del done[STEPS.index(err.step):]
+        return
+    if err.step:
+        logger.fail(err.step, err)
+    done.clear()
 
 
 def _missing(done: list[str]) -> str:

@@ -154,6 +154,3 @@ class StoreOps:
 
     def set_terminated(self, run_id: str, status: str, step: str | None = None) -> None:
         self.client.set_terminated(run_id, status)
-
-    def sync(self, run_id: str | None = None) -> None:
-        """Every call so far is in the store: here they run as they are made."""

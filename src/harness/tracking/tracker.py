@@ -8,12 +8,15 @@ serves a process: a sweep's jobs (Hydra's basic launcher runs them in one proces
 parent run share it (one import, one open store).
 
 Calls that return nothing (metrics, params, tags, artifacts, the end status) are sent without
-waiting, each named by the part of the run it belongs to (`step`); `sync(run_id)` waits until
-the tracker has done all of them and raises the first that failed, naming its step. Nothing is
-lost to the split (harness.tracking.tracker_process says how): the job waits for `sync()`
-before it says where the run is, as before, so when `harness` returns the store holds the
-whole run; the tracker outlives Ctrl-C and SIGTERM until the job has made its last call, and
-ends KILLED a run whose job died without ending it.
+waiting, each named by the part of the run it belongs to (`step`); `check(run_id)` waits until
+the tracker has done all of them and raises the first that failed, naming its step. A single
+run checks before it says where the run is, as before, so when `harness` returns the store
+holds the whole run. A sweep's job is checked later (`check_later`): its writes go on while
+Hydra sets up the next job, whose run's creation waits for them (calls run in order), so the
+next job measures with the tracker idle; a failure still reaches the job's result.json, from
+the next run's start, the sweep's end or the process's exit (`confirm`). Nothing is lost to
+the split (harness.tracking.tracker_process says how): the tracker outlives Ctrl-C and SIGTERM
+until the job has made its last call, and ends KILLED a run whose job died without ending it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import pickle
 import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from omegaconf import DictConfig
@@ -73,6 +76,8 @@ class Tracker:
     def __init__(self, uri: str, http_timeout_s: int, http_max_retries: int) -> None:
         self.uri = uri
         self.key = store_access.absolute_uri(uri)
+        # runs whose calls were sent and not checked yet: what to do if one of them failed
+        self._unconfirmed: dict[str, Callable[[TrackerError], None]] = {}
         # MLflow prints through a handler of its own unless told not to; its log lines and
         # Python warnings come back with the replies and go to the job's log (forward_logs).
         env = {**os.environ, "MLFLOW_CONFIGURE_LOGGING": "false"}
@@ -107,18 +112,46 @@ class Tracker:
     def start_run(self, experiment_name: str, artifact_location: str | None,
                   parent_run_id: str | None, run_name: str, tags: dict[str, str]
                   ) -> tuple[str, str]:
-        """(experiment id, run id) of a new run (StoreOps.start_run)."""
-        return self._ask("start_run", (experiment_name, artifact_location, parent_run_id,
-                                       run_name, tags))
+        """(experiment id, run id) of a new run (StoreOps.start_run). Calls run in order: the
+        answer also means an earlier run's calls are done, so they are confirmed now."""
+        try:
+            return self._ask("start_run", (experiment_name, artifact_location, parent_run_id,
+                                           run_name, tags))
+        finally:
+            self.confirm()
 
     def run_info(self, run_id: str) -> tuple[str, str]:
         """(experiment id, status) of a run."""
         return self._ask("run_info", (run_id,))
 
-    def sync(self, run_id: str | None = None) -> None:
-        """Wait until every call so far is done; raise the first failure of `run_id`'s calls
-        (of any run's, without one) since the last sync."""
-        self._ask("sync", (run_id,))
+    def check(self, run_id: str) -> None:
+        """Wait until every call so far is done; raise the first of `run_id`'s that failed."""
+        failure = self._ask("sync", ([run_id],)).get(run_id)
+        if failure is not None:
+            raise TrackerError(*failure)
+
+    def check_later(self, run_id: str, on_failure: Callable[[TrackerError], None]) -> None:
+        """Check `run_id`'s calls at the next `confirm`; `on_failure` gets the first that
+        failed."""
+        self._unconfirmed[run_id] = on_failure
+
+    def confirm(self) -> None:
+        """Wait until every call so far is done, and hand each run checked later whose calls
+        failed its failure (a tracker that has ended: every such run's)."""
+        if not self._unconfirmed:
+            return
+        pending, self._unconfirmed = self._unconfirmed, {}
+        try:
+            failures = {run_id: TrackerError(*failure) for run_id, failure in
+                        self._ask("sync", (list(pending),)).items()}
+        except TrackerError as err:  # nothing is known of what went in
+            failures = dict.fromkeys(pending, err)
+        for run_id, err in failures.items():
+            try:
+                pending[run_id](err)
+            except Exception as report_err:  # noqa: BLE001 - the other runs are still told
+                log.warning("MLflow: the failure of run %s could not be recorded (%s)", run_id,
+                            report_err)
 
     # -- calls that return nothing: sent without waiting --------------------------------------
     def log_batch(self, run_id: str, metrics: Sequence[Any] = (), params: Sequence[Any] = (),
@@ -159,9 +192,11 @@ class Tracker:
         return call
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
-        """No more calls: the tracker does what is queued, ends any run left open, and exits.
-        Waited for, so that the job's process ends after its writes; one still busy after
-        `wait_s` is left to finish on its own, never killed."""
+        """No more calls: the runs checked later are confirmed, the tracker does what is
+        queued, ends any run left open, and exits. Waited for, so that the job's process ends
+        after its writes; one still busy after `wait_s` is left to finish on its own, never
+        killed."""
+        self.confirm()
         with contextlib.suppress(OSError, ValueError):
             self.process.stdin.close()
         try:

@@ -4,7 +4,8 @@
 answers go out on a private copy of stdout (fd 1 then points at stderr, so a library's print
 cannot corrupt an answer). Calls run in the order they were made. Nothing is lost:
 - the first failed call of a run turns the rest of that run's calls off (as a failing store
-  did in the job before) and is kept until the job's `sync` asks for it;
+  did in the job before) and is kept for the job's `sync`, which answers once every call
+  before it is done;
 - SIGINT and SIGTERM are ignored (Ctrl-C and SLURM signal the whole process group): the
   tracker ends when the job closes the pipe, after the job's last calls;
 - a job that dies without ending its runs (SIGKILL, a crash in C) closes the pipe too: each
@@ -24,10 +25,6 @@ from typing import Any
 from harness.tracking import store_access
 from harness.tracking.store_ops import StoreOps
 from harness.tracking.tracker import read_frame, write_frame
-
-# Calls the job waits for; every other call names a run as its first argument and is sent
-# without waiting.
-ASKED = {"start_run", "run_info", "sync", "client"}
 
 
 class _Collected(logging.Handler):
@@ -105,15 +102,11 @@ def serve(requests: Any, replies: Any, collected: _Collected) -> None:
         if method == "open":
             store.open(*args)
             continue
-        if method == "sync":
-            (run_id,) = args
-            failure = (failures.pop(run_id, None) if run_id is not None
-                       else next(iter(failures.values()), None))
-            if run_id is None:
-                failures.clear()
-            answer(failure is None, failure)
+        if method == "sync":  # every call before it is done: the failures of these runs
+            (run_ids,) = args
+            answer(True, {r: failures[r] for r in run_ids if r in failures})
             continue
-        run_id = None if asked else args[0]
+        run_id = None if asked else args[0]  # a call sent without waiting names its run first
         if not asked and run_id in failures:
             continue  # a failing store: the rest of this run's calls are not tried
         try:
