@@ -104,9 +104,19 @@ def process_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def watch(proc: subprocess.Popen, sweep_cwd: Path | None) -> tuple[float | None, list[float]]:
-    """Wait for `proc`, polling its own CPU time: the last reading, and in a sweep the reading
-    when each job's result.json appeared."""
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process `pid` and its running children (the tracker process)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return sum(filter(None, (process_cpu(p) for p in (pid, *map(int, children)))))
+
+
+def watch(proc: subprocess.Popen, sweep_cwd: Path | None
+          ) -> tuple[float | None, list[tuple[float, float]]]:
+    """Wait for `proc`, polling its own CPU time: the last reading, and in a sweep, when each
+    job's result.json appeared, (its own CPU, its tree's CPU)."""
     last, at_job, seen = None, [], set()
     while proc.poll() is None:
         now = process_cpu(proc.pid)
@@ -115,7 +125,7 @@ def watch(proc: subprocess.Popen, sweep_cwd: Path | None) -> tuple[float | None,
             for path in sweep_cwd.glob("multirun/*/*/*/result.json"):
                 if path not in seen:
                     seen.add(path)
-                    at_job.append(last)
+                    at_job.append((last, tree_cpu(proc.pid)))
         time.sleep(0.02)
     return last, at_job
 
@@ -173,8 +183,8 @@ class Command:
             # point of its run), over 3 jobs; CPU the same way.
             further = SWEEP_JOBS - 1
             figures["wall"] = (results[-1].stat().st_mtime - results[0].stat().st_mtime) / further
-            figures["cpu"] = (at_job[-1] - at_job[0]) / further
-            figures["tree_cpu"] = float("nan")  # the whole sweep's: not per job
+            figures["cpu"] = (at_job[-1][0] - at_job[0][0]) / further
+            figures["tree_cpu"] = (at_job[-1][1] - at_job[0][1]) / further
         return figures
 
 

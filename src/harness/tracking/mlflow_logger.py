@@ -183,12 +183,8 @@ class HarnessMLFlowLogger(Logger):
         if not self.active:
             return
         values = flatten(vars(params) if isinstance(params, Namespace) else dict(params))
-        what = "the module's hyperparameters and everything after them"
-        try:  # sent, not waited for: a failure comes back at the run's end (run_logging)
-            self.client.log_batch(self._run_id, params=[
-                (k, str(v)[:MAX_PARAM_CHARS]) for k, v in values.items()], step=what)
-        except Exception as err:
-            self.fail(what, err)
+        self._write("the module's hyperparameters and everything after them",
+                    params=[(k, str(v)[:MAX_PARAM_CHARS]) for k, v in values.items()])
 
     @override
     @rank_zero_only
@@ -215,12 +211,17 @@ class HarnessMLFlowLogger(Logger):
         if not self.active or not self._pending:
             return
         pending, self._pending = self._pending, []
-        what = f"per-step metrics from step {min(m[3] for m in pending)} on"
-        try:  # sent, not waited for: a failure comes back at the run's end (run_logging)
-            self.client.log_batch(self._run_id, metrics=pending, step=what)
-        except Exception as err:
-            self.fail(what, err)
+        self._write(f"per-step metrics from step {min(m[3] for m in pending)} on",
+                    metrics=pending)
         self._last_flush = time.monotonic()
+
+    def _write(self, what: str, **batch: Any) -> None:
+        """One batch to the tracker, sent, not waited for: the job pays a pipe write, and a
+        failure comes back, named `what`, when the run's end is checked (run_logging)."""
+        try:
+            self.client.log_batch(self._run_id, step=what, **batch)
+        except Exception as err:  # the tracker process has ended
+            self.fail(what, err)
 
     @override
     def save(self) -> None:

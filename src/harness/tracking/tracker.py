@@ -7,16 +7,18 @@ other core while the job imports Lightning; the job itself never imports MLflow.
 serves a process: a sweep's jobs (Hydra's basic launcher runs them in one process) and its
 parent run share it (one import, one open store).
 
-Calls that return nothing (metrics, params, tags, artifacts, the end status) are sent without
-waiting, each named by the part of the run it belongs to (`step`); `check(run_id)` waits until
-the tracker has done all of them and raises the first that failed, naming its step. A single
-run checks before it says where the run is, as before, so when `harness` returns the store
-holds the whole run. A sweep's job is checked later (`check_later`): its writes go on while
-Hydra sets up the next job, whose run's creation waits for them (calls run in order), so the
-next job measures with the tracker idle; a failure still reaches the job's result.json, from
-the next run's start, the sweep's end or the process's exit (`confirm`). Nothing is lost to
-the split (harness.tracking.tracker_process says how): the tracker outlives Ctrl-C and SIGTERM
-until the job has made its last call, and ends KILLED a run whose job died without ending it.
+Calls that return nothing are sent without waiting, each named by the part of the run it
+belongs to (`step`); `check(run_id)` waits until the tracker has done all of them and raises
+the first that failed, naming its step. During a run the logger's writes (the module's
+hyperparameters, a batch of per-step metrics between steps) are small and not waited for. At
+the run's end a single run checks before it says where the run is, as before: when `harness`
+returns, the store holds the whole run. A sweep's job is checked later (`check_later`): its
+end's writes go on while Hydra sets up the next job, whose run's creation waits for them
+(calls run in order), so the next job does not measure beside them; a failure still reaches
+the job's result.json, from the next run's start, the sweep's end or the process's exit
+(`confirm`). Nothing is lost to the split (harness.tracking.tracker_process
+says how): the tracker outlives Ctrl-C and SIGTERM until the job has made its last call, and
+ends KILLED a run whose job died without ending it.
 """
 
 from __future__ import annotations
