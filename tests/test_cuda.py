@@ -83,3 +83,20 @@ def test_a_side_stream_the_events_miss_shows_in_the_cross_check():
     del y, z
     assert figures["events_over_window"] < 0.95 and figures["events_miss_work"] is True
     assert figures["clocks"]["seconds_per_iteration"] == "window"
+
+
+def test_an_excluded_pass_costs_no_reserved_peak():
+    """Real allocator: 256 MiB allocated and freed inside memory_peaks.excluded stays out of
+    max_memory_reserved afterwards (the cache is emptied before the peak reset, #23)."""
+    from harness import memory_peaks
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.empty_cache()
+    memory_peaks.reset(device)
+    with memory_peaks.excluded(device):
+        block = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)
+        del block
+    keep = torch.ones(1024, device=device)
+    figures = memory_peaks.read(device)
+    assert figures["peak_device_reserved_bytes"] < 128 * 2**20, figures
+    assert keep.sum().item() == 1024
