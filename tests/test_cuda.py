@@ -100,3 +100,32 @@ def test_an_excluded_pass_costs_no_reserved_peak():
     figures = memory_peaks.read(device)
     assert figures["peak_device_reserved_bytes"] < 128 * 2**20, figures
     assert keep.sum().item() == 1024
+
+
+def test_nvml_finds_every_cuda_device_by_its_uuid():
+    """Real driver: each cuda:i is found in NVML by torch's UUID (also under MIG, where the
+    process sees a slice), and samples give memory figures (#23)."""
+    pytest.importorskip("pynvml")
+    from harness.profilers.nvml import Nvml, same_uuid, torch_uuids
+
+    uuids = torch_uuids()
+    assert uuids and len(uuids) == torch.cuda.device_count()
+    nvml = Nvml(uuids)
+    assert nvml.unavailable is None, nvml.unavailable
+    assert [gpu.index for gpu in nvml.gpus] == list(range(len(uuids)))
+    for gpu, uuid in zip(nvml.gpus, uuids, strict=True):
+        assert same_uuid(gpu.uuid, uuid)
+        assert nvml.sample(gpu)["memory_used_bytes"] > 0
+    nvml.close()
+
+
+def test_the_system_preset_reports_the_runs_gpu_with_its_energy(harness):
+    pytest.importorskip("pynvml")
+    done = harness("trainer.accelerator=gpu", "trainer.devices=1", "profiler=[system]",
+                   "profiler.system.interval_s=0.2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    system = done.report("system")
+    assert len(system["gpus"]) == 1 and system["gpu_note"] is None
+    gpu = system["gpus"][0]
+    assert gpu["index"] == 0 and gpu["power_w"]["mean"] is not None
+    assert gpu["energy_wh"] is not None and gpu["energy_wh"] > 0

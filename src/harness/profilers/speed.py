@@ -48,7 +48,7 @@ from harness.profilers.event_timer import (
     clock_legend,
     clocks,
 )
-from harness.profilers.nvml import Nvml
+from harness.profilers.nvml import Nvml, torch_uuids
 from harness.profilers.preset import Preset, Report, RunShared
 from harness.profilers.speed_flags import Cautions
 from harness.profilers.step_timer import (
@@ -149,7 +149,7 @@ class SpeedPreset(Preset, Callback):
         if self.sync != "step":
             self.timers = {phase: EventPhaseTimer(phase, self.warmup_steps, self.cuda, self.sync,
                                                   clock=self._now) for phase in PHASES}
-        self.nvml = Nvml()
+        self.nvml = Nvml(torch_uuids())  # cuda:i found in NVML by its UUID
         gpus = [] if self.nvml.unavailable else self.nvml.gpus
         index = self.device.index or 0
         if index < len(gpus):
