@@ -76,6 +76,48 @@ def test_peak_table_matches_device_names_most_specific_first(monkeypatch):
     assert matmul_dtype("bf16-mixed") == "bf16" and matmul_dtype("16-mixed") == "fp16"
 
 
+def test_peaks_of_pcie_hbm2e_parts_mig_slices_and_tf32_convolutions(monkeypatch):
+    """#23: an H800 PCIe or an H100/H800 named by its HBM2e memory is the PCIe card, not the
+    SXM; a MIG slice gets its share of the GPU; a conv net under 32-true with cuDNN's TF32
+    switch on (torch's default) is divided by the TF32 peak, not the fp32 one."""
+    def peak(name: str, dtype: str) -> tuple[float | None, str | None]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        return dense_peak_tflops(torch.device("cuda"), dtype)
+
+    assert peak("NVIDIA H800 PCIe", "bf16")[0] == 756
+    assert peak("NVIDIA H800 80GB HBM2e", "tf32")[0] == 378
+    assert peak("NVIDIA H800", "bf16")[0] == 989.4  # the SXM part
+    assert peak("NVIDIA H100 80GB HBM2e", "bf16")[0] == 756  # Lightning's PCIe figure
+    assert peak("NVIDIA H100 80GB HBM2e", "fp64")[0] == 51.2  # ours: not the SXM's 66.9
+    value, source = peak("NVIDIA H100 80GB HBM3 MIG 3g.40gb", "bf16")
+    assert value == pytest.approx(989.4 * 3 / 7) and source.endswith("x 3/7 for the MIG slice")
+    assert peak("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "tf32")[0] == pytest.approx(156 / 7)
+    assert matmul_dtype("32-true", "highest", convolutions=True) == "tf32"
+    assert matmul_dtype("16-mixed", "highest", convolutions=True) == "fp16"
+
+
+@pytest.mark.parametrize(("allow_tf32", "expected"), [(True, 378.0), (False, 51.2)])
+def test_a_conv_nets_fp32_peak_follows_cudnns_tf32_switch(monkeypatch, allow_tf32, expected):
+    """Planted: a conv net, 32-true, matmul precision 'highest', on an H100 PCIe (Lightning's
+    table: tf32 378, fp32 51.2). With cudnn.allow_tf32 its convolutions run on TF32."""
+    from types import SimpleNamespace
+
+    from harness.profilers.diagnose.preset import DiagnosePreset
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allow_tf32)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: SimpleNamespace(total_memory=80 * 2**30,
+                                                                    major=9, minor=0))
+    preset = DiagnosePreset()
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0)),
+                              world_size=1)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten())
+    preset.setup(trainer, net, "fit")
+    assert preset.convolutions
+    assert preset._peak_tflops("32-true")[0] == expected
+
+
 def _diagnosis(tmp_path, name: str, *overrides: str) -> tuple[dict, float]:
     """The run's diagnosis and its median training step."""
     cwd = tmp_path / name

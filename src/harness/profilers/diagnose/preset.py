@@ -44,6 +44,8 @@ from harness.reports.files import write_json, write_text
 from harness.result.schema import Diagnosis, RunResult
 
 WHEN = ("end", "start")
+CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
+                torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 DOC = "docs/presets/diagnose.md#output"
 STATE = ("model, optimizer and RNG states copied before and restored after; their memory kept"
          " out of the run's peaks")
@@ -69,12 +71,16 @@ class DiagnosePreset(Preset, Callback):
         self.comm: CommWindow | None = None
         self.comm_by_rank: list[dict[str, float]] = []
         self.device: torch.device | None = None
+        self.convolutions = False  # the module has convolution layers (setup)
         self.context: dict[str, Any] = {}
 
     # -- capturing a batch, opening the communication window ----------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.device = trainer.strategy.root_device
+        # cuDNN runs convolutions on TF32 under its own switch: a conv net's fp32 peak is TF32's
+        self.convolutions = pl_module is not None and any(
+            isinstance(m, CONVOLUTIONS) for m in pl_module.modules())
         self.context.update(accelerator=self.device.type, world_size=trainer.world_size)
         if self.device.type == "cuda":
             self.context["device_memory_bytes"] = torch.cuda.get_device_properties(
@@ -220,7 +226,8 @@ class DiagnosePreset(Preset, Callback):
             return self.peak_tflops, "profiler.diagnose.peak_tflops"
         if self.device is None:
             return None, None
-        dtype = matmul_dtype(precision, torch.get_float32_matmul_precision())
+        dtype = matmul_dtype(precision, torch.get_float32_matmul_precision(),
+                             self.convolutions and torch.backends.cudnn.allow_tf32)
         return dense_peak_tflops(self.device, dtype)
 
     def _exposed_comm_share(self) -> float:
