@@ -655,3 +655,34 @@ def test_a_pass_that_fails_on_one_rank_hangs_no_rank_and_costs_no_run(tmp_path):
     assert result["status"] == "ok" and result["device"]["world_size"] == 2
     assert result["duration_s"] < 300
     assert done.report("speed")["phases"]["train"]["ranks_measured"] == 2
+
+
+def _profiled(name: str, start_us: float, end_us: float, device: str = "DeviceType.CPU",
+              thread: int = 1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, device_type=device, thread=thread,
+                           time_range=SimpleNamespace(start=start_us, end=end_us))
+
+
+def test_host_spans_and_shape_broadcasting_are_not_communication():
+    """#23, planted profiler events. On a GPU: a 300 µs NCCL kernel is the communication;
+    the host's nccl:all_reduce span that launched it (0-1000 µs) and aten::broadcast_tensors
+    are not. On a CPU (gloo): aten::broadcast_tensors is the main thread's compute."""
+    from harness.profilers.diagnose.communication import split_window
+
+    cuda = "DeviceType.CUDA"
+    gpu = split_window([
+        _profiled("aten::mm", 0, 100), _profiled("aten::broadcast_tensors", 100, 400),
+        _profiled("nccl:all_reduce", 0, 1000),
+        _profiled("ampere_sgemm_128x64_nn", 100, 600, cuda),
+        _profiled("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 700, 1000, cuda),
+    ])
+    assert gpu["communication_s"] == pytest.approx(300e-6)
+    assert gpu["compute_s"] == pytest.approx(500e-6) and gpu["overlap_s"] == 0
+    cpu = split_window([
+        _profiled("aten::mm", 0, 100), _profiled("aten::broadcast_tensors", 100, 400),
+        _profiled("gloo:all_reduce", 400, 600, thread=2),
+    ])
+    assert cpu["communication_s"] == pytest.approx(200e-6)
+    assert cpu["compute_s"] == pytest.approx(400e-6)
