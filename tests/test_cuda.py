@@ -129,3 +129,56 @@ def test_the_system_preset_reports_the_runs_gpu_with_its_energy(harness):
     gpu = system["gpus"][0]
     assert gpu["index"] == 0 and gpu["power_w"]["mean"] is not None
     assert gpu["energy_wh"] is not None and gpu["energy_wh"] > 0
+
+
+def test_the_snapshot_is_written_and_the_run_measured(harness, tmp_path):
+    """The snapshot window ends where the speed preset's warm-up ends (the defaults): the
+    dump runs with the clock paused; the run keeps every measured step (#23)."""
+    done = harness("trainer.accelerator=gpu", "mode=train", "profiler=[speed,snapshot]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    snapshot = done.report("snapshot")
+    assert snapshot["files"] and snapshot["skipped"] is None
+    assert done.report("speed")["phases"]["train"]["examples_per_second"] > 0
+
+
+def test_the_mfu_has_a_peak_and_is_a_share(harness):
+    done = harness("trainer.accelerator=gpu", "mode=train", "precision=bf16-mixed",
+                   "profiler=[speed,diagnose]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    diagnosis = done.report("diagnosis")
+    assert diagnosis["peak_source"] and 0 < diagnosis["train_mfu"] < 1, diagnosis
+
+
+def test_the_optimizer_state_comes_back_without_a_second_copy():
+    """SGD's momentum of a 256 MiB parameter (its step works in place: the pass's peak is
+    the gradient): the restore copies into the momentum buffer after the gradients are
+    freed, so the pass adds less than the gradient and half a buffer to what was held (#23;
+    torch's load_state_dict built a second buffer while the gradients were still held)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import Precision
+
+    from harness.profilers.diagnose.speed_of_light import model_alone
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    module = torch.nn.Linear(8192, 8192, bias=False, device=device)  # 256 MiB of fp32
+    optimizer = torch.optim.SGD(module.parameters(), lr=1e-4, momentum=0.9)
+    x = torch.randn(16, 8192, device=device)
+
+    def step():
+        module(x).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # the momentum exists, as after training
+    buffer = optimizer.state[module.weight]["momentum_buffer"]
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=device, model=module),
+                              optimizers=[optimizer], precision_plugin=Precision())
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    found = model_alone(trainer, module, step, x, 2, 0, training=True)
+    assert found.steps == 2, found.note
+    assert optimizer.state[module.weight]["momentum_buffer"] is buffer
+    size = module.weight.numel() * 4
+    assert torch.cuda.max_memory_allocated(device) - held < size * 1.5
