@@ -104,3 +104,38 @@ class FakeNvmlProcesses(FakeNvml):
             raise NVMLError("Not Found")
         return [SimpleNamespace(pid=p, timeStamp=t, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
                 for p, sm in self.util.items()]
+
+
+class FakeNvmlMig(FakeNvml):
+    """FakeNvml whose GPUs may be in MIG mode: a GPU dict's "mig" lists its slices (dicts with
+    "uuid" and "mem"). NVML gives a slice no utilisation and no power or energy, as the
+    driver does; the parent GPU has them."""
+
+    def nvmlDeviceGetMigMode(self, handle: dict) -> tuple[int, int]:  # noqa: N802
+        if "parent" in handle:
+            raise NVMLError("Not Supported")
+        return (1, 1) if handle.get("mig") else (0, 0)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: dict) -> int:  # noqa: N802
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: dict, index: int) -> dict:  # noqa: N802
+        slices = handle.get("mig") or []
+        if index >= len(slices):
+            raise NVMLError("Not Found")
+        return {**slices[index], "parent": handle}
+
+    def nvmlDeviceGetUtilizationRates(self, handle: dict) -> SimpleNamespace:  # noqa: N802
+        if "parent" in handle:
+            raise NVMLError("Not Supported")
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+    def nvmlDeviceGetPowerUsage(self, handle: dict) -> int:  # noqa: N802
+        if "parent" in handle:
+            raise NVMLError("Not Supported")
+        return super().nvmlDeviceGetPowerUsage(handle)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: dict) -> int:  # noqa: N802
+        if "parent" in handle:
+            raise NVMLError("Not Supported")
+        return super().nvmlDeviceGetTotalEnergyConsumption(handle)

@@ -116,3 +116,34 @@ class SquareBatches(PlantedData):
         device = self.trainer.strategy.root_device
         x = torch.randn(self.batch_size, self.n, device=device)
         return [(x,)] * self.batches
+
+
+class _SecondPassFails(DataLoader):
+    """A loader whose second iteration raises (on `rank`, or every rank when None): the run
+    iterates it once, the diagnose preset's loader pass a second time (#23)."""
+
+    def __init__(self, *args: Any, rank: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.iterations, self.fail_rank = 0, rank
+
+    def __iter__(self) -> Any:
+        import os
+
+        self.iterations += 1
+        mine = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.iterations > 1 and self.fail_rank in (None, mine):
+            raise RuntimeError("planted: the loader fails when iterated again")
+        return super().__iter__()
+
+
+class PassBreakingData(PlantedData):
+    """PlantedData whose training loader fails in the diagnose preset's loader pass."""
+
+    def __init__(self, *args: Any, break_rank: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.break_rank = break_rank
+
+    def train_dataloader(self) -> DataLoader:
+        return _SecondPassFails(SleepyBatches(self.batches, self.batch_size, self.fetch_s),
+                                batch_size=None, num_workers=self.num_workers,
+                                rank=self.break_rank)

@@ -76,6 +76,48 @@ def test_peak_table_matches_device_names_most_specific_first(monkeypatch):
     assert matmul_dtype("bf16-mixed") == "bf16" and matmul_dtype("16-mixed") == "fp16"
 
 
+def test_peaks_of_pcie_hbm2e_parts_mig_slices_and_tf32_convolutions(monkeypatch):
+    """#23: an H800 PCIe or an H100/H800 named by its HBM2e memory is the PCIe card, not the
+    SXM; a MIG slice gets its share of the GPU; a conv net under 32-true with cuDNN's TF32
+    switch on (torch's default) is divided by the TF32 peak, not the fp32 one."""
+    def peak(name: str, dtype: str) -> tuple[float | None, str | None]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        return dense_peak_tflops(torch.device("cuda"), dtype)
+
+    assert peak("NVIDIA H800 PCIe", "bf16")[0] == 756
+    assert peak("NVIDIA H800 80GB HBM2e", "tf32")[0] == 378
+    assert peak("NVIDIA H800", "bf16")[0] == 989.4  # the SXM part
+    assert peak("NVIDIA H100 80GB HBM2e", "bf16")[0] == 756  # Lightning's PCIe figure
+    assert peak("NVIDIA H100 80GB HBM2e", "fp64")[0] == 51.2  # ours: not the SXM's 66.9
+    value, source = peak("NVIDIA H100 80GB HBM3 MIG 3g.40gb", "bf16")
+    assert value == pytest.approx(989.4 * 3 / 7) and source.endswith("x 3/7 for the MIG slice")
+    assert peak("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "tf32")[0] == pytest.approx(156 / 7)
+    assert matmul_dtype("32-true", "highest", convolutions=True) == "tf32"
+    assert matmul_dtype("16-mixed", "highest", convolutions=True) == "fp16"
+
+
+@pytest.mark.parametrize(("allow_tf32", "expected"), [(True, 378.0), (False, 51.2)])
+def test_a_conv_nets_fp32_peak_follows_cudnns_tf32_switch(monkeypatch, allow_tf32, expected):
+    """Planted: a conv net, 32-true, matmul precision 'highest', on an H100 PCIe (Lightning's
+    table: tf32 378, fp32 51.2). With cudnn.allow_tf32 its convolutions run on TF32."""
+    from types import SimpleNamespace
+
+    from harness.profilers.diagnose.preset import DiagnosePreset
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allow_tf32)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: SimpleNamespace(total_memory=80 * 2**30,
+                                                                    major=9, minor=0))
+    preset = DiagnosePreset()
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0)),
+                              world_size=1)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten())
+    preset.setup(trainer, net, "fit")
+    assert preset.convolutions
+    assert preset._peak_tflops("32-true")[0] == expected
+
+
 def _diagnosis(tmp_path, name: str, *overrides: str) -> tuple[dict, float]:
     """The run's diagnosis and its median training step."""
     cwd = tmp_path / name
@@ -206,13 +248,22 @@ def test_the_verdict_says_how_noisy_its_share_is():
     assert "82% of each training step" in verdict("compute", figures, "train")
 
 
-def test_the_loader_pass_leaves_the_rng_as_it_found_it():
+def _fake_trainer():
+    """What the loader pass reads of a Trainer: no precision conversion, no hooks."""
     from types import SimpleNamespace
 
+    from lightning.pytorch.plugins.precision import Precision
+
+    return SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("cpu"),
+                                 batch_to_device=lambda batch, dataloader_idx=0: batch),
+        precision_plugin=Precision(), datamodule=None, lightning_module=None)
+
+
+def test_the_loader_pass_leaves_the_rng_as_it_found_it():
     from harness.profilers.diagnose.speed_of_light import loader_alone, rng_restored
 
-    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"),
-                                                       batch_to_device=lambda batch: batch))
+    trainer = _fake_trainer()
     loader = torch.utils.data.DataLoader(torch.arange(40.0), batch_size=4, shuffle=True)
     before = torch.random.get_rng_state()
     loader_alone(trainer, loader, 3, 0)  # a shuffled loader draws its order from the RNG
@@ -280,12 +331,9 @@ def test_the_model_pass_copies_no_sharded_or_oversized_state():
 
 
 def test_a_short_loader_is_still_timed_and_the_model_gets_a_full_batch():
-    from types import SimpleNamespace
-
     from harness.profilers.diagnose.speed_of_light import loader_alone
 
-    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"),
-                                                       batch_to_device=lambda batch: batch))
+    trainer = _fake_trainer()
     # 4 batches (the last holds 4 of 100 examples), 2 workers prefetching 4: a drain of the
     # whole buffer would leave nothing to time
     loader = torch.utils.data.DataLoader(torch.zeros(100, 4), batch_size=32, num_workers=2)
@@ -346,3 +394,295 @@ def test_a_verdict_within_the_model_pass_noise_of_another_says_so():
                          " steps)")
     figures["share_ranges"]["host"] = [0.30, 0.40]  # apart: the verdict stands alone
     assert "too close" not in verdict("compute", figures, "train")
+
+
+# -- #23: the passes prepare and step a batch as Lightning's own loop does -------------------
+def _quiet_trainer(**kwargs):
+    import lightning.pytorch as pl
+
+    return pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, **kwargs)
+
+
+def _hooked_data():
+    """A DataModule whose on_before_batch_transfer doubles x (planted: Lightning calls it
+    before the transfer)."""
+    import lightning.pytorch as pl
+
+    class Data(pl.LightningDataModule):
+        def train_dataloader(self):
+            g = torch.Generator().manual_seed(0)
+            data = [(torch.rand(4, 8, generator=g), torch.rand(4, 1, generator=g))
+                    for _ in range(2)]
+            return torch.utils.data.DataLoader(data, batch_size=None)
+
+        def on_before_batch_transfer(self, batch, dataloader_idx):
+            return (batch[0] * 2, batch[1])
+
+    return Data()
+
+
+def _linear_module(seen: list):
+    import lightning.pytorch as pl
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = torch.nn.Linear(8, 1)
+
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            return (batch[0] + 1, batch[1])  # planted: after the transfer
+
+        def training_step(self, batch, batch_idx):
+            seen.append(batch)
+            return torch.nn.functional.mse_loss(self.net(batch[0]).float(), batch[1].float())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    return Module()
+
+
+def test_the_loader_pass_prepares_a_batch_as_lightnings_loop_does():
+    """Truth: the batch Lightning's training loop hands training_step under bf16-true, with a
+    DataModule's on_before_batch_transfer and the module's on_after_batch_transfer."""
+    import lightning.pytorch as pl
+
+    from harness.profilers.diagnose.speed_of_light import to_device
+
+    seen: list = []
+    ours: list = []
+
+    class Prepare(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            raw = next(iter(trainer.train_dataloader))
+            ours.append(to_device(trainer, raw))
+
+    _quiet_trainer(precision="bf16-true", max_steps=1, callbacks=[Prepare()]).fit(
+        _linear_module(seen), datamodule=_hooked_data())
+    (x, y), (lx, ly) = ours[0], seen[0]
+    assert x.dtype == lx.dtype == torch.bfloat16
+    assert torch.equal(x, lx) and torch.equal(y, ly)
+
+
+@pytest.mark.parametrize(("clip", "init_scale"), [
+    pytest.param(None, 1024.0, id="plain"),
+    pytest.param(1e-3, 1024.0, id="clipped"),
+    pytest.param(None, 2.0**40, id="overflow"),  # fp16 grads overflow: the scaler skips
+])
+def test_the_model_pass_steps_as_lightning_does_with_a_grad_scaler_and_clipping(clip,
+                                                                                init_scale):
+    """Truth: Lightning's own first step (16-mixed with a GradScaler on CPU, gradient
+    clipping by norm; with a huge initial scale the scaled fp16 gradients overflow, so the
+    scaler skips the step and halves its scale). The pass's step from the same state gives
+    the same parameters and scaler state; state_restored then puts everything back, so
+    Lightning's step is unchanged by the pass that ran before it."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    from harness.profilers.diagnose.speed_of_light import (
+        state_restored,
+        to_device,
+        training_step_fn,
+    )
+
+    found: dict = {}
+
+    class Pass(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            batch = to_device(trainer, next(iter(trainer.train_dataloader)))
+            precision = trainer.precision_plugin
+            with state_restored(pl_module, trainer.optimizers, precision):
+                training_step_fn(trainer, pl_module, batch)()
+                found["pass"] = [p.detach().clone() for p in pl_module.parameters()]
+                found["pass_scale"] = precision.scaler.get_scale()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            found["lightning"] = [p.detach().clone() for p in pl_module.parameters()]
+            found["lightning_scale"] = trainer.precision_plugin.scaler.get_scale()
+
+    # a real GradScaler on CPU (precision="16-mixed" alone becomes bf16 without one there)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    trainer = _quiet_trainer(plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)],
+                             gradient_clip_val=clip, max_steps=1, callbacks=[Pass()])
+    start = [p.detach().clone() for p in _linear_module([]).parameters()]
+    trainer.fit(_linear_module([]), datamodule=_hooked_data())
+    overflow = init_scale > 2.0**20
+    for ours, theirs, before in zip(found["pass"], found["lightning"], start, strict=True):
+        assert torch.equal(theirs, before) == overflow  # the step moved the weights, or skipped
+        torch.testing.assert_close(ours, theirs)
+    assert found["pass_scale"] == found["lightning_scale"] == (
+        init_scale / 2 if overflow else init_scale)
+    if clip:  # the planted clip bites: the update is at most `clip` long (SGD, lr 0.5)
+        moved = torch.cat([(t - b).flatten() for t, b in zip(found["lightning"], start,
+                                                                  strict=True)])
+        assert moved.norm() <= 0.5 * clip * 1.001
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true", "64-true"])
+def test_true_precisions_get_a_verdict(harness, precision):
+    """Under *-true the module's parameters are bf16/fp16/fp64 and Lightning converts each
+    float batch to match (precision_plugin.convert_input) before the transfer; the passes did
+    not, and the model pass failed ('mixed dtype (CPU)'): no verdict."""
+    done = harness(f"precision={precision}", "mode=train", "profiler=[speed,diagnose]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    diagnosis = done.report("diagnosis")
+    assert not diagnosis["verdict"].startswith("no verdict"), diagnosis["verdict"]
+    assert diagnosis["train_model_step_s"] > 0 and diagnosis["train_note"] is None
+
+
+# -- #23: a failed pass costs the verdict, never the run, and leaves no second state copy ----
+def _adam_module():
+    torch.manual_seed(0)
+    module = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.1)
+    return module, optimizer
+
+
+def _adam_step(module, optimizer, x, fail_on=None):
+    calls = {"n": 0}
+
+    def step():
+        calls["n"] += 1
+        module(x).square().mean().backward()
+        optimizer.step()  # moves weights and Adam's moments before a planted failure
+        optimizer.zero_grad(set_to_none=True)
+        if calls["n"] == fail_on:
+            raise RuntimeError("planted failure mid-pass")
+
+    return step
+
+
+def _pass_trainer(module, optimizer):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import Precision
+
+    return SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"), model=module),
+                           optimizers=[optimizer], precision_plugin=Precision())
+
+
+def _held_state(module, optimizer) -> dict:
+    return {(i, k): v for i, p in enumerate(module.parameters())
+            for k, v in optimizer.state.get(p, {}).items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize("fail_on", [None, 2])
+@pytest.mark.parametrize("had_state", [True, False])
+def test_the_model_pass_restores_the_optimizer_into_its_own_tensors(fail_on, had_state):
+    """Truth: the weights and Adam's moments before the pass. They come back equal, in the
+    very tensors the optimizer held (torch's load_state_dict would build a second copy on
+    the device, then drop the first), and a state the pass created (Adam before its first
+    step: when=start) is dropped. A step that fails mid-pass is the pass's note."""
+    from harness.profilers.diagnose.speed_of_light import model_alone
+
+    module, optimizer = _adam_module()
+    x = torch.randn(16, 8)
+    if had_state:
+        _adam_step(module, optimizer, x)()
+    weights = [p.detach().clone() for p in module.parameters()]
+    held = _held_state(module, optimizer)
+    values = {key: t.clone() for key, t in held.items()}
+    found = model_alone(_pass_trainer(module, optimizer), module,
+                        _adam_step(module, optimizer, x, fail_on), x, 3, 0, training=True)
+    if fail_on:
+        assert found.step_s is None and "planted failure mid-pass" in found.note
+    else:
+        assert found.steps == 3
+    for before, now in zip(weights, module.parameters(), strict=True):
+        assert torch.equal(before, now)
+    now_held = _held_state(module, optimizer)
+    assert now_held.keys() == held.keys()  # none left behind when there was none
+    for key, tensor in now_held.items():
+        assert tensor is held[key]  # in place: no second copy
+        assert torch.equal(tensor, values[key])
+
+
+def test_a_pass_that_raises_anywhere_is_the_diagnosis_note_not_the_runs_error():
+    """Planted: the loader pass's first batch fails to reach the device (a fake strategy
+    whose transfer raises, as an OOM would). The preset's hook returns; both passes carry
+    the failure, which the notes say, and the verdict has no shares to stand on."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import Precision
+
+    from harness.profilers.diagnose.preset import DiagnosePreset
+
+    def transfer(batch, dataloader_idx=0):
+        raise torch.OutOfMemoryError("CUDA out of memory (planted)")
+
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("cpu"), batch_to_device=transfer),
+        precision_plugin=Precision(), datamodule=None, lightning_module=None,
+        train_dataloader=torch.utils.data.DataLoader(torch.zeros(8, 2), batch_size=2))
+    preset = DiagnosePreset(when="end")
+    preset.on_train_end(trainer, None)  # no exception leaves the hook
+    why = "the train passes failed: OutOfMemoryError: CUDA out of memory (planted)"
+    assert preset.passes["train"]["loader"].note == why
+    assert preset.passes["train"]["model"].note == why
+    assert preset.notes[-1] == why + "; the run's own figures stand"
+    figures = preset.phase_figures("train", {"train_median_step_s": 0.01}, None)
+    assert figures["shares"] is None and why in figures["note"]
+
+
+def test_a_failed_loader_pass_costs_the_verdict_not_the_run(tmp_path):
+    """Planted: the training loader raises when iterated a second time, which only the
+    diagnose preset's loader pass does. The run is ok; the diagnosis says why it has none."""
+    done = run_harness(tmp_path, *PLANTED, "data._target_=planted.PassBreakingData",
+                       fast=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = done.result()
+    assert result["status"] == "ok" and result["metrics"]["train_examples_per_second"] > 0
+    diagnosis = done.report("diagnosis")
+    assert diagnosis["verdict"].startswith("no verdict"), diagnosis["verdict"]
+    assert "the train passes failed: RuntimeError: planted" in diagnosis["train_note"]
+
+
+@pytest.mark.slow
+def test_a_pass_that_fails_on_one_rank_hangs_no_rank_and_costs_no_run(tmp_path):
+    """Planted: rank 1's diagnose loader pass raises (its loader fails when iterated again).
+    Rank 1 must still reach the collectives of on_train_end (the speed and diagnose presets'
+    all_gather_object) that rank 0 waits in: the run ends ok, well within the group's
+    timeout. Before #23 rank 1's exception left on_train_end and the run failed (gloo) or
+    hung (NCCL)."""
+    done = run_harness(tmp_path, *PLANTED, "data._target_=planted.PassBreakingData",
+                       "+data.break_rank=1", "trainer.strategy=ddp", "trainer.devices=2",
+                       "trainer.accelerator=cpu", fast=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = done.result()
+    assert result["status"] == "ok" and result["device"]["world_size"] == 2
+    assert result["duration_s"] < 300
+    assert done.report("speed")["phases"]["train"]["ranks_measured"] == 2
+
+
+def _profiled(name: str, start_us: float, end_us: float, device: str = "DeviceType.CPU",
+              thread: int = 1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, device_type=device, thread=thread,
+                           time_range=SimpleNamespace(start=start_us, end=end_us))
+
+
+def test_host_spans_and_shape_broadcasting_are_not_communication():
+    """#23, planted profiler events. On a GPU: a 300 µs NCCL kernel is the communication;
+    the host's nccl:all_reduce span that launched it (0-1000 µs) and aten::broadcast_tensors
+    are not. On a CPU (gloo): aten::broadcast_tensors is the main thread's compute."""
+    from harness.profilers.diagnose.communication import split_window
+
+    cuda = "DeviceType.CUDA"
+    gpu = split_window([
+        _profiled("aten::mm", 0, 100), _profiled("aten::broadcast_tensors", 100, 400),
+        _profiled("nccl:all_reduce", 0, 1000),
+        _profiled("ampere_sgemm_128x64_nn", 100, 600, cuda),
+        _profiled("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 700, 1000, cuda),
+    ])
+    assert gpu["communication_s"] == pytest.approx(300e-6)
+    assert gpu["compute_s"] == pytest.approx(500e-6) and gpu["overlap_s"] == 0
+    cpu = split_window([
+        _profiled("aten::mm", 0, 100), _profiled("aten::broadcast_tensors", 100, 400),
+        _profiled("gloo:all_reduce", 400, 600, thread=2),
+    ])
+    assert cpu["communication_s"] == pytest.approx(200e-6)
+    assert cpu["compute_s"] == pytest.approx(400e-6)

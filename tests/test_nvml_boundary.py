@@ -82,7 +82,9 @@ def test_energy_from_counter_where_present_and_integrated_power_otherwise(monkey
     span = samples[-1]["t_s"] - samples[0]["t_s"]
     assert energy1 == pytest.approx(200.0 * span)
     assert sampler.series_stats("gpu1_utilization_pct") == {"mean": 50.0, "max": 50.0}
-    assert all(s["process_cpu_pct"] is not None and s["rss_bytes"] > 0 for s in samples)
+    # the first sample, at start(), has nothing to compare CPU time with (#23)
+    assert samples[0]["process_cpu_pct"] is None
+    assert all(s["process_cpu_pct"] is not None and s["rss_bytes"] > 0 for s in samples[1:])
 
 
 def test_missing_nvml_says_so_and_cpu_sampling_goes_on(monkeypatch):
@@ -164,3 +166,83 @@ def test_the_speed_preset_flags_a_phase_another_process_shares_the_gpu_with(monk
     contention = preset.phase_summaries()["train"]["contention"]
     assert contention["gpu_other_processes"] == 1 and contention["gpu_contended"] is True
     assert fake.shut_down  # NVML closed once the report is written
+
+
+# -- #23: the run's devices, by UUID; MIG; energy from start() ------------------------------
+def test_torch_uuids_decide_the_mapping_not_nvmls_order(monkeypatch):
+    """Planted: CUDA orders the GPUs differently from NVML's PCI order (CUDA_DEVICE_ORDER
+    defaults to FASTEST_FIRST) and the variable is unset. torch's UUIDs (bare, no "GPU-")
+    say which NVML device each cuda:i is."""
+    monkeypatch.setitem(sys.modules, "pynvml", three_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml = Nvml(cuda_uuids=["bbbc3333-0000", "aaaa1111-0000", "bbbb2222-0000"])
+    assert [(g.index, g.nvml_index) for g in nvml.gpus] == [(0, 2), (1, 0), (2, 1)]
+
+
+def test_only_the_runs_gpus_are_sampled_and_their_energy_starts_at_start(monkeypatch):
+    """Planted: three GPUs visible, the run on cuda:1 only (NVML's GPU 2, with the energy
+    counter, +1 J per read). Only that GPU is sampled, and its energy counts from start():
+    one read at start, then one per sample."""
+    from harness.profilers.system import SystemPreset
+
+    fake = three_gpus()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    uuids = ["GPU-aaaa1111-0000", "bbbc3333-0000", "bbbb2222-0000"]
+    sampler = SystemSampler(interval_s=60, devices=[1], cuda_uuids=uuids)
+    assert [(g.index, g.nvml_index) for g in sampler.gpus] == [(1, 2)]
+    sampler.start("fit")
+    sampler.stop()  # no interval passed: the samples at start and at stop
+    assert len(sampler.samples) == 2
+    assert not any(key.startswith("gpu0_") or key.startswith("gpu2_")
+                   for key in sampler.samples[0])
+    assert sampler.gpu_energy(1) == (pytest.approx(1.0), "NVML total-energy counter")
+    preset = SystemPreset(interval_s=60)
+    preset.sampler = sampler
+    assert preset.summary()["gpus"][0]["uuid"] == "GPU-bbbc3333-0000"
+
+
+def test_a_cpu_run_reports_no_gpu_figures(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", three_gpus())
+    sampler = SystemSampler(interval_s=60, devices=[])
+    assert sampler.gpus == [] and sampler.gpu_note == "the run uses no GPU"
+
+
+def test_a_mig_slice_keeps_its_figures_and_its_gpus_energy_counts_once(monkeypatch, tmp_path):
+    """Planted: GPU 0 in MIG mode with two slices; the run uses both (cuda:0, cuda:1 by
+    their MIG UUIDs). Each slice has its own memory; power and energy are the GPU's (read
+    from the parent), reported per slice but summed once."""
+    from fake_nvml import FakeNvmlMig
+
+    from harness.profilers.system import SystemPreset
+
+    fake = FakeNvmlMig([
+        {"uuid": "GPU-aaaa1111-0000", "util": 10, "mem": 0, "power_mw": 250_000,
+         "energy_mj": 5_000_000, "mig": [{"uuid": "MIG-cccc0001", "mem": 2**30},
+                                        {"uuid": "MIG-cccc0002", "mem": 2 * 2**30}]},
+        {"uuid": "GPU-bbbb2222-0000", "util": 50, "mem": 0, "power_mw": 200_000,
+         "energy_mj": None},
+    ])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-cccc0002")
+    alone = Nvml()  # without torch's UUIDs: the variable names a slice
+    assert [(g.index, g.uuid) for g in alone.gpus] == [(0, "MIG-cccc0002")]
+    sampler = SystemSampler(interval_s=60, devices=[0, 1],
+                            cuda_uuids=["cccc0001", "cccc0002"])
+    assert [(g.index, g.nvml_index, g.uuid) for g in sampler.gpus] == [
+        (0, 0, "MIG-cccc0001"), (1, 0, "MIG-cccc0002")]
+    sample = sampler.nvml.sample(sampler.gpus[1])
+    assert sample["memory_used_bytes"] == 2 * 2**30 and sample["power_w"] == 250.0
+    assert sample["utilization_pct"] is None and sample["energy_counter_j"] is not None
+    sampler.start("fit")
+    sampler.stop()
+    preset = SystemPreset(interval_s=60)
+    preset.sampler = sampler
+    report = preset.write_reports(tmp_path)
+    gpus = preset.summary()["gpus"]
+    assert [g["mig"] for g in gpus] == [True, True]
+    assert all("MIG slice" in g["energy_method"] for g in gpus)
+    # slice 0's two reads and slice 1's two interleave on one counter (+1 J each): each
+    # slice's difference is 2 J, the GPU's counted once
+    assert [g["energy_wh"] * 3600 for g in gpus] == [pytest.approx(2.0)] * 2
+    assert report.metrics["system_gpu_energy_wh"] * 3600 == pytest.approx(2.0)

@@ -251,3 +251,56 @@ def test_every_reports_doc_link_names_a_section_that_exists():
     for page, anchor in sorted(links):
         assert (root / page).is_file(), page
         assert anchor in _anchors(root / page), (page, anchor)
+
+
+class _CachingAllocator:
+    """torch.cuda's memory figures as its caching allocator keeps them: a freed block stays
+    reserved until empty_cache; a peak reset starts both peaks from what is held now."""
+
+    def __init__(self) -> None:
+        self.allocated = self.reserved = self.max_allocated = self.max_reserved = 0
+
+    def alloc(self, n: int) -> None:
+        self.allocated += n
+        self.reserved = max(self.reserved, self.allocated)
+        self.max_allocated = max(self.max_allocated, self.allocated)
+        self.max_reserved = max(self.max_reserved, self.reserved)
+
+    def free(self, n: int) -> None:
+        self.allocated -= n  # the block goes to the cache, still reserved
+
+    def empty_cache(self) -> None:
+        self.reserved = self.allocated
+
+    def reset_peak_memory_stats(self, device=None) -> None:
+        self.max_allocated, self.max_reserved = self.allocated, self.reserved
+
+    def patch(self, monkeypatch) -> None:
+        for name in ("empty_cache", "reset_peak_memory_stats"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: self.max_allocated)
+        monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: self.max_reserved)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: self.allocated)
+
+
+def test_an_excluded_pass_leaves_no_cache_under_the_runs_reserved_peak(monkeypatch):
+    """Planted: the run holds 1 GiB (its peak 2 GiB); the pass allocates 8 GiB and frees it.
+    Before #23 the 8 GiB stayed in torch's cache across the peak reset, the floor of the
+    run's peak_device_reserved_bytes; now the cache goes back first (#23)."""
+    from harness import memory_peaks
+
+    gib = 2**30
+    fake = _CachingAllocator()
+    fake.patch(monkeypatch)
+    device = torch.device("cuda", 0)
+    memory_peaks.reset(device)
+    fake.alloc(2 * gib)
+    fake.free(gib)
+    fake.empty_cache()
+    with memory_peaks.excluded(device):
+        fake.alloc(8 * gib)
+        fake.free(8 * gib)
+    fake.alloc(gib // 2)  # the run goes on, below its earlier peak
+    figures = memory_peaks.read(device)
+    assert figures["peak_device_allocated_bytes"] == 2 * gib
+    assert figures["peak_device_reserved_bytes"] == 2 * gib

@@ -85,3 +85,53 @@ def test_window_longer_than_the_run_is_refused(cuda_log, tmp_path):
     with pytest.raises(HarnessError, match="profiler.snapshot.*15 training steps.*12 training"):
         _train(callback, _trainer(), steps=1)
     assert cuda_log == []
+
+
+@pytest.mark.parametrize("snapshot_first", [True, False], ids=["snapshot-first", "speed-first"])
+def test_the_window_dump_lands_in_no_timed_step(cuda_log, tmp_path, monkeypatch, snapshot_first):
+    """Planted: the dump costs SLOW_S on the speed preset's clock. With the defaults' shape
+    (the snapshot window ends where the speed preset's warm-up ends) the dump came right
+    before the first measured step's clock started, or inside it when the snapshot's hook ran
+    first. Whichever order Lightning calls the two presets' hooks in, no step and no batch
+    wait holds it, and the measured steps are all there (#23)."""
+    import time
+
+    from harness.profilers import step_timer
+    from harness.profilers.preset import Presets
+    from harness.profilers.speed import SpeedPreset
+
+    slow_s = 1000.0
+    spent = {"s": 0.0}
+    real = time.perf_counter
+    monkeypatch.setattr(step_timer.time, "perf_counter", lambda: real() + spent["s"])
+    dumped = torch.cuda.memory._dump_snapshot
+
+    def slow_dump(path):
+        spent["s"] += slow_s
+        dumped(path)
+
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", slow_dump)
+    snapshot = SnapshotPreset(warmup=2, steps=3, output_dir=str(tmp_path))
+    speed = SpeedPreset(warmup_steps=5, log_rates=False)
+    Presets.of({"speed": speed, "snapshot": snapshot})
+    on_gpu = _trainer(batches=12, rank=0)  # the snapshot preset needs a CUDA device
+    on_cpu = SimpleNamespace(world_size=1, global_rank=0, global_step=0, sanity_checking=False,
+                             loggers=[], strategy=SimpleNamespace(root_device=torch.device("cpu")))
+    hooks = [(snapshot, on_gpu), (speed, on_cpu)]
+    if not snapshot_first:
+        hooks.reverse()
+    snapshot.setup(on_gpu, None, "fit")
+    speed.setup(on_cpu, None, "fit")
+    snapshot.on_train_start(on_gpu, None)
+    speed.on_train_epoch_start(on_cpu, None)
+    for i in range(12):
+        for preset, trainer in hooks:
+            preset.on_train_batch_start(trainer, None, {"x": [0] * 4}, i)
+        for preset, trainer in hooks:
+            preset.on_train_batch_end(trainer, None, None, None, i)
+    speed.on_train_epoch_end(on_cpu, None)
+    snapshot.on_train_end(on_gpu, None)
+    assert ("dump", "snapshot-rank0.pickle") in cuda_log and spent["s"] == slow_s
+    steps = speed.timers["train"].steps
+    assert len(steps) == 12 and len([s for s in steps if s.index >= 5]) == 7
+    assert max(s.step_s for s in steps) < slow_s and max(s.between_s for s in steps) < slow_s

@@ -5,9 +5,10 @@ Two high-water marks make `peak_rss_bytes` and `peak_device_*_bytes`: the kernel
 peak resident set of the process (VmHWM, Linux: reset by writing 5 to
 /proc/self/clear_refs) and torch's CUDA allocator peaks. Each measurement resets both at
 its start. A pass harness adds to a run (the diagnose preset's speed-of-light passes) runs
-inside `excluded()`: the marks reached before it are carried over, the marks are reset
-after it, and `read()` reports the larger of the two, so the pass's own memory (a copy of
-the model's state, say) never shows as the run's peak.
+inside `excluded()`: the marks reached before it are carried over, the cache it grew is
+emptied and the marks are reset after it, and `read()` reports the larger of the two, so the
+pass's own memory (a copy of the model's state, its activations' cached blocks) never shows
+as the run's peak.
 
 A phase (`phase_start` .. `phase_end`: training, validation inside it, and inference) starts
 its own marks from the resident set (and, on CUDA, the memory torch has allocated) at its
@@ -118,10 +119,14 @@ def excluded(device: Any = None) -> Iterator[bool]:
         yield holds
     finally:
         # The pass's copies are freed by reference counting as it returns (no gc.collect:
-        # a full collection costs a quarter of a second with torch loaded).
+        # a full collection costs a quarter of a second with torch loaded). The blocks they
+        # leave in torch's cache go back to the driver first: a peak reset starts
+        # max_memory_reserved from what is reserved now, so a cache the pass grew would be
+        # the floor of the run's peak_device_reserved_bytes.
         if _cuda(device):
             import torch
 
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         _reset_rss_mark()
 

@@ -109,6 +109,10 @@ class EventPhaseTimer:
     def window_open(self) -> bool:
         return self.host.window_open
 
+    @property
+    def in_step(self) -> bool:
+        return self.host.in_step
+
     # -- the CUDA boundary ---------------------------------------------------------------------
     def _event(self) -> Any:
         if self.sync == "window":

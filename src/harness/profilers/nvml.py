@@ -3,8 +3,18 @@
 CUDA_VISIBLE_DEVICES decides which GPUs a process sees and in which order; it
 holds indices ("0,2") or UUIDs ("GPU-8f3a...", a unique prefix is enough), and
 CUDA ignores everything after the first entry it cannot resolve. NVML ignores
-the variable, so the mapping is done here. Every NVML call that fails becomes a
-missing value, never an error: the system report must survive any driver.
+the variable, and its order (PCI bus) need not be CUDA's (CUDA_DEVICE_ORDER=FASTEST_FIRST,
+its default), so where torch can name its devices' UUIDs (`cuda_uuids`,
+torch.cuda.get_device_properties(i).uuid) each CUDA index is matched to the NVML device of
+the same UUID; the variable is parsed only without them.
+
+Under MIG a process sees slices ("MIG-..." UUIDs), which NVML lists under their physical GPU
+(nvmlDeviceGetMigDeviceHandleByIndex), not in nvmlDeviceGetCount's list. A slice has its own
+memory; NVML gives no utilisation for it, and power and energy only for the whole GPU, which
+is read from the parent (`Gpu.parent`) and shared with the other slices.
+
+Every NVML call that fails becomes a missing value, never an error: the system report must
+survive any driver.
 """
 
 from __future__ import annotations
@@ -23,6 +33,21 @@ class Gpu:
     name: str
     handle: Any
     has_energy_counter: bool
+    parent: Any = None  # a MIG slice's physical GPU: its power and energy are the whole GPU's
+
+    @property
+    def power_handle(self) -> Any:
+        return self.handle if self.parent is None else self.parent
+
+
+def same_uuid(a: str, b: str) -> bool:
+    """NVML writes "GPU-<uuid>" / "MIG-<uuid>", torch the bare <uuid>."""
+    return _bare(a) == _bare(b)
+
+
+def _bare(uuid: str) -> str:
+    text = _text(uuid).strip().lower()
+    return text[4:] if text.startswith(("gpu-", "mig-")) else text
 
 
 def _text(value: Any) -> str:
@@ -58,7 +83,9 @@ def parse_visible(value: str | None, count: int, uuids: list[str]) -> list[int]:
 class Nvml:
     """An open NVML session, or the reason there is none (`unavailable`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cuda_uuids: list[str] | None = None) -> None:
+        """`cuda_uuids`: the UUIDs of CUDA's devices in CUDA's order, where torch gives them
+        (then they decide the mapping); None: CUDA_VISIBLE_DEVICES decides."""
         self.module: Any = None
         self.gpus: list[Gpu] = []
         self.unavailable: str | None = None
@@ -77,37 +104,63 @@ class Nvml:
             )
             self.module = None
             return
-        self.gpus = self._visible_gpus()
+        self.gpus = self._visible_gpus(cuda_uuids)
         if not self.gpus:
             self.unavailable = (
                 "no GPU visible to this process (CUDA_VISIBLE_DEVICES or none installed)"
             )
 
-    def _visible_gpus(self) -> list[Gpu]:
+    def _visible_gpus(self, cuda_uuids: list[str] | None) -> list[Gpu]:
         nv = self.module
         count = int(nv.nvmlDeviceGetCount())
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        uuids = [_text(nv.nvmlDeviceGetUUID(h)) for h in handles]
+        # (nvml index of the physical GPU, handle, parent handle for a MIG slice)
+        devices = [(i, nv.nvmlDeviceGetHandleByIndex(i), None) for i in range(count)]
+        devices += [(i, slice_, handle) for i, handle, _ in list(devices)
+                    for slice_ in self._mig_slices(handle)]
+        uuids = [_text(self._call(nv.nvmlDeviceGetUUID, h) or "") for _, h, _ in devices]
+        if cuda_uuids is not None:
+            chosen = [next((k for k, uuid in enumerate(uuids) if same_uuid(uuid, wanted)), None)
+                      for wanted in cuda_uuids]
+        else:  # indices name physical GPUs; a UUID may name a MIG slice
+            chosen = parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), count, uuids)
         gpus = []
-        for cuda_index, nvml_index in enumerate(
-            parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), count, uuids)
-        ):
-            handle = handles[nvml_index]
+        for cuda_index, found in enumerate(chosen):
+            if found is None:
+                continue  # a device NVML does not list: no figures for it
+            nvml_index, handle, parent = devices[found]
             gpus.append(
                 Gpu(
                     index=cuda_index,
                     nvml_index=nvml_index,
-                    uuid=uuids[nvml_index],
+                    uuid=uuids[found],
                     name=_text(self._call(nv.nvmlDeviceGetName, handle) or "unknown"),
                     handle=handle,
-                    has_energy_counter=self._call(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
+                    has_energy_counter=self._call(nv.nvmlDeviceGetTotalEnergyConsumption,
+                                                  parent if parent is not None else handle)
                     is not None,
+                    parent=parent,
                 )
             )
         return gpus
 
+    def _mig_slices(self, handle: Any) -> list[Any]:
+        """The MIG devices of a physical GPU in MIG mode (none otherwise, or where NVML is too
+        old to say)."""
+        nv = self.module
+        mode = self._call(getattr(nv, "nvmlDeviceGetMigMode", None), handle)
+        if not mode or not mode[0]:  # (current, pending); current 1: MIG enabled
+            return []
+        slices = []
+        for k in range(int(self._call(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0)):
+            found = self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, k)
+            if found is not None:
+                slices.append(found)
+        return slices
+
     @staticmethod
     def _call(function: Any, *args: Any) -> Any:
+        if function is None:
+            return None
         try:
             return function(*args)
         except Exception:  # NVMLError_NotSupported and friends: the value is missing
@@ -116,11 +169,11 @@ class Nvml:
     def sample(self, gpu: Gpu) -> dict[str, float | None]:
         """Utilisation %, memory used (bytes), power (W) and the energy counter (J) of one GPU."""
         nv = self.module
-        util = self._call(nv.nvmlDeviceGetUtilizationRates, gpu.handle)
+        util = self._call(nv.nvmlDeviceGetUtilizationRates, gpu.handle)  # None on a MIG slice
         memory = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
-        power_mw = self._call(nv.nvmlDeviceGetPowerUsage, gpu.handle)
+        power_mw = self._call(nv.nvmlDeviceGetPowerUsage, gpu.power_handle)
         energy_mj = (
-            self._call(nv.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
+            self._call(nv.nvmlDeviceGetTotalEnergyConsumption, gpu.power_handle)
             if gpu.has_energy_counter
             else None
         )
@@ -135,3 +188,16 @@ class Nvml:
         if self.module is not None:
             self._call(self.module.nvmlShutdown)
             self.module = None
+
+
+def torch_uuids() -> list[str] | None:
+    """The UUIDs of the CUDA devices this process sees, in CUDA's order (None where torch
+    cannot say). Initialises CUDA: call it only for a run on a CUDA device."""
+    import torch
+
+    try:
+        uuids = [str(torch.cuda.get_device_properties(i).uuid)
+                 for i in range(torch.cuda.device_count())]
+    except Exception:  # an old driver: CUDA_VISIBLE_DEVICES decides
+        return None
+    return uuids or None  # no CUDA here (a test's fake device): the variable decides

@@ -30,6 +30,13 @@ a preset later in the list may not have offered its part yet):
   as a logger's flush to its store): run by the preset that times steps just before its
   clock restarts (after each validation, at each training epoch's end, after predict);
   without one, by `BatchObserver` at the same moments.
+- `untimed(work)` (offered by the preset that times steps): for one-off slow work a preset
+  must do at a given step, such as the snapshot's dump at its window's end or py-spy writing
+  its files: called from a step's hooks (or between steps), it runs `work` at the first
+  moment no step is timed: at once when the step in progress has been recorded (or none
+  runs), else just after it is, with the clock paused around it (the measured window
+  closes, and the next step starts after the work). Without a timer: at once. So the work
+  lands in no step's time whichever order the presets' hooks run in.
 
 Each batch is counted once: inside its timed step by the preset that times steps (its rate
 needs the count), else by harness's `BatchObserver` at the batch's start.
@@ -109,6 +116,11 @@ class BatchCounts:
         return {phase: sizes.most_common(1)[0][0] for phase, sizes in self.sizes.items() if sizes}
 
 
+def at_once(work: Callable[[], None]) -> None:
+    """`RunShared.untimed` when no preset times steps: nothing to keep the work out of."""
+    work()
+
+
 @dataclass
 class RunShared:
     """What the presets of one run offer each other (the module docstring has the table)."""
@@ -117,6 +129,7 @@ class RunShared:
     timed_from_step: int | None = None  # None: no preset times steps
     cautions: Any = None  # speed_flags.Cautions of the preset that times steps
     between_steps: list[Callable[[], None]] = field(default_factory=list)
+    untimed: Callable[[Callable[[], None]], None] = at_once
 
     def run_between_steps(self) -> None:
         for work in self.between_steps:

@@ -25,7 +25,7 @@ from typing_extensions import override
 
 from harness.config.checks import list_of, non_negative_int, one_of, positive_int
 from harness.launch.outside_tool import ON_MISSING, find_executable, tool_unavailable
-from harness.profilers.preset import Preset, Report, StepWindow, check_window
+from harness.profilers.preset import Preset, Report, RunShared, StepWindow, check_window
 from harness.profilers.pyspy_process import (
     PTRACE_FIX,
     Recorder,
@@ -102,6 +102,7 @@ class PyspyPreset(Preset, Callback):
         self.reports_dir: Path | None = None
         self.window = StepWindow(start_step, steps) if start_step is not None else None
         self._state = "idle"  # idle -> recording -> done
+        self.shared = RunShared()  # alone until linked: nothing times the steps
 
     def _unavailable(self, message: str) -> None:
         self.problem = message
@@ -177,7 +178,9 @@ class PyspyPreset(Preset, Callback):
         batch_idx: int,
     ) -> None:
         if self.window is not None and self.window.step_done():
-            self._stop()
+            # py-spy writes its files before it exits, and stopping waits for that: seconds
+            # that must land in no timed step (RunShared.untimed)
+            self.shared.untimed(self._stop)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -5,6 +5,11 @@ allocation with its stack; the dump is a pickle that memory_viz draws. With
 `dump_on_oom` the history runs from the start of training, so a run that dies
 of a CUDA out-of-memory error leaves a snapshot of how it got there (the
 regular snapshot still covers only the window: history restarts at its start).
+
+The dump at the window's end takes long (seconds for a large history): it runs through the
+run's `RunShared.untimed`, so it lands in no step the speed preset times, whichever of the two
+presets' hooks Lightning calls first (with the defaults the window ends where the speed
+preset's warm-up ends, the dump would otherwise fall into its first measured step).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing_extensions import override
 
 from harness import private_api
 from harness.config.checks import non_negative_int, positive_int
-from harness.profilers.preset import Preset, Report, StepWindow, check_window
+from harness.profilers.preset import Preset, Report, RunShared, StepWindow, check_window
 from harness.reports.files import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,7 @@ class SnapshotPreset(Preset, Callback):
         self.recording = False
         self.window = StepWindow(self.warmup, self.steps)
         self.files: list[str] = []
+        self.shared = RunShared()  # alone until linked: no step timer to keep the dump out of
 
     # -- recording -------------------------------------------------------------------
     def _start(self) -> None:
@@ -115,11 +121,17 @@ class SnapshotPreset(Preset, Callback):
         if self.skipped:
             return
         if self.window.step_done() and self.recording:
-            torch.cuda.synchronize()
-            self._dump("snapshot")
-            self._stop()
-            if self.dump_on_oom:
-                self._start()
+            self.shared.untimed(self._window_ended)
+
+    def _window_ended(self) -> None:
+        """The window's snapshot, then recording goes on for a later OOM (or stops)."""
+        if not self.recording:  # training ended, or failed, before the work ran
+            return
+        torch.cuda.synchronize()
+        self._dump("snapshot")
+        self._stop()
+        if self.dump_on_oom:
+            self._start()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -4,8 +4,9 @@ Clock: time.perf_counter on a CPU; on CUDA `sync` picks it (harness.profilers.ev
 CUDA events per step by default, a synchronise per step with `step`, the measured window
 alone with `window`). Warm-up steps (compilation, allocator and cache warm-up) are recorded
 but left out of every figure. The preset times steps for the whole run
-(harness.profilers.preset.RunShared): it counts each batch's examples inside the step, and
-runs the run's between-steps work (a logger's flush) just before its clock restarts.
+(harness.profilers.preset.RunShared): it counts each batch's examples inside the step, runs
+the run's between-steps work (a logger's flush) just before its clock restarts, and the
+other presets' one-off slow work (`untimed`: the snapshot's dump) with its clock paused.
 
 Beside the clock, over each phase's measured window (its measured steps, paused while another
 phase runs): who else used the machine (harness.contention: the CPUs, and the GPU where NVML
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ from harness.profilers.event_timer import (
     clock_legend,
     clocks,
 )
-from harness.profilers.nvml import Nvml
+from harness.profilers.nvml import Nvml, torch_uuids
 from harness.profilers.preset import Preset, Report, RunShared
 from harness.profilers.speed_flags import Cautions
 from harness.profilers.step_timer import (
@@ -121,12 +123,15 @@ class SpeedPreset(Preset, Callback):
         # records' rates the loggers have had
         self._rate_steps: dict[str, list[int]] = {phase: [] for phase in PHASES}
         self._rates_logged = dict.fromkeys(PHASES, 0)
+        self._running: str | None = None  # the phase whose clock runs (its steps go on)
+        self._held: list[Callable[[], None]] = []  # untimed work waiting for the step's end
 
     @override
     def link(self, shared: RunShared) -> None:
         super().link(shared)
         shared.timed_from_step = self.warmup_steps
         shared.cautions = self._cautions()
+        shared.untimed = self.untimed
 
     # -- Lightning hooks ---------------------------------------------------------
     @override
@@ -144,7 +149,7 @@ class SpeedPreset(Preset, Callback):
         if self.sync != "step":
             self.timers = {phase: EventPhaseTimer(phase, self.warmup_steps, self.cuda, self.sync,
                                                   clock=self._now) for phase in PHASES}
-        self.nvml = Nvml()
+        self.nvml = Nvml(torch_uuids())  # cuda:i found in NVML by its UUID
         gpus = [] if self.nvml.unavailable else self.nvml.gpus
         index = self.device.index or 0
         if index < len(gpus):
@@ -166,14 +171,44 @@ class SpeedPreset(Preset, Callback):
             return
         if self.log_rates:
             self._rate_steps[phase].append(trainer.global_step if phase == "train" else record.index)
-        if record.index + 1 == self.warmup_steps:
+        if record.index + 1 == self.warmup_steps and not self._held:
             self._open_window(phase)  # warm-up is over: the measured window starts
         elif self.gpu_windows and record.index % FLUSH_EVERY == FLUSH_EVERY - 1:
             self.gpu_windows[phase].read()  # NVML keeps a short buffer of samples
+        self._run_held(phase)  # its restart opens the window when warm-up is over
+
+    # -- other presets' slow work, outside every timed step (RunShared.untimed) ---------------
+    def untimed(self, work: Callable[[], None]) -> None:
+        """Run `work` where no step is timed: after the step in progress is recorded (this
+        preset's on_*_batch_end may come after the caller's), else at once; either way with
+        the clock paused around it."""
+        phase = self._running
+        if phase is not None and self.timers[phase].in_step:
+            self._held.append(work)
+            return
+        self._paused(phase, [work])
+
+    def _run_held(self, phase: str | None) -> None:
+        if self._held:
+            works, self._held = self._held, []
+            self._paused(phase, works)
+
+    def _paused(self, phase: str | None, works: list[Callable[[], None]]) -> None:
+        """`works` with `phase`'s clock stopped: its measured window closes before and opens
+        again after (as around a validation), and its next step starts after them."""
+        if phase is not None:
+            self._close_window(phase)
+        try:
+            for work in works:
+                work()
+        finally:
+            if phase is not None:
+                self._restart(phase)
 
     # -- the measured window: measured steps, paused while another phase runs ----------------
     def _restart(self, phase: str) -> None:
         """A new epoch, or a return from another phase: the next iteration starts now."""
+        self._running = phase
         if self.timers[phase].measuring:
             self._open_window(phase)
         else:
@@ -292,6 +327,8 @@ class SpeedPreset(Preset, Callback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._close_window("train")  # before the epoch's end work and any pass at the fit's end
+        self._running = None
+        self._run_held(None)
         self._between_steps(trainer, "train")  # the next epoch's first iteration starts after this
 
     @override
@@ -316,6 +353,8 @@ class SpeedPreset(Preset, Callback):
     @override
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._close_window("inference")  # before any pass at predict's end
+        self._running = None
+        self._run_held(None)
 
     # Every rank runs these hooks, so the collective inside cannot hang.
     @override
@@ -339,6 +378,8 @@ class SpeedPreset(Preset, Callback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
+        self._running = None
+        self._held.clear()  # work held by the step that failed: its preset ends on its own
         if self.log_rates:  # an interrupted run keeps the rates it measured
             for phase in PHASES:
                 self._log_rates(trainer, phase)

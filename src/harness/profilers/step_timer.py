@@ -125,6 +125,11 @@ class PhaseTimer:
     def window_open(self) -> bool:
         return bool(self.segments) and self.segments[-1].end_s is None
 
+    @property
+    def in_step(self) -> bool:
+        """A step received its batch and has not ended yet."""
+        return self._batch_at is not None
+
     def restart(self, now: float) -> None:
         """A new epoch or a return from another phase: the next iteration starts here."""
         self._origin = now

@@ -1,11 +1,14 @@
 """The `system` preset: a sampler thread that records CPU, memory, disk and GPU while the run runs.
 
-Every `interval_s` seconds (and once when a stage ends) it records process and
+Every `interval_s` seconds (and once when a stage starts and ends) it records process and
 system CPU %, resident memory, system-wide disk read/write rates and, for each
-GPU visible to the process, utilisation, memory used, power and NVML's energy
-counter. Energy per GPU is the counter's difference where the GPU has one, and
-power integrated over time (trapezoids) where it does not. The thread runs from
-a stage's setup to its teardown, so it never outlives the run.
+GPU the run uses (the trainer's devices, matched to NVML by UUID: harness.profilers.nvml),
+utilisation, memory used, power and NVML's energy counter. The sample at a stage's start
+has no CPU % or disk rate (nothing to compare with yet); it starts the energy count. Energy
+per GPU is the counter's difference where the GPU has one, and power integrated over time
+(trapezoids) where it does not. A MIG slice's power and energy are its whole GPU's, counted
+once however many of its slices the run uses. The thread runs from a stage's setup to its
+teardown, so it never outlives the run.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from rich.table import Table
 from typing_extensions import override
 
 from harness.config.checks import positive_number
-from harness.profilers.nvml import Nvml
+from harness.profilers.nvml import Nvml, torch_uuids
 from harness.profilers.preset import Preset, Report
 from harness.reports.files import write_report
 from harness.terminal import size
@@ -59,13 +62,23 @@ class SystemSampler:
         self,
         interval_s: float,
         with_gpus: bool = True,
+        devices: list[int] | None = None,
+        cuda_uuids: list[str] | None = None,
     ) -> None:
+        """`devices`: the CUDA indices the run uses (None: every visible GPU; []: none);
+        `cuda_uuids`: torch's UUIDs of the CUDA devices, to find them in NVML."""
         self.interval_s = interval_s
         self.process = psutil.Process()
-        self.nvml = Nvml() if with_gpus else None
+        self.nvml = Nvml(cuda_uuids) if with_gpus and devices != [] else None
         self.gpu_note = (
             None if self.nvml is None or self.nvml.unavailable is None else self.nvml.unavailable
         )
+        if self.nvml is not None and devices is not None and not self.gpu_note:
+            self.nvml.gpus = [gpu for gpu in self.nvml.gpus if gpu.index in devices]
+            if not self.nvml.gpus:
+                self.gpu_note = f"NVML lists none of the run's GPUs (cuda:{devices})"
+        if devices == []:
+            self.gpu_note = "the run uses no GPU"
         if not with_gpus:
             self.gpu_note = "GPU sampling turned off (profiler.system.gpus=false)"
         self.samples: list[dict[str, Any]] = []
@@ -96,6 +109,7 @@ class SystemSampler:
         psutil.cpu_percent(None)
         self._last = (time.perf_counter(), psutil.disk_io_counters())
         self._segment_start = time.perf_counter()
+        self._take(first=True)  # energy and power from the stage's very start
         self._stopping.clear()
         self._thread = threading.Thread(
             target=self._loop, name="harness-system-sampler", daemon=True
@@ -120,7 +134,7 @@ class SystemSampler:
         while not self._stopping.wait(self.interval_s):
             self._take()
 
-    def _take(self) -> None:
+    def _take(self, first: bool = False) -> None:
         now = time.perf_counter()
         disk = psutil.disk_io_counters()
         sample: dict[str, Any] = {
@@ -128,14 +142,15 @@ class SystemSampler:
             "timestamp_s": time.time(),  # wall clock, for trackers that plot against time
             "segment": self.segments,
             "stage": self.stage,
-            "process_cpu_pct": self.process.cpu_percent(None),
-            "system_cpu_pct": psutil.cpu_percent(None),
+            "process_cpu_pct": None if first else self.process.cpu_percent(None),
+            "system_cpu_pct": None if first else psutil.cpu_percent(None),
             "rss_bytes": self.process.memory_info().rss,
             "children_rss_bytes": _children_rss(self.process),
             "disk_read_bytes_per_s": None,
             "disk_write_bytes_per_s": None,
         }
-        if self._last is not None and disk is not None and self._last[1] is not None:
+        if (not first and self._last is not None and disk is not None
+                and self._last[1] is not None):
             elapsed = now - self._last[0]
             if elapsed > 0:
                 sample["disk_read_bytes_per_s"] = (
@@ -175,6 +190,16 @@ class SystemSampler:
         return {"mean": float(values.mean()), "max": float(values.max())}
 
 
+def run_gpus(trainer: pl.Trainer) -> tuple[list[int], list[str] | None]:
+    """The CUDA indices of the trainer's devices on this node and torch's UUIDs of the CUDA
+    devices; ([], None) for a run on another accelerator."""
+    device = trainer.strategy.root_device
+    if device.type != "cuda":
+        return [], None
+    ids = list(getattr(trainer, "device_ids", None) or [device.index or 0])
+    return ids, torch_uuids()
+
+
 def _children_rss(process: psutil.Process) -> int:
     total = 0
     try:
@@ -200,7 +225,9 @@ class SystemPreset(Preset, Callback):
 
     def _sampler(self, trainer: pl.Trainer) -> SystemSampler:
         if self.sampler is None:
-            self.sampler = SystemSampler(self.interval_s, with_gpus=self.with_gpus)
+            devices, uuids = run_gpus(trainer) if self.with_gpus else ([], None)
+            self.sampler = SystemSampler(self.interval_s, with_gpus=self.with_gpus,
+                                         devices=devices, cuda_uuids=uuids)
             if self.sampler.gpu_note and trainer.is_global_zero:
                 log.info("system: no GPU figures, %s", self.sampler.gpu_note)
         return self.sampler
@@ -228,12 +255,15 @@ class SystemPreset(Preset, Callback):
         gpus = []
         for gpu in sampler.gpus:
             energy_j, method = sampler.gpu_energy(gpu.index)
+            if gpu.parent is not None:
+                method += " (the whole GPU's: a MIG slice)"
             gpus.append(
                 {
                     "index": gpu.index,
                     "nvml_index": gpu.nvml_index,
                     "uuid": gpu.uuid,
                     "name": gpu.name,
+                    "mig": gpu.parent is not None,
                     **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_FIELDS},
                     "energy_wh": energy_j / 3600.0 if energy_j is not None else None,
                     "energy_method": method,
@@ -263,7 +293,10 @@ class SystemPreset(Preset, Callback):
         }
         write_report(reports_dir, "system", payload, samples)
         gpus = figures.get("gpus") or []
-        energies = [g["energy_wh"] for g in gpus if g["energy_wh"] is not None]
+        # one figure per physical GPU: MIG slices of one GPU share its energy
+        per_gpu = {g["nvml_index"] if g["mig"] else ("cuda", g["index"]): g["energy_wh"]
+                   for g in gpus if g["energy_wh"] is not None}
+        energies = list(per_gpu.values())
         metrics = {
             "system_samples": figures["samples"],
             "system_execution_time_s": figures.get("execution_time_s"),

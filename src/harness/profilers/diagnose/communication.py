@@ -1,7 +1,8 @@
 """Communication against compute in a multi-process run, from a short torch-profiler window.
 
 On every rank the torch profiler records a few training steps. Its events are split into
-collectives (NCCL kernels on GPU; gloo's work threads and c10d calls on CPU) and compute
+collectives (NCCL kernels on GPU, never the host spans that launch them; gloo's work threads
+and c10d calls on CPU; aten::broadcast_tensors is shape broadcasting, no collective) and compute
 (CUDA kernels on GPU; the main thread's operators on CPU); each set's intervals are merged,
 and the window's wall time splits into compute alone, communication alone, both at once
 (overlap: what DDP hides behind the backward pass) and neither (idle: the rank waited).
@@ -17,8 +18,9 @@ import torch
 
 from harness.profilers.preset import StepWindow
 
-COLLECTIVE = re.compile(r"nccl|gloo:|c10d::|all_?reduce|all_?gather|broadcast|reduce_?scatter",
-                        re.IGNORECASE)
+# `broadcast` the collective, not aten::broadcast_tensors / broadcast_to (shape broadcasting)
+COLLECTIVE = re.compile(r"nccl|gloo:|c10d::|all_?reduce|all_?gather"
+                        r"|broadcast(?!_(?:tensors|to|shapes))|reduce_?scatter", re.IGNORECASE)
 # Rows that span others (annotations, module and step ranges): they would cover everything.
 _SPANNING = re.compile(r"^(ProfilerStep|\[pl\]|nn\.Module|DistributedDataParallel\.forward|"
                        r"Optimizer\.|autograd::engine::evaluate_function)")
@@ -73,7 +75,9 @@ def split_window(events: list[Any]) -> dict[str, float]:
         name = str(event.name)
         device = str(getattr(event, "device_type", ""))
         if COLLECTIVE.search(name):
-            if not name.startswith("c10d::") or not on_gpu:
+            # On a GPU the collective is the NCCL kernel; the host's spans (nccl:all_reduce,
+            # c10d:: calls) only enqueue it, and would count the launch as communication.
+            if not on_gpu or device.endswith("CUDA"):
                 comm.append(span)
         elif _SPANNING.match(name):
             continue

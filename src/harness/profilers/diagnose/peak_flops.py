@@ -10,6 +10,13 @@ wins; a device matched here without the data type, or not matched, is Lightning'
 
 `fp32` is the plain (SIMT) rate that fp32 matmuls use under PyTorch's default
 `float32_matmul_precision='highest'`; with 'high' or 'medium' they run on TF32 tensor cores.
+Convolutions follow their own switch, `torch.backends.cudnn.allow_tf32`, on by default: a
+32-true net with convolutions runs them on TF32 tensor cores, so its peak is TF32's
+(`matmul_dtype`'s `convolutions`; a net whose FLOPs are mostly matmuls beside a conv stem
+then reads low, never high).
+
+A MIG slice has part of the GPU's compute: its name carries its profile ("... MIG 3g.40gb"),
+and its peak is the GPU's times the slice's compute slices out of the GPU's 7.
 """
 
 from __future__ import annotations
@@ -40,8 +47,13 @@ _NOT_IN_LIGHTNING: tuple[tuple[str, dict[str, float]], ...] = (
                        "fp8": 1670.5}),
     # Lightning has no fp8, and lists FP64 without tensor cores (cuBLAS's DGEMM uses them):
     # NVIDIA H100 datasheet, FP64 Tensor Core and FP8 (sparse halved).
-    (r"\bH100 PCIe\b", {"fp64": 51.2, "fp8": 1513}),
+    # An H100 named by its HBM2e memory is the PCIe card (Lightning agrees for the rest).
+    (r"\bH100\b.*\b(PCIe|HBM2e)\b", {"fp64": 51.2, "fp8": 1513}),
     (r"\bH100\b", {"fp64": 66.9, "fp8": 1978.9}),
+    # H800 PCIe (HBM2e): an H100 PCIe, not in Lightning (NVIDIA H800 PCIe datasheet,
+    # sparse halved).
+    (r"\bH800\b.*\b(PCIe|HBM2e)\b", {"fp64": 51.2, "fp32": 51.2, "tf32": 378,
+                                      "bf16": 756, "fp16": 756, "fp8": 1513}),
     # H800: an H100 SXM with slower NVLink, not in Lightning (NVIDIA H800 datasheet).
     (r"\bH800\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
                    "fp8": 1978.9}),
@@ -82,12 +94,25 @@ _LIGHTNING_KEY: dict[str, torch.dtype | str] = {
 }
 
 
-def matmul_dtype(precision: str | None, float32_matmul_precision: str = "highest") -> str | None:
-    """The data type a run's matmuls use: its precision, and TF32 for fp32 when allowed."""
+MIG_SLICES = 7  # compute slices of a MIG-capable GPU (A100, H100, H200, B200)
+
+
+def matmul_dtype(precision: str | None, float32_matmul_precision: str = "highest",
+                 convolutions: bool = False) -> str | None:
+    """The data type a run's matmuls use: its precision, and TF32 for fp32 when allowed
+    (for matmuls by `float32_matmul_precision`; `convolutions`: the net has convolutions
+    and torch.backends.cudnn.allow_tf32 lets them use TF32)."""
     dtype = DTYPE_OF_PRECISION.get(str(precision))
-    if dtype == "fp32" and float32_matmul_precision in ("high", "medium"):
+    if dtype == "fp32" and (float32_matmul_precision in ("high", "medium") or convolutions):
         return "tf32"
     return dtype
+
+
+def mig_share(name: str) -> float | None:
+    """The share of the GPU's compute a MIG slice named `name` has ("MIG 3g.40gb": 3/7);
+    None for a whole GPU."""
+    found = re.search(r"\bMIG\b.*?\b(\d)g\.\d+gb\b", name, flags=re.IGNORECASE)
+    return int(found.group(1)) / MIG_SLICES if found else None
 
 
 def dense_peak_tflops(device: torch.device, dtype: str | None) -> tuple[float | None, str | None]:
@@ -96,6 +121,15 @@ def dense_peak_tflops(device: torch.device, dtype: str | None) -> tuple[float | 
     if dtype is None or device.type != "cuda":
         return None, None
     name = torch.cuda.get_device_name(device)
+    peak, source = _whole_gpu_peak(device, name, dtype)
+    share = mig_share(name)
+    if peak is None or share is None:
+        return peak, source
+    return peak * share, f"{source}, x {share * MIG_SLICES:.0f}/{MIG_SLICES} for the MIG slice"
+
+
+def _whole_gpu_peak(device: torch.device, name: str, dtype: str
+                    ) -> tuple[float | None, str | None]:
     ours = next((peaks for pattern, peaks in _NOT_IN_LIGHTNING
                  if re.search(pattern, name, flags=re.IGNORECASE)), {})
     if dtype in ours:

@@ -30,6 +30,7 @@ from typing_extensions import override
 
 from harness import memory_peaks
 from harness.config.checks import non_negative_int, one_of, positive_int, positive_number
+from harness.errors import first_line
 from harness.measured import MAIN_PHASES
 from harness.profilers.all_ranks import gather
 from harness.profilers.diagnose import findings as rules
@@ -43,6 +44,8 @@ from harness.reports.files import write_json, write_text
 from harness.result.schema import Diagnosis, RunResult
 
 WHEN = ("end", "start")
+CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
+                torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 DOC = "docs/presets/diagnose.md#output"
 STATE = ("model, optimizer and RNG states copied before and restored after; their memory kept"
          " out of the run's peaks")
@@ -68,12 +71,16 @@ class DiagnosePreset(Preset, Callback):
         self.comm: CommWindow | None = None
         self.comm_by_rank: list[dict[str, float]] = []
         self.device: torch.device | None = None
+        self.convolutions = False  # the module has convolution layers (setup)
         self.context: dict[str, Any] = {}
 
     # -- capturing a batch, opening the communication window ----------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.device = trainer.strategy.root_device
+        # cuDNN runs convolutions on TF32 under its own switch: a conv net's fp32 peak is TF32's
+        self.convolutions = pl_module is not None and any(
+            isinstance(m, CONVOLUTIONS) for m in pl_module.modules())
         self.context.update(accelerator=self.device.type, world_size=trainer.world_size)
         if self.device.type == "cuda":
             self.context["device_memory_bytes"] = torch.cuda.get_device_properties(
@@ -143,21 +150,38 @@ class DiagnosePreset(Preset, Callback):
             return
         device = trainer.strategy.root_device
         started = time.perf_counter()
-        # The loader pass draws from the global RNG (samplers, worker seeds): restored, so
-        # with when=start the measured run sees the data order it would see without it.
-        with memory_peaks.excluded(device) as excluded, speed_of_light.rng_restored():
+        failed: str | None = None
+        with memory_peaks.excluded(device) as excluded:
             if not excluded:
                 self.notes.append("the passes' memory counts in peak_rss_bytes (no"
                                   " /proc/self/clear_refs here)")
+            # A failed pass (an OOM, a loader that cannot be iterated again, a failed
+            # restore) costs the verdict, never the run; under DDP this rank still reaches
+            # the collectives of on_train_end that the other ranks wait in. The exception
+            # and what its frames held are gone before `excluded` returns the memory.
+            try:
+                found = self._passes(phase, trainer, module, loader)
+            except Exception as err:  # noqa: BLE001 - any failure of the pass, said below
+                failed = f"the {phase} passes failed: {first_line(err)[:200]}"
+        if failed is not None:
+            self.notes.append(f"{failed}; the run's own figures stand")
+            found = {part: speed_of_light.PassResult(None, 0, None, failed)
+                     for part in ("loader", "model")}
+        self.passes[phase] = found
+        self.cost_s += time.perf_counter() - started
+
+    def _passes(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
+                loader: Any) -> dict[str, speed_of_light.PassResult]:
+        # The loader pass draws from the global RNG (samplers, worker seeds): restored, so
+        # with when=start the measured run sees the data order it would see without it.
+        with speed_of_light.rng_restored():
             loader_pass, batch = speed_of_light.loader_alone(trainer, loader, self.steps,
                                                              self.warmup)
             self._note_loader(loader)
             # The model pass runs on the loader pass's first batch, already on the device:
             # no batch is held through the measured steps.
-            found = {"loader": loader_pass,
-                     "model": self._model_pass(phase, trainer, module, batch)}
-        self.passes[phase] = found
-        self.cost_s += time.perf_counter() - started
+            return {"loader": loader_pass,
+                    "model": self._model_pass(phase, trainer, module, batch)}
 
     def _model_pass(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
                     batch: Any) -> speed_of_light.PassResult:
@@ -202,7 +226,8 @@ class DiagnosePreset(Preset, Callback):
             return self.peak_tflops, "profiler.diagnose.peak_tflops"
         if self.device is None:
             return None, None
-        dtype = matmul_dtype(precision, torch.get_float32_matmul_precision())
+        dtype = matmul_dtype(precision, torch.get_float32_matmul_precision(),
+                             self.convolutions and torch.backends.cudnn.allow_tf32)
         return dense_peak_tflops(self.device, dtype)
 
     def _exposed_comm_share(self) -> float:
@@ -239,7 +264,7 @@ class DiagnosePreset(Preset, Callback):
         comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
         noise = robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
                            "median_step_s": metrics.get(f"{phase}_median_step_s")})
-        notes = [n for n in (loader.note, model.note) if n]
+        notes = list(dict.fromkeys(n for n in (loader.note, model.note) if n))  # once each
         # Without the model alone the step cannot be split: its compute would read as host.
         part = (rules.shares(step_s, between_s, loader.step_s, model.step_s, comm)
                 if model.step_s is not None else None)

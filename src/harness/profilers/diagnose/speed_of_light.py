@@ -2,22 +2,26 @@
 
 What each part of a step could do with nothing else running:
 
-- loader alone: the phase's dataloader iterated, each batch moved to the device as
-  Lightning moves it (`strategy.batch_to_device`); after the workers' prefetch buffer is
-  drained, K batches (at least one per worker) are timed as one window: the rate the
-  input pipeline keeps up, not how fast a full buffer empties.
+- loader alone: the phase's dataloader iterated, each batch made ready as Lightning's loops
+  make it (`to_device`: the precision plugin's `convert_input`, the `on_before_batch_transfer`
+  hook, `strategy.batch_to_device`); after the workers' prefetch buffer is drained, K batches
+  (at least one per worker) are timed as one window: the rate the input pipeline keeps up,
+  not how fast a full buffer empties.
 - model alone: K steps of the module's own step on the loader pass's first batch, kept on
   the device, with no input pipeline and no Lightning loop: forward + backward + the
-  optimizer's step for training (the module's `training_step` and its first optimizer),
+  optimizer's step for training (the module's `training_step`, `backward` and
+  `configure_gradient_clipping`, its first optimizer, and the precision plugin's GradScaler
+  when it has one, as Lightning's automatic optimization uses them; no callback hooks),
   `predict_step` under `torch.inference_mode` for inference, both in the run's precision
   context.
 
 They run after the phase was measured, on the same objects, and leave them as they were:
-the model's and optimizer's state are copied to the CPU before and loaded back after, the
-RNG states are restored (the caller wraps the loader pass in `rng_restored`), `self.log`
-is silenced for the pass. The clock is the speed preset's (harness.profilers.step_timer.now);
-the first `warmup` steps of each pass are left out. The model pass can also count one step's
-FLOPs (harness.profilers.flops), once, untimed, before its timed steps.
+the model's, optimizer's and precision plugin's state are copied to the CPU before and
+copied back into the run's own tensors after (`state_restored`), the RNG states are restored
+(the caller wraps the loader pass in `rng_restored`), `self.log` is silenced for the pass.
+The clock is the speed preset's (harness.profilers.step_timer.now); the first `warmup` steps
+of each pass are left out. The model pass can also count one step's FLOPs
+(harness.profilers.flops), once, untimed, before its timed steps.
 """
 
 from __future__ import annotations
@@ -116,10 +120,19 @@ def copy_refused(strategy: Any, module: torch.nn.Module, optimizers: list[Any],
 
 
 @contextlib.contextmanager
-def state_restored(module: torch.nn.Module, optimizers: list[Any]) -> Iterator[None]:
-    """Copy the model's and optimizers' state and the RNGs; put them back afterwards."""
+def state_restored(module: torch.nn.Module, optimizers: list[Any],
+                   precision: Any = None) -> Iterator[None]:
+    """Copy the model's and optimizers' state, the precision plugin's (its GradScaler's scale)
+    and the RNGs to the host; put them back afterwards, into the tensors the run holds.
+
+    `module.load_state_dict` copies into the parameters in place. `optimizer.load_state_dict`
+    would not: it builds a whole new state on the parameters' device before it drops the old
+    one (torch/optim/optimizer.py, `_cast`), a second copy of e.g. Adam's moments on the GPU
+    at the moment the pass ends; `_restore_optimizer` copies into the existing tensors.
+    """
     model_state = _cpu_copy(module.state_dict())
     optimizer_states = [_cpu_copy(o.state_dict()) for o in optimizers]
+    precision_state = _cpu_copy(precision.state_dict()) if precision is not None else None
     was_training = module.training
     try:
         with rng_restored():
@@ -127,9 +140,44 @@ def state_restored(module: torch.nn.Module, optimizers: list[Any]) -> Iterator[N
     finally:
         module.load_state_dict(model_state)
         for optimizer, state in zip(optimizers, optimizer_states, strict=True):
-            optimizer.load_state_dict(state)
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=True)  # the pass's gradients go before the copy
+            _restore_optimizer(optimizer, state)
+        if precision_state:
+            precision.load_state_dict(precision_state)
         module.train(was_training)
+
+
+def _restore_optimizer(optimizer: Any, saved: dict[str, Any]) -> None:
+    """Put `saved` (the optimizer's state_dict(), on the host) back into its live state in
+    place: each tensor copied into the tensor the optimizer holds; state the pass created
+    (a parameter that had none: Adam before its first step) dropped; the groups' settings
+    as they were. Falls back to load_state_dict for what has no live tensor of its shape."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    fallback = False
+    for index, param in enumerate(params):  # state_dict()'s integer ids, in this order
+        kept = saved["state"].get(index)
+        if kept is None:
+            optimizer.state.pop(param, None)
+            continue
+        live = optimizer.state.get(param)
+        if live is None:
+            fallback = True
+            continue
+        for key in set(live) - set(kept):
+            del live[key]
+        for key, value in kept.items():
+            current = live.get(key)
+            if (isinstance(value, torch.Tensor) and isinstance(current, torch.Tensor)
+                    and current.shape == value.shape):
+                current.copy_(value)
+            elif isinstance(value, torch.Tensor):
+                fallback = True
+            else:
+                live[key] = value
+    for group, kept_group in zip(optimizer.param_groups, saved["param_groups"], strict=True):
+        group.update({k: v for k, v in kept_group.items() if k != "params"})
+    if fallback:  # a shape or a tensor the live state lacks: torch's own way (a new copy)
+        optimizer.load_state_dict(saved)
 
 
 @contextlib.contextmanager
@@ -172,7 +220,7 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
     def fetch() -> bool:
         nonlocal first
         try:
-            batch = trainer.strategy.batch_to_device(next(iterator))
+            batch = to_device(trainer, next(iterator))
         except StopIteration:
             return False
         first = batch if first is None else first
@@ -194,6 +242,25 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
     examples = count_examples(first) if first is not None else None
     return PassResult((end - start) / timed if timed else None, timed, examples,
                       "; ".join(notes) or None), first
+
+
+def to_device(trainer: Any, batch: Any, dataloader_idx: int = 0) -> Any:
+    """`batch` made ready for the step as Lightning's loops make it (training_epoch_loop,
+    evaluation_loop and prediction_loop, lightning 2.6): the precision plugin's
+    `convert_input` (e.g. float32 -> bfloat16 under bf16-true), the `on_before_batch_transfer`
+    hook, then `strategy.batch_to_device` (`transfer_batch_to_device` and the
+    `on_after_batch_transfer` hook). The hooks are the DataModule's when it overrides them,
+    else the module's (Lightning's _DataHookSelector), called here through public names."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    batch = trainer.precision_plugin.convert_input(batch)
+    datamodule, module = trainer.datamodule, trainer.lightning_module
+    owner = (datamodule if datamodule is not None and is_overridden(
+        "on_before_batch_transfer", datamodule, pl.LightningDataModule) else module)
+    if owner is not None:
+        batch = owner.on_before_batch_transfer(batch, dataloader_idx)
+    return trainer.strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
 
 
 def _length(loader: Any) -> int | None:
@@ -224,17 +291,37 @@ def training_forward(trainer: Any, module: Any, batch: Any) -> Callable[[], torc
 
 
 def training_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]:
-    """One training step on `batch`: training_step, backward and the first optimizer's step.
-    Under manual optimization training_step steps its optimizers itself."""
+    """One training step on `batch` as Lightning's automatic optimization runs it, without
+    its callback hooks: training_step in the precision context, the module's `backward` on
+    the loss (scaled by the precision plugin's GradScaler, 16-mixed), the gradients unscaled,
+    the module's `configure_gradient_clipping` (trainer.gradient_clip_val / _algorithm), and
+    the first optimizer's step (through the scaler, which skips it on inf/NaN gradients and
+    updates its scale). Under manual optimization training_step steps its optimizers itself.
+
+    Not `strategy.backward` / `precision_plugin.optimizer_step`: they would run every
+    callback's on_before_backward / on_after_backward / on_before_optimizer_step inside a
+    pass that times the model alone."""
     optimizers = list(trainer.optimizers)
     forward = training_forward(trainer, module, batch)
+    scaler = getattr(trainer.precision_plugin, "scaler", None)  # MixedPrecision('16-mixed')
 
     def step() -> None:
         loss = forward()
-        if module.automatic_optimization and loss is not None:
-            loss.backward()
-            optimizers[0].step()
-            optimizers[0].zero_grad(set_to_none=True)
+        if not module.automatic_optimization or loss is None:
+            return
+        optimizer = optimizers[0]
+        module.backward(scaler.scale(loss) if scaler is not None else loss)
+        if scaler is not None and not optimizer.defaults.get("fused"):
+            scaler.unscale_(optimizer)  # before clipping; a fused optimizer unscales itself
+        module.configure_gradient_clipping(optimizer,
+                                           gradient_clip_val=trainer.gradient_clip_val,
+                                           gradient_clip_algorithm=trainer.gradient_clip_algorithm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
     return step
 
@@ -275,8 +362,9 @@ def model_alone(trainer: Any, module: Any, step: Callable[[], Any], batch: Any, 
     device = trainer.strategy.root_device
     no_sync = getattr(trainer.strategy.model, "no_sync", None)  # DDP: no gradient all-reduce
     optimizers = list(trainer.optimizers) if training else []
+    precision = trainer.precision_plugin if training else None  # its GradScaler's state
     counted, note = None, None
-    with (state_restored(module, optimizers), silent_logging(module),
+    with (state_restored(module, optimizers, precision), silent_logging(module),
           no_sync() if no_sync is not None else contextlib.nullcontext()):
         module.train(training)
         if flops:
