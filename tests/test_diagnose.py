@@ -197,6 +197,18 @@ def test_builtin_run_reports_flops_and_flop_rate(harness):
     assert given.returncode == 0
 
 
+def test_a_fit_that_fails_says_so_instead_of_naming_the_inference_step(harness):
+    """mode=train failing at its first training step: the passes (run at training's end)
+    never ran, and the verdict says training failed, not that inference was not measured."""
+    done = harness("mode=train", "model._target_=failing_module.FailAtBatchSize",
+                   "+model.fail_at=4")
+    assert done.returncode == 1
+    verdict = done.result()["diagnosis"]["verdict"]
+    assert verdict.startswith("no verdict: training failed (RuntimeError: deliberate failure"), (
+        verdict)
+    assert "inference" not in verdict and f"diagnosis: {verdict}" in done.stdout
+
+
 @pytest.mark.slow
 def test_ddp_splits_communication_from_compute_per_rank(tmp_path):
     done = run_harness(tmp_path, *FAST, "trainer.strategy=ddp", "trainer.devices=2",

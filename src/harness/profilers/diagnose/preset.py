@@ -66,6 +66,7 @@ class DiagnosePreset(Preset, Callback):
                                                 communication_steps, 2)
         self.shared = RunShared()  # alone until linked: no step timer, no warm-up to use
         self.passes: dict[str, dict[str, speed_of_light.PassResult]] = {}
+        self.ended_by: BaseException | None = None  # what ended the fit early (on_exception)
         self.cost_s = 0.0
         self.notes: list[str] = []
         self.comm: CommWindow | None = None
@@ -138,6 +139,7 @@ class DiagnosePreset(Preset, Callback):
                      exception: BaseException) -> None:
         if self.comm is not None:
             self.comm.stop()  # a torch profiler left running would outlive the run
+        self.ended_by = exception
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -302,11 +304,15 @@ class DiagnosePreset(Preset, Callback):
         peak, peak_source = self._peak_tflops(result.precision_used)
         phases = {phase: self.phase_figures(phase, metrics, peak)
                   for phase in MAIN_PHASES if phase in self.passes}
-        main = "train" if "train" in phases else "inference"
+        # The run's mode names the phase the verdict is about: a fit interrupted or failed
+        # before its end ran no training passes, and its verdict must say that, not speak
+        # of an inference step the run never meant to measure.
+        main = "inference" if result.knobs.get("mode") == "inference" else "train"
+        main_figures = phases.get(main) or {"note": self._why_no_passes(main)}
         # the run's noise larger than the gap between the two largest shares: no bound, so a
         # sweep's majority bound does not count this run
-        bound = ("unknown" if rules.noise_beats_gap(phases.get(main, {}))
-                 else rules.bound_by(phases.get(main, {}).get("shares")))
+        bound = ("unknown" if rules.noise_beats_gap(main_figures)
+                 else rules.bound_by(main_figures.get("shares")))
         contention = {phase: {key: metrics.get(f"{phase}_{key}") for key in
                               ("other_cpu_share", "run_delay_share", "gpu_other_sm_share")}
                       for phase in MAIN_PHASES}
@@ -323,7 +329,7 @@ class DiagnosePreset(Preset, Callback):
                      if f"contended:{main}" in result.flags else None)
         diagnosis = Diagnosis.model_validate({
             "bound_by": bound,
-            "verdict": rules.verdict(bound, phases.get(main, {}), main, contended),
+            "verdict": rules.verdict(bound, main_figures, main, contended),
             **{f"{phase}_{key}": value for phase, figures in phases.items()
                for key, value in _flat(figures).items()},
             "peak_source": peak_source if peak else None,
@@ -335,6 +341,17 @@ class DiagnosePreset(Preset, Callback):
         })
         self._write(reports_dir, diagnosis)
         return diagnosis
+
+    def _why_no_passes(self, phase: str) -> str:
+        """Why `phase` has no passes, in the verdict's words: they run at the phase's end."""
+        name = "training" if phase == "train" else "inference"
+        ended = self.ended_by
+        if ended is None:
+            return f"the {name} step was not measured (no {phase} passes ran)"
+        how = ("was interrupted" if isinstance(ended, (KeyboardInterrupt, SystemExit))
+               else f"failed ({first_line(ended)[:120]})")
+        return (f"{name} {how} before its end, where the passes that split its step run;"
+                " the speed figures measured before that stand")
 
     def _noise_said(self, phase: str, metrics: dict[str, Any]) -> list[str]:
         """What made `phase` noisy, as the speed preset that flagged it words it."""
