@@ -110,7 +110,8 @@ def _fit_seconds(preset: str, root: Path, extra: list[str]) -> dict[str, float]:
     clock = {"in_preset": 0.0}
     for obj in presets.by_name.values():
         _instrument(obj, clock)
-    trainer = build.build_trainer(cfg, "32-true", presets, False)
+    # no logger; harness's own batch observer, as a run has it (run.measure.measure_once)
+    trainer = build.build_trainer(cfg, "32-true", presets, None, [presets.observer])
     start, cpu_start = time.perf_counter(), time.process_time()
     trainer.fit(module, datamodule=datamodule)
     if trainer.strategy.root_device.type == "cuda":

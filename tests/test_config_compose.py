@@ -127,14 +127,14 @@ def test_sweep_end_settings_are_checked_against_the_sweep():
         check_settings(None, "compile=true", swept)
 
 
-def test_the_logger_flushes_before_the_speed_preset_restarts_its_clock(tmp_path, monkeypatch):
-    # After a mid-epoch validation the speed preset restarts the training clock in its
-    # on_validation_end; a flush in a later callback would count into the next step.
+def test_the_logger_flushes_where_the_speed_preset_times_no_step(tmp_path, monkeypatch):
+    # The speed preset runs RunShared.between_steps just before it restarts its clock (after a
+    # validation, at an epoch's end, after predict): the flush never lands in a timed step.
     from harness.run import build
 
     monkeypatch.chdir(tmp_path)
     cfg = composed("logger=mlflow", "profiler=[speed]", tmp_path=tmp_path)
-    trainer = build.build_trainer(cfg, "32-true", build.build_presets(cfg),
-                                  build.build_logger(cfg), [])
-    kinds = [type(c).__name__ for c in trainer.callbacks]
-    assert kinds.index("FlushBetweenSteps") < kinds.index("SpeedPreset")
+    presets, logger = build.build_presets(cfg), build.build_logger(cfg)
+    trainer = build.build_trainer(cfg, "32-true", presets, logger, [])
+    assert presets.shared.between_steps == [logger.flush_if_due]
+    assert trainer.loggers == [logger]

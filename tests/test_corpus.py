@@ -24,6 +24,7 @@ from test_config_compose import composed
 
 from harness.cli_errors import describe
 from harness.config.composed import check_resolves
+from harness.errors import HarnessError
 from harness.run.job import check_config
 
 
@@ -87,6 +88,16 @@ CONFIG = [
     # trainer keys harness sets itself
     Case(("+trainer.precision=16",), 2, "trainer.precision", "precision=bf16"),
     Case(("+trainer.logger=false",), 2, "trainer.logger", "logger=mlflow"),
+    # strategies whose ranks run in processes multiprocessing starts: no figures (#23)
+    Case(("trainer.strategy=ddp_spawn",), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=ddp_fork",), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=ddp_notebook",), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=DDP_Spawn_Find_Unused_Parameters_True",), 2, "trainer.strategy",
+         "trainer.strategy=ddp"),
+    Case(("+trainer.strategy._target_=lightning.pytorch.strategies.DDPStrategy",
+          "+trainer.strategy.start_method=spawn"), 2, "trainer.strategy", "trainer.strategy=ddp"),
+    Case(("trainer.strategy=ddp",), 0, ""),
+    Case(("trainer.strategy=ddp_find_unused_parameters_true",), 0, ""),
     # a new top-level key that is a typo of an existing one (Hydra suggests `+key=`)
     Case(("+batchsize=8",), 2, "+batchsize", "batch_size=8"),
     Case(("+seeds=1",), 2, "+seeds", "seed=1"),
@@ -101,6 +112,10 @@ CONFIG = [
     Case(("model=resnet9000",), 2, "model/resnet9000", "Available options in 'model'"),
     Case(("profiler=memroy",), 2, "profiler/memroy", "profiler=memory"),
     Case(("profiler=[speed,nope]",), 2, "profiler/nope", "Available options"),
+    # a typo inside a list keeps the list: the fix is the whole override, corrected
+    Case(("profiler=[speed,summry]",), 2, "profiler/summry", "Fix: profiler=[speed,summary]"),
+    Case(("profiler=[summry,speed,system]",), 2, "profiler/summry",
+         "Fix: profiler=[summary,speed,system]"),
     Case(("trainer=fast",), 2, "trainer/fast", "trainer=default"),
     Case(("batchsize=8",), 2, "batchsize", "Did you mean batch_size"),
     Case(("model.lrr=0.1",), 2, "model.lrr", "Did you mean model.lr"),
@@ -123,13 +138,39 @@ def verdict(case: Case, tmp_path: Path) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("case", CONFIG, ids=str)
-def test_config_case(case, tmp_path):
+def test_config_case(case, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["harness", *case.what])  # what the hints read
     code, line = verdict(case, tmp_path)
     assert code == case.code, line
     if case.code:
         assert "\n" not in line and "Traceback" not in line, line
         assert case.names in line, line
         assert case.fix in line, line
+
+
+@pytest.mark.parametrize(("strategy", "refused"), [
+    ("ddp_notebook", True), ("ddp_fork", True), ("ddp_spawn", True), ("ddp", False)])
+def test_a_session_refuses_a_fit_in_processes_multiprocessing_starts(strategy, refused, tmp_path):
+    """A notebook's `auto` with several devices is ddp_notebook: the fit runs in forked
+    processes with copies of the session's callbacks. Where the fit starts (setup, before a
+    step) the session refuses, in one line naming what to use; ddp is measured."""
+    import lightning.pytorch as pl
+
+    from harness import ProfileSession
+
+    session = ProfileSession(["speed"], output_dir=tmp_path)
+    trainer = pl.Trainer(strategy=strategy, devices=2, accelerator="cpu", logger=False,
+                         enable_progress_bar=False, callbacks=session.callbacks)
+    seen = session.callbacks[-1]
+    if not refused:
+        seen.setup(trainer, None, "fit")
+        assert seen.trainer is trainer
+        return
+    with pytest.raises(HarnessError) as caught:
+        seen.setup(trainer, None, "fit")
+    code, line = describe(caught.value)
+    assert code == 1 and "\n" not in line, line
+    assert "multiprocessing" in line and "Fix: Trainer(strategy='ddp')" in line, line
 
 
 class _Sloppy:

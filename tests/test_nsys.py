@@ -149,7 +149,7 @@ def test_outside_nsys_the_preset_does_nothing(monkeypatch, fake_cuda):
     capture.calls = fake_cuda  # type: ignore[attr-defined]
     _drive(capture, batches=2)
     assert fake_cuda == ["step 0", "step 1"]
-    assert capture.write_reports(Path("/nonexistent")) == {}
+    assert capture.write_reports(Path("/nonexistent")).metrics == {}
 
 
 def test_child_switches_annotate_ranges_to_nvtx(monkeypatch, fake_cuda):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from harness.errors import ConfigError, HarnessError
-from harness.profilers.compose import combine_profilers
+from harness.profilers.preset import check_window, combine_profilers
 from harness.profilers.torch_events import event_row, memory_rows
-from harness.profilers.window import check_window
 
 
 def test_concise_time_rows_fold_each_callback_into_one_row():
@@ -165,6 +168,34 @@ def test_bad_options_name_their_key(factory, key):
         factory()
 
 
+def test_a_refused_lightning_profiler_preset_is_one_line_and_leaves_nothing_half_built():
+    # The presets that are Lightning Profilers check their options after Lightning's own
+    # __init__: Lightning's Profiler.__del__ tears down what that __init__ set up, and on a
+    # half-built profiler it would print "Exception ignored in ..." with a traceback.
+    script = """
+import gc
+from harness.errors import ConfigError
+from harness.profilers.advanced import AdvancedPreset
+from harness.profilers.simple import SimplePreset
+from harness.profilers.torch_profiler import MemoryPreset, PytorchPreset
+for build in (lambda: SimplePreset(console_rows=-1), lambda: AdvancedPreset(lines=0),
+              lambda: PytorchPreset(wait=-1), lambda: MemoryPreset(steps=0)):
+    try:
+        build()
+    except ConfigError as err:
+        print(err)
+gc.collect()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stdout.splitlines()
+    assert [line.split("=", 1)[0] for line in said] == [
+        "profiler.simple.console_rows", "profiler.advanced.lines", "profiler.pytorch.wait",
+        "profiler.memory.steps"], said
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_summary_of_a_compiled_network_uses_the_original_module():
     import torchinfo
 
@@ -190,7 +221,7 @@ def test_system_table_gives_bytes_in_binary_units_and_every_row_its_unit():
               "rss_bytes": 704_698_368, "children_rss_bytes": 3 * 2**30,
               "disk_read_bytes_per_s": 512.0, "disk_write_bytes_per_s": 2.5 * 2**20}
     preset.sampler.samples = [sample, {**sample, "rss_bytes": 600 * 2**20}]
-    (table,) = preset.console_tables()
+    table = preset.table(preset.summary())
     text = plain_text(table)
     assert "704,698,368" not in text
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]]
@@ -200,3 +231,23 @@ def test_system_table_gives_bytes_in_binary_units_and_every_row_its_unit():
     assert rows["disk read (all disks)"] == ["512 bytes/s", "512 bytes/s"]
     assert rows["disk write (all disks)"] == ["2.5 MiB/s", "2.5 MiB/s"]
     assert rows["process CPU, % of one core"] == ["150.00", "150.00"]
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces
+    to hyphens."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_reports_doc_link_names_a_section_that_exists():
+    # The report JSONs carry a link to the page that explains their fields instead of prose.
+    root = Path(__file__).resolve().parent.parent
+    source = "\n".join(p.read_text() for p in (root / "src/harness/profilers").rglob("*.py"))
+    links = set(re.findall(r"(docs/[\w/{}.-]+\.md)#([\w-]+)", source))
+    links = {(page.format(report=report), anchor) for page, anchor in links
+             for report in ("pytorch", "memory")}  # torch_reports' f-string, else unchanged
+    assert len(links) >= 12, links  # every preset that writes a json
+    for page, anchor in sorted(links):
+        assert (root / page).is_file(), page
+        assert anchor in _anchors(root / page), (page, anchor)

@@ -31,15 +31,12 @@ def test_pytorch_profiler_access_reaches_lightnings_private_parts():
     assert profiler._cache_functions_events() is None
 
 
-def test_profiler_stage_and_initialisation():
+def test_profiler_stage():
     from lightning.pytorch.profilers import SimpleProfiler
 
     profiler = SimpleProfiler()
-    assert private_api.profiler_was_initialised(profiler)
     profiler.setup("fit")
     assert private_api.profiler_stage(profiler) == "fit"
-    bare = SimpleProfiler.__new__(SimpleProfiler)
-    assert not private_api.profiler_was_initialised(bare)
 
 
 def test_the_ddp_launcher_calls_the_replaceable_command_builder():
@@ -56,6 +53,24 @@ def test_the_ddp_launcher_calls_the_replaceable_command_builder():
         assert subprocess_script._hydra_subprocess_cmd(1) == (["x"], ".")
     finally:
         subprocess_script._hydra_subprocess_cmd = original
+
+
+def test_the_ddp_launcher_calls_the_replaceable_process_observer():
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    launcher = subprocess_script._SubprocessScriptLauncher
+    assert "_launch_process_observer" in launcher.launch.__code__.co_names, (
+        "Lightning no longer looks up _launch_process_observer by name: update"
+        " harness.private_api.replace_ddp_process_observer")
+    original = subprocess_script._launch_process_observer
+    assert list(inspect.signature(original).parameters) == ["child_processes"]
+    seen = []
+    try:
+        private_api.replace_ddp_process_observer(seen.append)
+        subprocess_script._launch_process_observer(["child"])
+        assert seen == [["child"]]
+    finally:
+        subprocess_script._launch_process_observer = original
 
 
 def test_compile_counters_count_graphs_breaks_and_seconds():
@@ -115,3 +130,70 @@ def test_memory_history_records_and_dumps_on_cuda(tmp_path):
     private_api.record_memory_history(None)
     assert (tmp_path / "s.pickle").stat().st_size > 0
     del x
+
+
+def test_hydras_basic_sweeper_asks_split_arguments_for_the_jobs():
+    import inspect
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.plugins.sweeper import Sweeper
+
+    basic = private_api.hydra_basic_sweeper()
+    assert issubclass(basic, Sweeper), (
+        "hydra's BasicSweeper moved or changed: update harness.private_api.hydra_basic_sweeper")
+    assert list(inspect.signature(basic.split_arguments).parameters) == [
+        "overrides", "max_batch_size"]
+    assert "self.split_arguments(" in inspect.getsource(basic.sweep), (
+        "BasicSweeper.sweep no longer takes its job list from split_arguments, which"
+        " RoundsSweeper overrides: update harness.private_api.hydra_basic_sweeper")
+    overrides = OverridesParser.create().parse_overrides(["a=1,2", "b=x"])
+    assert basic.split_arguments(overrides, None) == [[["a=1", "b=x"], ["a=2", "b=x"]]]
+    assert basic(max_batch_size=None).config is None  # set by setup(); RoundsSweeper reads it
+
+
+def test_importing_the_private_api_loads_neither_torch_nor_lightning():
+    import subprocess
+    import sys
+
+    probe = ("import sys, harness.private_api; "
+             "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_hydras_help_lists_its_groups_through_the_replaceable_method():
+    from pathlib import Path
+
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness.config.locations import conf_dir
+    from harness.sweep.named import register_sweeps
+
+    assert "format_config_groups" in Hydra.get_help.__code__.co_names, (
+        "Hydra's get_help no longer lists the groups through format_config_groups: update"
+        " harness.private_api.list_config_groups_once")
+    assert list(inspect.signature(Hydra.format_config_groups).parameters) == [
+        "self", "predicate", "compact"]
+    original = Hydra.format_config_groups
+    GlobalHydra.instance().clear()
+    register_sweeps()  # as `harness` does: sweep=NAME lives in Hydra's ConfigStore
+    search_path = create_config_search_path(str(Path(__file__).parent / "user_conf"))
+    search_path.append("harness", f"file://{conf_dir()}")
+    hydra = Hydra.create_main_hydra2(task_name="harness", config_search_path=search_path)
+    try:
+        private_api.list_config_groups_once()
+        assert Hydra.format_config_groups is not original
+        for compact in (True, False):
+            for hydra_groups in (True, False):
+                def predicate(group: str, hydra_groups: bool = hydra_groups) -> bool:
+                    return (group == "hydra" or group.startswith("hydra/")) == hydra_groups
+
+                # the planted truth: Hydra's own listing of the same search path
+                assert hydra.format_config_groups(predicate, compact) == original(
+                    hydra, predicate, compact), (compact, hydra_groups)
+        assert private_api.hydra_config_groups(hydra)["model"] == ["tiny", "transformer"]
+    finally:
+        Hydra.format_config_groups = original
+        GlobalHydra.instance().clear()

@@ -184,6 +184,6 @@ def test_step_window_starts_and_stops_py_spy_at_the_configured_steps(monkeypatch
         "--pid",
         str(os.getpid()),
     ]
-    assert preset.write_reports(tmp_path / "reports") == {}
+    assert preset.write_reports(tmp_path / "reports").metrics == {}
     report = json.loads((tmp_path / "reports" / "pyspy.json").read_text())
     assert report["window"] == "training steps 2 to 4"

@@ -15,7 +15,7 @@ from test_config_compose import composed
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.profilers.reporting import ReportError
+from harness.profilers.preset import ReportError
 from harness.profilers.summary import SummaryPreset
 from harness.profilers.summary_inputs import forward_inputs
 from harness.run.job import run_job
@@ -82,7 +82,7 @@ def _summary(module: pl.LightningModule, batch, tmp_path, **options) -> SummaryP
 
 
 def _written(preset: SummaryPreset, tmp_path) -> dict:
-    metrics = preset.write_reports(tmp_path)
+    metrics = preset.write_reports(tmp_path).metrics
     report = json.loads((tmp_path / "summary.json").read_text())
     assert report["error"] is None
     assert metrics["summary_total_params"] == report["totals"]["total_params"]

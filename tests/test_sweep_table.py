@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_files import diagnosis, metrics, write_job
+from sweep_files import diagnosis, metrics, multirun_yaml, write_job
 
 from harness.errors import HarnessError
 from harness.sweep.collect import collect
@@ -387,8 +387,130 @@ def test_the_table_reads_the_diagnosis_where_it_lives_and_old_results_still_comp
             pytest.approx(36.0), pytest.approx(44.0))
         assert points["bound_by"].to_dict() == {"2": "host", "4": "compute"}
         (diagnosis_table,) = [s for s in sections(comparison) if s.title.startswith("Diagnosis")]
-        assert markdown_table(diagnosis_table, comparison)[1] == [
-            ["2", "host", "0.002", "20%"], ["4", "compute", "0.004", "40%"]]
+        # 2e9 and 4e9 FLOP/s: in GFLOP/s, not as 0.002 / 0.004 TFLOP/s
+        header, rows = markdown_table(diagnosis_table, comparison)
+        assert header == ["batch_size", "bound by", "GFLOP/s", "MFU %"]
+        assert rows == [["2", "host", "2.00", "20%"], ["4", "compute", "4.00", "40%"]]
     # a schema-2 sweep and a schema-3 one of the same figures: nothing changed between them
     changes = diff(old, new).changes
     assert changes and all(c.ratio == pytest.approx(1.0) for c in changes if c.ratio is not None)
+
+
+def test_on_a_cpu_memory_is_the_training_phases_peak_rss_increase(tmp_path):
+    """Jobs whose training takes 1 MiB more per example (measured with a few % of noise), in
+    a process that holds ~490 MiB of libraries before training starts: the memory section
+    and the headroom read the increase, and the slope comes out at 1 MiB per example."""
+    from harness.sweep.render import headroom_lines
+
+    mib, root = 2**20, tmp_path / "sweep"
+    noise = {8: 1.03, 16: 0.97, 32: 1.02, 64: 0.99}
+    for n, bs in enumerate(noise):
+        increase = (40 + bs * noise[bs]) * mib
+        start = (490 + n % 2 * 6) * mib  # the start moves a little from job to job
+        values = {**metrics(10.0 * bs, 50.0 * bs, batch_size=bs),
+                  "peak_rss_bytes": start + increase + 30 * mib,  # the whole job's peak
+                  "train_rss_start_bytes": start, "train_peak_rss_bytes": start + increase,
+                  "train_peak_rss_increase_bytes": increase}
+        write_job(root / str(n), [f"batch_size={bs}"], values=values, schema_version=3,
+                  device={"accelerator": "cpu", "device_name": "x", "device_count": 1,
+                          "memory_bytes": 4 * 2**30})
+    comparison = build(collect(root))
+    assert set(comparison.points["memory_source"]) == {"peak RSS increase"}
+    fit = comparison.headroom["all"]
+    assert fit["bytes_per_example"] == pytest.approx(mib, rel=0.10)
+    assert fit["start_bytes"] == pytest.approx(493 * mib)
+    assert fit["fixed_bytes"] == pytest.approx((493 + 40) * mib, rel=0.05)
+    # 90% of 4 GiB = 3686 MiB, less ~533 MiB fixed: ~3150 examples, capped at 4x 64
+    assert fit["largest_batch_size"] == 256 and fit["at_least"] is True
+    assert "resident before training started" in headroom_lines(comparison)[0]
+    titles = [s.title for s in sections(comparison)]
+    assert "Peak memory (peak RSS increase)" in titles
+    assert any(line.startswith("peak RSS increase: on a CPU, the training phase's peak")
+               for line in legend(comparison))
+    points = comparison.points.set_index("batch_size")
+    assert points.loc["64", "peak_memory_bytes"] == pytest.approx((40 + 64 * 0.99) * mib)
+    # a CUDA run's device figures win, as before; a result without the increase: process RSS
+    from harness.sweep.table import peak_memory
+
+    assert peak_memory({"peak_device_allocated_bytes": 5.0, "train_peak_rss_increase_bytes": 3,
+                        "peak_rss_bytes": 9})[1] == "device allocated"
+    assert peak_memory({"peak_rss_bytes": 9})[1] == "process RSS"
+
+
+def _report_in_process(capsys, *argv: str) -> tuple[int, str]:
+    from harness.sweep.report_cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--no-plot"])
+    out = capsys.readouterr()
+    return stopped.value.code, out.out + out.err
+
+
+def _written(root: Path) -> dict:
+    return json.loads((root / "comparison.json").read_text())
+
+
+def test_harness_report_dir_keeps_the_sweeps_own_rows_and_baseline(tmp_path, capsys):
+    # `harness -m batch_size=2,4 precision=fp32,bf16
+    #  "hydra.callbacks.sweep_report.baseline='precision=bf16'"`: multirun.yaml records it
+    root = grid(tmp_path / "sweep")
+    multirun_yaml(root, baseline="precision=bf16")
+    code, out = _report_in_process(capsys, str(root))
+    assert code == 0, out
+    assert _written(root)["baseline"] == "precision=bf16"  # not rebuilt against fp32
+    assert "Baseline: precision=bf16." in out
+    assert ("the table as the sweep set it (multirun.yaml):"
+            " hydra.callbacks.sweep_report.baseline='precision=bf16'; --baseline changes it"
+            in out)
+    points = pd_points(root)
+    assert points[("4", "fp32")]["train_speedup"] == pytest.approx(0.5)
+    # the command line wins
+    code, out = _report_in_process(capsys, str(root), "--baseline", "precision=fp32")
+    assert code == 0 and _written(root)["baseline"] == "precision=fp32"
+    assert "as the sweep set it" not in out
+    # --rows precision: the sweep's baseline names the row key now; the first variant is
+    # the baseline, said in a line, and a baseline of the new column key works
+    code, out = _report_in_process(capsys, str(root), "--rows", "precision")
+    assert code == 0, out
+    assert (_written(root)["row_key"], _written(root)["baseline"]) == ("precision", "batch_size=2")
+    assert "the sweep's baseline 'precision=bf16' names precision, now the row key" in out
+    code, out = _report_in_process(capsys, str(root), "--rows", "precision",
+                                   "--baseline", "batch_size=4")
+    assert code == 0 and _written(root)["baseline"] == "batch_size=4"
+    # a baseline of the row key is refused, naming the column keys (docs/sweeps.md)
+    code, out = _report_in_process(capsys, str(root), "--baseline", "precision=bf16",
+                                   "--rows", "precision")
+    assert code == 2
+    assert "--baseline='precision=bf16' is not valid: expected key=value pairs of the column" \
+        " keys (batch_size). Fix: --baseline='batch_size=2'" in out
+
+
+def pd_points(root: Path) -> dict[tuple[str, str], dict]:
+    return {(p["batch_size"], p["precision"]): p for p in _written(root)["points"]}
+
+
+def test_harness_report_dir_keeps_the_sweeps_own_rows_and_repeat_keys(tmp_path, capsys):
+    root = grid(tmp_path / "sweep")
+    multirun_yaml(root, rows="precision", baseline="batch_size=4")
+    code, out = _report_in_process(capsys, str(root))
+    assert code == 0, out
+    assert (_written(root)["row_key"], _written(root)["baseline"]) == ("precision", "batch_size=4")
+    assert "rows='precision', baseline='batch_size=4'; --rows, --baseline change them" in out
+    # repeat_keys: [] (seed a variant again), recorded by the sweep
+    seeded = tmp_path / "seeded"
+    for n, (bs, seed) in enumerate([(8, 0), (8, 1), (16, 0), (16, 1)]):
+        write_job(seeded / str(n), [f"batch_size={bs}", f"seed={seed}"],
+                  values=metrics(10.0 * bs + seed, 50.0 * bs, batch_size=bs))
+    multirun_yaml(seeded, repeat_keys=[])
+    code, out = _report_in_process(capsys, str(seeded))
+    assert code == 0, out
+    assert _written(seeded)["variant_keys"] == ["seed"]
+    assert "repeat_keys=[]; --repeat-keys changes it" in out
+    code, out = _report_in_process(capsys, str(seeded), "--repeat-keys", "seed")
+    assert code == 0 and _written(seeded)["variant_keys"] == []
+    assert _written(seeded)["repeat_keys"] == {"seed": ["0", "1"]}
+    # the default recorded (every sweep's multirun.yaml has it): nothing to say
+    multirun_yaml(seeded)
+    code, out = _report_in_process(capsys, str(seeded))
+    assert code == 0 and "as the sweep set it" not in out
+    assert _written(seeded)["repeat_keys"] == {"seed": ["0", "1"]}

@@ -132,6 +132,17 @@ def test_progress_counts_jobs_and_estimates_what_is_left(tmp_path, caplog):
     assert [duration(s) for s in (9.44, 65, 7384)] == ["9.4 s", "1m05s", "2h03m"]
 
 
+def test_a_job_line_says_contended_or_noisy_after_the_figures_of_that_phase(tmp_path):
+    from harness.sweep.progress import job_outcome
+
+    job = write_job(tmp_path / "0", ["batch_size=2"], values=metrics(20.0, 100.0),
+                    flags=["contended:train", "noisy:inference", "thin:train"])
+    assert job_outcome(job) == ("ok", "ok: train 20.0 ex/s (between steps 25%) contended,"
+                                      " inference 100.0 ex/s (between steps 10%) noisy")
+    quiet = write_job(tmp_path / "1", ["batch_size=2"], values=metrics(20.0, 100.0))
+    assert "contended" not in job_outcome(quiet)[1] and "noisy" not in job_outcome(quiet)[1]
+
+
 def _job_config(sweep: Path, num: int, overrides: list[str], verbose: object = False):
     return OmegaConf.create({
         "verbose": verbose,

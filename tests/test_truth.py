@@ -14,6 +14,8 @@ import pytest
 import torch
 from conftest import FAST, job_results, run_harness, sweep_dir
 
+from harness.result.schema import RunResult
+
 pytestmark = pytest.mark.slow
 
 MULTIRUN = "hydra.mode=MULTIRUN"
@@ -104,11 +106,15 @@ def test_repeat_3_figures_agree_with_each_other(harness):
     # one diagnosis, of the pooled figures: its step is the median's, its shares add up
     out = done.stdout + done.stderr
     assert out.count("diagnosis:") == 1 and "repeat 3/3" in out
-    found = result["diagnosis"]
-    assert found["train_step_s"] == time_
+    found = result["diagnosis"]  # the median iteration: the pooled median step
+    assert found["train_flop_per_s"] == pytest.approx(found["train_flops_per_step"]
+                                                      / metrics["train_median_step_s"])
     assert sum(found[f"train_{b}_share"] for b in ("data", "compute", "communication",
                                                    "host")) == pytest.approx(1)
-    assert metrics["train_host_share"] == found["train_host_share"]
+    # each figure in one place: the diagnosis's in the diagnosis (figures() reads it there)
+    assert "train_host_share" not in metrics and "train_step_s" not in found
+    assert RunResult.model_validate(result).figures()["train_host_share"] == (
+        found["train_host_share"])
 
 
 def _drifting_sweep(cwd: Path, order: str, origin: float) -> dict[str, dict[str, str]]:
@@ -192,15 +198,16 @@ def test_a_knob_set_in_a_config_file_is_checked_like_one_set_on_the_command_line
     from test_config_compose import composed
 
     from harness.config.knobs import read_knobs
-    from harness.result.schema import RunResult
-    from harness.run.observe import BatchObserver, check_what_ran
+    from harness.profilers.preset import BatchCounts
+    from harness.run.observe import check_what_ran, observed_of
 
     def status_after(*overrides: str, seen: int) -> RunResult:
         knobs = read_knobs(composed(*overrides, tmp_path=tmp_path))
-        observer = BatchObserver()
-        observer.sizes["train"][seen] = 5
+        batches = BatchCounts()
+        batches.sizes["train"][seen] = 5
         result = RunResult(status="running", overrides=[], data="user_data.Loader")
-        check_what_ran(result, knobs, observer, world_size=1, compiled=None)
+        result.observed = observed_of(batches, compiled=None)
+        check_what_ran(result, knobs, world_size=1)
         return result
 
     # batch_size 64 from a config file (no override recorded): the 128 that ran contradicts it
@@ -211,20 +218,29 @@ def test_a_knob_set_in_a_config_file_is_checked_like_one_set_on_the_command_line
         left.observed.notes[0])
 
 
-def test_the_batch_observer_reads_the_speed_presets_count_and_the_loss_watch_one_sum():
+def test_each_batch_is_counted_once_and_the_loss_watch_keeps_one_sum(monkeypatch):
     from types import SimpleNamespace
 
+    from harness.profilers import preset as contract
+    from harness.profilers.preset import Presets
     from harness.profilers.speed import SpeedPreset
     from harness.run.loss_watch import LossWatch
-    from harness.run.observe import BatchObserver
 
-    speed, observer = SpeedPreset(), BatchObserver()
-    observer.setup(SimpleNamespace(callbacks=[speed, observer]), None, "fit")
-    batch = {"text": ["a", "b", "c"]}  # nothing Lightning could count
-    speed.counted = (id(batch), 3)  # what the speed preset read off it inside the step
-    observer.on_train_batch_start(None, None, batch, 0)
-    observer.on_train_batch_start(None, None, {"text": ["x"]}, 1)  # not the preset's batch
-    assert observer.sizes["train"] == {3: 1, None: 1}
+    counted = []
+    real = contract.count_examples
+    monkeypatch.setattr(contract, "count_examples", lambda batch: counted.append(1) or real(batch))
+    trainer = SimpleNamespace(sanity_checking=False)
+    # with the speed preset, it counts each batch inside its step; the observer counts none
+    presets = Presets.of({"speed": SpeedPreset()})
+    speed, observer = presets.by_name["speed"], presets.observer
+    for index, batch in enumerate(({"x": torch.zeros(3, 2)}, {"text": ["a"]})):
+        speed.on_train_batch_start(trainer, None, batch, index)
+        observer.on_train_batch_start(trainer, None, batch, index)
+    assert len(counted) == 2 and presets.shared.batches.sizes["train"] == {3: 1, None: 1}
+    # without it, the observer counts them
+    alone = Presets.of({})
+    alone.observer.on_train_batch_start(trainer, None, {"x": torch.zeros(3, 2)}, 0)
+    assert len(counted) == 3 and alone.shared.batches.examples_per_batch() == {"train": 3}
 
     watch = LossWatch()
     for loss in (1.0, 2.0):

@@ -35,15 +35,15 @@ from typing_extensions import override
 
 from harness import memory_peaks
 from harness.cli_errors import describe
-from harness.config.knobs import Knobs
 from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
+from harness.launch.ddp import fits_in_other_processes
 from harness.launch.output_dirs import new_dir
-from harness.result.schema import RunResult
-from harness.run import build
+from harness.result.schema import Observed, RunResult
+from harness.run import build, torch_settings
 from harness.run.finish import write_reports
 from harness.run.measure import record_trainer
-from harness.run.observe import BatchObserver, check_what_ran
+from harness.run.observe import observed_of
 from harness.run.record import RunRecord
 from harness.terminal import show, use_console
 
@@ -107,6 +107,8 @@ class _TrainerSeen(Callback):
 
     @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # Here in a process multiprocessing started: refused before a step is spent.
+        _refuse_other_processes(trainer)
         if self.trainer is None:
             memory_peaks.reset(trainer.strategy.root_device)
         self.trainer = trainer
@@ -137,7 +139,7 @@ class ProfileSession:
         self.cfg = compose_presets(names, overrides, self.output_dir)
         with _hydra_config(self.cfg):
             self.presets = build.build_presets(self.cfg)
-        self._observer = BatchObserver()
+        self._observer = self.presets.observer
         self._seen = _TrainerSeen()
         self.record = RunRecord(self.output_dir, overrides=self.overrides)
         self.result: RunResult = self.record.result
@@ -172,6 +174,8 @@ class ProfileSession:
         return self.result
 
     def _record(self, trainer: Any) -> None:
+        if trainer is not None and self._seen.trainer is None:
+            _refuse_other_processes(trainer)
         if trainer is None or self._seen.trainer is not trainer:
             raise HarnessError("the session's callbacks never ran in a Trainer. Fix:"
                                " Trainer(callbacks=[..., *session.callbacks],"
@@ -186,10 +190,10 @@ class ProfileSession:
         result.model = _qualified(module)
         result.data = _qualified(datamodule) if datamodule is not None else None
         result.metrics.update(memory_peaks.read(trainer.strategy.root_device))
-        knobs = _knobs_of(self.cfg, trainer, self._observer)
-        result.knobs = {k: getattr(knobs, k) for k in ("batch_size", "precision",
-                                                          "lightning_precision", "mode")}
-        check_what_ran(result, knobs, self._observer, trainer.world_size, None)
+        result.torch_settings = torch_settings.read()  # what the script's run ran with
+        # What the script chose is recorded as what ran: there are no knobs to hold it against.
+        result.observed = observed_of(self.presets.shared.batches, None)
+        result.knobs = _knobs_that_ran(trainer, result.observed)
         if trainer.is_global_zero:
             write_reports(self.presets.by_name, self.record)
         if trainer.interrupted:
@@ -221,22 +225,30 @@ class ProfileSession:
             self.record.write()
 
 
+def _refuse_other_processes(trainer: Any) -> None:
+    if fits_in_other_processes(trainer):
+        raise HarnessError(
+            f"the session cannot measure strategy {type(trainer.strategy).__name__} as it is"
+            " launched here: its fit runs in processes Lightning starts with multiprocessing"
+            " (ddp_spawn, ddp_fork, ddp_notebook), with copies of the session's presets."
+            " Fix: Trainer(strategy='ddp') in a script (each rank a process of its own), or"
+            " devices=1")
+
+
 def _qualified(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _knobs_of(cfg: DictConfig, trainer: Any, observer: Any) -> Any:
-    """The knobs as the script ran them: read off the Trainer and the batches (the script,
-    not harness, chose them), so check_what_ran finds what ran and contradicts nothing."""
-    sizes = {p: n for p, n in observer.examples_per_batch().items() if n is not None}
-    batch_size = next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),
-                      cfg.batch_size)
-    phases = set(observer.examples_per_batch())
-    if "train" in phases:
-        mode = "both" if "inference" in phases else "train"
-    else:
-        mode = "inference" if "inference" in phases else "validate"
-    return Knobs(batch_size=batch_size, precision=trainer.precision,
-                 lightning_precision=trainer.precision, compile=None,
-                 compile_module=cfg.compile_module, mode=mode, seed=cfg.seed, repeat=1,
-                 check_knobs=False)
+def _knobs_that_ran(trainer: Any, observed: Observed) -> dict[str, Any]:
+    """result.json's `knobs` of a script: read off the Trainer and the batches (the script,
+    not harness, chose them)."""
+    sizes = {p: n for p, n in observed.examples_per_batch.items() if n is not None}
+    knobs: dict[str, Any] = {
+        "batch_size": next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),
+                           None),
+        "precision": trainer.precision, "lightning_precision": trainer.precision}
+    phases = set(observed.examples_per_batch)
+    if {"train", "inference"} & phases:
+        knobs["mode"] = ("both" if {"train", "inference"} <= phases
+                         else "train" if "train" in phases else "inference")
+    return knobs

@@ -128,7 +128,8 @@ OWNED_TRAINER_KEYS = {
 
 
 def check_trainer_keys(cfg: Any) -> None:
-    """Refuse trainer.precision / logger / profiler: harness sets them from its own keys."""
+    """Refuse trainer.precision / logger / profiler: harness sets them from its own keys;
+    and a strategy whose ranks run where harness cannot measure them (check_strategy)."""
     trainer = cfg.get("trainer")
     if not hasattr(trainer, "keys"):
         return
@@ -137,6 +138,38 @@ def check_trainer_keys(cfg: Any) -> None:
             raise ConfigError(f"trainer.{key}", trainer.get(key),
                               f"nothing: harness sets it from {instead.split(':')[0]}",
                               f"remove trainer.{key} and use {instead}")
+    check_strategy(trainer.get("strategy"))
+
+
+# Start methods of Lightning's multiprocessing launcher (ddp_spawn, ddp_fork, ddp_notebook):
+# fit and predict run in processes it starts, with copies of the presets, so the presets of
+# this process see no step and the run would end `ok` without a figure.
+UNMEASURABLE_START_METHODS = ("spawn", "fork", "forkserver")
+
+
+def check_strategy(strategy: Any) -> None:
+    """Refuse a strategy that runs the fit in processes started by multiprocessing: a name
+    Lightning registers with such a start_method (its StrategyRegistry, any plugin's names
+    included), or a strategy node given one (`start_method: spawn`)."""
+    if isinstance(strategy, str):
+        from lightning.pytorch.strategies import StrategyRegistry
+
+        # Its items are {"strategy": class, "init_params": {...}}; its get() would build one.
+        # Lightning looks the name up in lower case.
+        name = strategy.lower()
+        entry = StrategyRegistry[name] if name in StrategyRegistry else {}  # noqa: SIM401
+        start_method, shown = entry.get("init_params", {}).get("start_method"), strategy
+    elif hasattr(strategy, "get"):
+        start_method, shown = strategy.get("start_method"), strategy.get("_target_")
+    else:
+        return
+    if start_method in UNMEASURABLE_START_METHODS:
+        raise ConfigError(
+            "trainer.strategy", shown,
+            f"a strategy harness can measure: start_method={start_method} runs the fit in"
+            " processes Lightning starts with multiprocessing, whose steps the presets do not"
+            " see", "trainer.strategy=ddp (each rank a process of its own; harness gathers"
+            " their figures)")
 
 
 def sweep_round(cfg: Any) -> int | None:

@@ -30,6 +30,7 @@ from harness import private_api
 from harness.config.overrides import as_typed
 from harness.errors import HarnessError
 from harness.launch.hydra_args import same_config_arguments
+from harness.launch.rank_processes import watch_ranks
 from harness.launch.slurm import launcher_mismatch
 from harness.result.schema import RunResult
 
@@ -59,8 +60,22 @@ def distributed_facts(trainer: Any) -> dict[str, Any]:
     }
 
 
+# Lightning's launcher for ddp_spawn, ddp_fork and ddp_notebook (and its subclasses).
+MULTIPROCESSING_LAUNCHERS = "lightning.pytorch.strategies.launchers.multiprocessing"
+
+
+def fits_in_other_processes(trainer: Any) -> bool:
+    """Whether the Trainer's fit runs in processes Lightning starts with multiprocessing
+    (ddp_spawn, ddp_fork, ddp_notebook: the strategy a notebook's `auto` picks for several
+    devices), with copies of the callbacks: the ones in this process see no step."""
+    launcher = getattr(trainer.strategy, "launcher", None)
+    return launcher is not None and any(
+        kind.__module__ == MULTIPROCESSING_LAUNCHERS for kind in type(launcher).__mro__)
+
+
 def prepare_ranks(trainer: Any, result: RunResult) -> None:
-    """Before fit: SLURM's tasks must match the trainer; DDP ranks start in this job's dir."""
+    """Before fit: SLURM's tasks must match the trainer; DDP ranks start in this job's dir,
+    and end with the job (harness.launch.rank_processes), not with this process."""
     if result.slurm:
         mismatch = launcher_mismatch(result.slurm.get("ntasks_per_node"),
                                      result.slurm.get("num_nodes"), trainer.num_devices,
@@ -69,3 +84,4 @@ def prepare_ranks(trainer: Any, result: RunResult) -> None:
             raise HarnessError(mismatch)
     if trainer.world_size > 1:
         private_api.replace_ddp_child_command(child_command)
+        private_api.replace_ddp_process_observer(watch_ranks)

@@ -27,7 +27,7 @@ def job_scope() -> Iterator[InterruptionSignals]:
         with stop_on_signals() as signals:
             yield signals
     finally:
-        _end_process_group()
+        end_process_group()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -35,7 +35,8 @@ def job_scope() -> Iterator[InterruptionSignals]:
                 os.environ[name] = value
 
 
-def _end_process_group() -> None:
+def end_process_group() -> None:
+    """Destroy this process's DDP process group, if it has one (idempotent)."""
     if "torch" not in sys.modules:
         return
     import torch.distributed as dist

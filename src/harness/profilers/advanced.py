@@ -13,23 +13,28 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.profilers import AdvancedProfiler
+from rich.table import Table
 from typing_extensions import override
 
 from harness import private_api
 from harness.config.checks import one_of, positive_int
 from harness.errors import ConfigError
-from harness.profilers.reporting import ChecksBeforeLightningInit
+from harness.profilers.preset import Preset, Report
 from harness.reports.files import write_json, write_text
 
+DOC = "docs/presets/advanced.md#output"
 SORT_KEYS = ("cumulative", "tottime", "ncalls")
 
 
-class AdvancedPreset(ChecksBeforeLightningInit, AdvancedProfiler):
+class AdvancedPreset(Preset, AdvancedProfiler):
     """Lightning's AdvancedProfiler that writes reports/advanced.txt and advanced.json."""
 
     def __init__(
         self, lines: int | float = 20, sort_by: str = "cumulative", max_actions: int = 30
     ) -> None:
+        # Lightning's Profiler tears itself down in __del__, which needs its __init__ to have
+        # run: it runs first, so a refused option leaves a whole profiler behind, not half one.
+        super().__init__(line_count_restriction=lines)
         if (
             isinstance(lines, bool)
             or not isinstance(lines, (int, float))
@@ -44,7 +49,6 @@ class AdvancedPreset(ChecksBeforeLightningInit, AdvancedProfiler):
             )
         one_of("profiler.advanced.sort_by", sort_by, SORT_KEYS, "cumulative")
         positive_int("profiler.advanced.max_actions", max_actions, 30)
-        super().__init__(line_count_restriction=lines)
         self.sort_by = sort_by
         self.max_actions = max_actions
         # stage -> action -> (seconds inside the action, function calls, pstats text)
@@ -80,10 +84,11 @@ class AdvancedPreset(ChecksBeforeLightningInit, AdvancedProfiler):
         rows.sort(key=lambda row: row["profiled_s"], reverse=True)
         return rows
 
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         rows = self.action_rows()
         kept = rows[: self.max_actions]
-        header = [
+        lines = [
             "Advanced profile: cProfile of each Lightning action (Python functions only;"
             " nested actions pause their parent, so times are exclusive; time inside C/CUDA"
             " kernels shows as the Python call that launched them).",
@@ -91,8 +96,8 @@ class AdvancedPreset(ChecksBeforeLightningInit, AdvancedProfiler):
             f"Actions: the {len(kept)} with the most profiled time of {len(rows)};"
             f" per action the top {self.line_count_restriction} functions by {self.sort_by}.",
             "Expected overhead: cProfile slows Python code 1.5-3x; treat the times as relative.",
+            "",
         ]
-        lines = [*header, ""]
         for row in kept:
             seconds, calls, text = self.stages[row["stage"]][row["action"]]
             lines.append(
@@ -106,26 +111,23 @@ class AdvancedPreset(ChecksBeforeLightningInit, AdvancedProfiler):
             reports_dir / "advanced.json",
             {
                 "report": "advanced",
-                "what": header[0],
-                "steps": header[1],
-                "expected_overhead": header[3],
+                "doc": DOC,
+                "stages": list(self.stages),
                 "sort_by": self.sort_by,
                 "lines_per_action": self.line_count_restriction,
                 "actions": rows,
             },
         )
-        return {"advanced_actions": len(rows)}
+        return Report({"advanced_actions": len(rows)}, tables=[self._table(rows)])
 
-    def console_tables(self) -> list[Any]:
-        from rich.table import Table
-
+    def _table(self, rows: list[dict[str, Any]]) -> Table:
         table = Table(title="cProfile per action (top 10; reports/advanced.txt has the functions)")
         for column in ("stage", "action", "profiled s", "calls"):
             table.add_column(
                 column, justify="right" if column in ("profiled s", "calls") else "left"
             )
-        for row in self.action_rows()[:10]:
+        for row in rows[:10]:
             table.add_row(
                 row["stage"], row["action"], f"{row['profiled_s']:.4f}", str(row["function_calls"])
             )
-        return [table]
+        return table

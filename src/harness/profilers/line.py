@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from hydra.utils import get_object
 from lightning.pytorch.callbacks import Callback
+from rich.table import Table
 from typing_extensions import override
 
 from harness.config.checks import positive_number
 from harness.errors import ConfigError, HarnessError
 from harness.instrument import line_profile
+from harness.profilers.preset import Preset, Report
 from harness.reports.files import write_report, write_text
 
 TEXT_REPORT = "line.txt"
@@ -40,8 +43,6 @@ def _line_profiler_class() -> Any:
 
 def resolve_function(dotted: str) -> Any:
     """The function, method or class named by a dotted path such as `pkg.mod.Class.method`."""
-    from hydra.utils import get_object
-
     try:
         found = get_object(dotted)
     except Exception as err:
@@ -62,7 +63,7 @@ def resolve_function(dotted: str) -> Any:
     return found
 
 
-class LinePreset(Callback):
+class LinePreset(Preset, Callback):
     """Runs line_profiler over the marked and listed functions; writes reports/line.{txt,json,csv}."""
 
     def __init__(
@@ -138,7 +139,8 @@ class LinePreset(Callback):
                 )
         return rows
 
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         while self._running:  # a run that failed mid-stage never reached teardown
             self._stop_one()
         reports_dir.mkdir(parents=True, exist_ok=True)
@@ -156,25 +158,22 @@ class LinePreset(Callback):
         called = sorted({(r["file"], r["function_line"], r["function"]) for r in rows if r["hits"]})
         payload = {
             "report": "line",
-            "what": "time spent on each line of the marked functions (line_profiler)",
-            "clock": "line_profiler's timer (wall clock of the host; GPU work is not waited for)",
+            "doc": "docs/profiling-your-code.md#4-which-line-profilerline",
             "text_report": TEXT_REPORT,
             "listed": self.listed,
             "functions_profiled": len(self._added),
             "functions_called": [f"{name} ({file}:{line})" for file, line, name in called],
-            "expected_overhead": "a trace hook on every Python line of the process: slower run",
         }
         write_report(reports_dir, "line", payload, rows)
-        return {
+        metrics = {
             "line_functions": len(self._added),
             "line_functions_called": len(called),
         }
+        return Report(metrics, tables=[self._table(rows)])
 
-    def console_tables(self) -> list[Any]:
-        from rich.table import Table
-
+    def _table(self, rows: list[dict[str, Any]]) -> Table:
         by_function: dict[str, dict[str, float]] = {}
-        for row in self.rows():
+        for row in rows:
             entry = by_function.setdefault(
                 f"{row['function']} ({Path(row['file']).name})", {"time_s": 0.0, "hits": 0}
             )
@@ -186,4 +185,4 @@ class LinePreset(Callback):
         table.add_column("most hits on a line", justify="right")
         for name, entry in sorted(by_function.items(), key=lambda kv: -kv[1]["time_s"]):
             table.add_row(name, f"{entry['time_s']:.4f}", str(entry["hits"]))
-        return [table]
+        return table

@@ -15,29 +15,27 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from harness.config.overrides import as_typed
 from harness.instrument import switches
 from harness.launch.nsys import REPORT_STEM, NsysOptions, in_child, manual_command
-from harness.profilers.window import StepWindow
+from harness.profilers.preset import Preset, Report, StepWindow
 from harness.reports.files import write_json
 
 log = logging.getLogger(__name__)
 
 
 def _task_overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
-    from harness.config.overrides import as_typed
-
     try:
         return as_typed(HydraConfig.get().overrides.task)
     except ValueError:  # not inside a Hydra job (tests that build the preset directly)
         return ["profiler=[speed,nsys]"]
 
 
-class NsysPreset(Callback):
+class NsysPreset(Preset, Callback):
     """Opens the cudaProfilerApi capture range over the configured training steps."""
 
     def __init__(self, **options: Any) -> None:
@@ -126,26 +124,19 @@ class NsysPreset(Callback):
             )
 
     # -- reports -------------------------------------------------------------------
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         if not self.active:
-            return {}
-        payload = {
+            return Report()
+        write_json(reports_dir / "nsys.json", {
             "report": "nsys",
-            "what": "Nsight Systems timeline of the training steps inside the capture range",
-            "report_file": f"{REPORT_STEM}.nsys-rep (written by nsys when the run exits)",
+            "doc": "docs/profiling-your-code.md#6-which-kernels-profilernsys",
+            "report_file": f"{REPORT_STEM}.nsys-rep",  # written by nsys when the run exits
             "capture": self.state,
             "capture_first_step": self.started_at,
             "capture_last_step": self.stopped_after,
             "trace": list(self.options.trace),
             "nvtx_ranges": self.nvtx,
             "manual_command": manual_command(self.options, _task_overrides()),
-            "expected_overhead": (
-                "nsys traces CUDA/NVTX calls only inside the capture range; the steps there run"
-                " slower, and the rest of the run pays nsys's start-up and its final report"
-            ),
-        }
-        write_json(reports_dir / "nsys.json", payload)
-        return {}
-
-    def console_tables(self) -> list[Any]:
-        return []
+        })
+        return Report()

@@ -18,21 +18,24 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
+from rich.table import Table
 from typing_extensions import override
 
 from harness.config.checks import list_of, non_negative_int, one_of, positive_int
 from harness.launch.outside_tool import ON_MISSING, find_executable, tool_unavailable
+from harness.profilers.preset import Preset, Report, StepWindow, check_window
 from harness.profilers.pyspy_process import (
     PTRACE_FIX,
     Recorder,
     permission_problem,
     pyspy_command,
 )
-from harness.profilers.window import StepWindow, check_window
 from harness.reports.files import write_json
 
 log = logging.getLogger(__name__)
+DOC = "docs/profiling-your-code.md#3-where-does-the-python-time-go-profilerpyspy"
 # py-spy format -> file name under reports/
 OUTPUTS = {
     "flamegraph": "pyspy.svg",
@@ -44,15 +47,13 @@ OUTPUTS = {
 
 def _run_dir(trainer: pl.Trainer) -> Path:
     """Hydra's output directory of this job (where reports go), else Lightning's root dir."""
-    from hydra.core.hydra_config import HydraConfig
-
     try:
         return Path(HydraConfig.get().runtime.output_dir)
     except ValueError:  # built outside a Hydra job
         return Path(trainer.default_root_dir)
 
 
-class PyspyPreset(Callback):
+class PyspyPreset(Preset, Callback):
     """Runs `py-spy record` against this process for the whole run or a window of training steps."""
 
     def __init__(
@@ -81,7 +82,7 @@ class PyspyPreset(Callback):
         self.formats = list(formats)
         self.start_step = start_step
         self.steps = steps
-        self.flags = {
+        self.pyspy_flags = {
             "subprocesses": subprocesses,
             "native": native,
             "idle": idle,
@@ -115,7 +116,7 @@ class PyspyPreset(Callback):
         self.reports_dir = reports
         for index, fmt in enumerate(self.formats):
             output = reports / OUTPUTS[fmt]
-            flags = dict(self.flags)
+            flags = dict(self.pyspy_flags)
             # Only one tracer can hold the process paused at a time: two blocking
             # samplers lose a third of their samples to each other, so every
             # recorder after the first reads the stacks without pausing.
@@ -184,7 +185,8 @@ class PyspyPreset(Callback):
             self._stop()  # fewer steps than the window: close it with training
 
     # -- reports -------------------------------------------------------------------
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         self._stop()
         for recorder in self.recorders:  # py-spy wrote where the run dir was guessed at start
             if recorder.output.is_file() and recorder.output.parent != reports_dir:
@@ -197,11 +199,11 @@ class PyspyPreset(Callback):
         samples = max((r.samples for r in self.recorders if r.samples is not None), default=None)
         payload = {
             "report": "pyspy",
-            "what": "sampled Python stacks of the run's process"
-            + (" and its subprocesses" if self.flags["subprocesses"] else ""),
+            "doc": DOC,
             "window": "whole run"
             if self.start_step is None
             else f"training steps {self.start_step} to {self.start_step + self.steps - 1}",
+            "subprocesses": self.pyspy_flags["subprocesses"],
             "rate_hz": self.rate,
             "files": files,
             "missing_files": missing,
@@ -211,23 +213,18 @@ class PyspyPreset(Callback):
             ),
             "problem": self.problem,
             "commands": [" ".join(r.command) for r in self.recorders],
-            "expected_overhead": (
-                "py-spy pauses the process for each sample unless nonblocking=true;"
-                " see benchmarks/pyspy_overhead.py"
-            ),
         }
         if self.recorders or self.problem:
             write_json(reports_dir / "pyspy.json", payload)
         if missing and self.recorders and not self.problem:
             log.warning("profiler=pyspy: py-spy wrote no %s (%s)", ", ".join(missing),
                         self.recorders[0].stderr.strip()[-300:] or "no message")
-        return {"pyspy_samples": samples} if samples is not None else {}
+        metrics = {"pyspy_samples": samples} if samples is not None else {}
+        return Report(metrics, tables=self._tables())
 
-    def console_tables(self) -> list[Any]:
+    def _tables(self) -> list[Table]:
         if not self.recorders or self.reports_dir is None:
             return []
-        from rich.table import Table
-
         table = Table(title=f"py-spy ({self.rate} samples/s)")
         table.add_column("format")
         table.add_column("file")

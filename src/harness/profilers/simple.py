@@ -1,6 +1,6 @@
 """The `simple` preset: wall time per Lightning action, from Lightning's SimpleProfiler.
 
-Writes reports/simple.{json,csv}.
+Writes reports/simple.{json,csv}; docs/presets/simple.md explains their fields.
 
 Lightning times every hook it calls ("actions"). With `verbose: false` the
 hooks of each callback fold into one row per callback (they are many and each
@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.profilers import SimpleProfiler
+from rich.table import Table
 from typing_extensions import override
 
 from harness.config.checks import non_negative_int
 from harness.errors import ConfigError
-from harness.profilers.reporting import ChecksBeforeLightningInit
+from harness.profilers.preset import Preset, Report
 from harness.reports.files import write_report
 
+DOC = "docs/presets/simple.md#output"
 _CALLBACK_HOOK = re.compile(r"^\[Callback\](?P<callback>[^.]+)\..+$")
 
 
@@ -58,16 +60,18 @@ def time_rows(
     return rows
 
 
-class SimplePreset(ChecksBeforeLightningInit, SimpleProfiler):
+class SimplePreset(Preset, SimpleProfiler):
     """Lightning's SimpleProfiler that writes reports/simple.{json,csv} instead of printing."""
 
     def __init__(self, verbose: bool = False, console_rows: int = 15) -> None:
+        # Lightning's Profiler tears itself down in __del__, which needs its __init__ to have
+        # run: it runs first, so a refused option leaves a whole profiler behind, not half one.
+        super().__init__(extended=True)
         if not isinstance(verbose, bool):
             raise ConfigError(
                 "profiler.simple.verbose", verbose, "true or false", "profiler.simple.verbose=true"
             )
         non_negative_int("profiler.simple.console_rows", console_rows, 15)
-        super().__init__(extended=True)
         self.verbose = verbose
         self.console_rows = console_rows
         self._first_setup: float | None = None
@@ -95,38 +99,33 @@ class SimplePreset(ChecksBeforeLightningInit, SimpleProfiler):
     def rows(self) -> list[dict[str, Any]]:
         return time_rows(self.recorded_durations, self.run_seconds(), self.verbose)
 
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         rows = self.rows()
         payload = {
             "report": "simple",
-            "what": "wall time of every action Lightning runs (hooks, loops, steps), per action",
-            "clock": "time.perf_counter, no device synchronisation: on CUDA an action's time is"
-            " its host time (kernels may still run after it returns)",
-            "steps": "the whole run: every step of every stage (" + ", ".join(self.stages) + ")",
+            "doc": DOC,
+            "clock": "time.perf_counter",
+            "stages": self.stages,
             "verbose": self.verbose,
-            "folding": None if self.verbose else "each callback's hooks are summed into one row",
             "run_s": self.run_seconds(),
-            "share_of_run": "total_s / run_s; actions nest, so shares do not add up to 100 %",
-            "expected_overhead": "two clock reads per action; about 1-3 % on a small model"
-            " (see docs/presets/simple.md)",
             "actions": rows,
         }
         write_report(reports_dir, "simple", payload, rows)
         top = rows[0] if rows else None
-        return {
+        metrics = {
             "simple_run_s": payload["run_s"],
             "simple_actions": len(rows),
             "simple_top_action": top["action"] if top else None,
             "simple_top_action_s": top["total_s"] if top else None,
         }
+        return Report(metrics, tables=[self._table(rows)])
 
-    def console_tables(self) -> list[Any]:
-        from rich.table import Table
-
+    def _table(self, rows: list[dict[str, Any]]) -> Table:
         table = Table(title=f"Time per action (top {self.console_rows}; reports/simple.csv has all)")
         for column in ("action", "calls", "total s", "mean s", "share %"):
             table.add_column(column, justify="left" if column == "action" else "right")
-        for row in self.rows()[: self.console_rows]:
+        for row in rows[: self.console_rows]:
             share = row["share_of_run_pct"]
             table.add_row(
                 row["action"],
@@ -135,4 +134,4 @@ class SimplePreset(ChecksBeforeLightningInit, SimpleProfiler):
                 f"{row['mean_s']:.6f}",
                 "-" if share is None else f"{share:.1f}",
             )
-        return [table]
+        return table

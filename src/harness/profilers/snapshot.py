@@ -20,7 +20,7 @@ from typing_extensions import override
 
 from harness import private_api
 from harness.config.checks import non_negative_int, positive_int
-from harness.profilers.window import StepWindow, check_window
+from harness.profilers.preset import Preset, Report, StepWindow, check_window
 from harness.reports.files import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def is_cuda_oom(err: BaseException) -> bool:
     return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
 
 
-class SnapshotPreset(Callback):
+class SnapshotPreset(Preset, Callback):
     """Records CUDA memory history for `steps` training steps from step `warmup` and dumps it."""
 
     def __init__(
@@ -137,25 +137,20 @@ class SnapshotPreset(Callback):
         self._stop()
 
     # -- reports ---------------------------------------------------------------------
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
-        payload = {
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
+        write_json(reports_dir / "snapshot.json", {
             "report": "snapshot",
-            "what": "CUDA memory history (every allocation with its stack) as a pickle for"
-            " https://pytorch.org/memory_viz",
-            "steps": f"training steps {self.warmup}..{self.warmup + self.steps - 1} (0-based)",
-            "expected_overhead": "recording stacks slows each allocation (a few % of a step on"
-            " GPU); with dump_on_oom the recording runs for the whole fit",
+            "doc": "docs/presets/snapshot.md#output",
+            "recorded_steps": [self.warmup, self.warmup + self.steps - 1],  # training, 0-based
             "dump_on_oom": self.dump_on_oom,
             "skipped": self.skipped,
             "files": self.files,
-        }
-        write_json(reports_dir / "snapshot.json", payload)
-        return {"snapshot_files": len(self.files), "snapshot_skipped": self.skipped is not None}
-
-    def console_tables(self) -> list[Any]:
+        })
+        metrics = {"snapshot_files": len(self.files), "snapshot_skipped": self.skipped is not None}
         if self.skipped:
-            return []  # said once, when the run started
-        return [
+            return Report(metrics)  # said once, when the run started
+        return Report(metrics, tables=[
             f"snapshot: {', '.join(self.files) or 'nothing dumped'} (open at"
             " https://pytorch.org/memory_viz)"
-        ]
+        ])

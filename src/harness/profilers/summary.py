@@ -4,11 +4,12 @@ It is taken at the first batch the run sees, with that batch (or the module's
 example_input_array), on the run's device, inside Lightning's precision context (autocast at
 the run's dtype), so shapes, dtypes and sizes are those of the real run. Which part of the
 batch goes to `forward` is found by trying the usual shapes (harness.profilers.summary_inputs).
-FlopCounterMode counts the same forward pass's FLOPs beside torchinfo's mult-adds
-(harness.profilers.summary_flops). torchinfo cannot hook into compiled modules, so any
-torch.compile'd child is swapped back to its original module for the summary and restored
-afterwards (harness.private_api.uncompiled). The forward pass runs under no_grad and is left
-out of the speed report's figures (it falls in the first, warm-up, step).
+Lightning's measure_flops (torch's FlopCounterMode) counts the same forward pass's FLOPs
+beside torchinfo's mult-adds (harness.profilers.flops says which to trust). torchinfo cannot
+hook into compiled modules, so any torch.compile'd child is swapped back to its original
+module for the summary and restored afterwards (harness.private_api.uncompiled). The forward
+pass runs under no_grad and is left out of the speed report's figures (it falls in the first,
+warm-up, step).
 
 A summary that cannot be taken never stops the run, and is never silent: summary.json holds
 the error, and write_reports raises it, so result.json's `report_errors` and one warning line
@@ -22,17 +23,20 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+import torchinfo
+from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from harness import private_api
 from harness.config.checks import list_of, non_negative_int
 from harness.errors import first_line
-from harness.profilers.reporting import ReportError
-from harness.profilers.summary_flops import flop_counter, which_to_trust
+from harness.profilers.flops import which_to_trust
+from harness.profilers.preset import Preset, Report, ReportError
 from harness.profilers.summary_inputs import ForwardInput, forward_inputs
 from harness.reports.files import write_json, write_text
 
+DOC = "docs/presets/summary.md#output"
 COLUMNS = (
     "input_size",
     "output_size",
@@ -55,7 +59,7 @@ def _dtype(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-class SummaryPreset(Callback):
+class SummaryPreset(Preset, Callback):
     """Writes reports/summary.txt and summary.json; totals go to result.json."""
 
     def __init__(
@@ -95,23 +99,25 @@ class SummaryPreset(Callback):
 
     def _take(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
               candidate: ForwardInput) -> None:
-        import torchinfo
-
         device = pl_module.device
+        taken: list[Any] = []
+
+        def summarise() -> None:
+            taken.append(torchinfo.summary(
+                pl_module,
+                input_data=candidate.torchinfo_data,
+                depth=self.depth,
+                col_names=self.columns,
+                device=device,
+                mode="train" if pl_module.training else "eval",
+                verbose=0,
+            ))
+
         with private_api.uncompiled(pl_module), trainer.precision_plugin.forward_context():
             autocast = torch.is_autocast_enabled(device.type)
             dtype = torch.get_autocast_dtype(device.type) if autocast else None
-            counter = flop_counter()
-            with counter:
-                stats = torchinfo.summary(
-                    pl_module,
-                    input_data=candidate.torchinfo_data,
-                    depth=self.depth,
-                    col_names=self.columns,
-                    device=device,
-                    mode="train" if pl_module.training else "eval",
-                    verbose=0,
-                )
+            flops = int(measure_flops(pl_module, summarise))
+        stats = taken[0]
         tensors = candidate.tensors()
         first = next(iter(tensors.values()), None)
         self.context = {
@@ -126,7 +132,6 @@ class SummaryPreset(Callback):
                        for name, t in tensors.items()},
         }
         self.text = str(stats)
-        flops = int(counter.get_total_flops())
         self.totals = {
             "total_params": int(stats.total_params),
             "trainable_params": int(stats.trainable_params),
@@ -156,7 +161,8 @@ class SummaryPreset(Callback):
     ) -> None:
         self._summarise(trainer, pl_module, batch)
 
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         header = [
             "Model summary (torchinfo): layers, output shapes and parameters of the"
             " LightningModule,"
@@ -171,32 +177,21 @@ class SummaryPreset(Callback):
         error = self.error or (None if self.text else "the run processed no batch")
         body = self.text or f"no summary: {error}"
         write_text(reports_dir / "summary.txt", "\n".join(header) + "\n\n" + body + "\n")
-        write_json(
-            reports_dir / "summary.json",
-            {
-                "report": "summary",
-                "what": header[0],
-                "expected_overhead": header[2],
-                **self.context,
-                "error": error,
-                "totals": self.totals,
-                "which_to_trust": self.trust,
-                "units": "counts; total_mult_adds: torchinfo's estimate per forward pass;"
-                " forward_flops: FLOPs counted by torch.utils.flop_counter.FlopCounterMode in"
-                " the same pass (2 per multiply-add); bytes (param_bytes at the parameters'"
-                " dtype, pass sizes at the output dtype seen in the forward pass)",
-            },
-        )
+        write_json(reports_dir / "summary.json", {
+            "report": "summary",
+            "doc": DOC,
+            **self.context,
+            "error": error,
+            "totals": self.totals,
+            "which_to_trust": self.trust,
+        })
         if error:  # files written, so the reason is on disk too; the run records and says it
             raise ReportError(f"no model summary: {error}")
-        return {f"summary_{key}": value for key, value in self.totals.items()}
-
-    def console_tables(self) -> list[Any]:
         t = self.totals
-        return [
+        return Report({f"summary_{key}": value for key, value in t.items()}, tables=[
             f"model summary: {t['total_params']:,} parameters ({t['trainable_params']:,}"
             f" trainable), {t['total_mult_adds']:,} mult-adds (torchinfo) and"
             f" {t['forward_flops']:,} FLOPs (FlopCounterMode) per forward; precision"
             f" {self.context['precision']} -> reports/summary.txt",
             f"model summary: {self.trust}",
-        ]
+        ])

@@ -20,11 +20,14 @@ import lightning.pytorch as pl
 import numpy as np
 import psutil
 from lightning.pytorch.callbacks import Callback
+from rich.table import Table
 from typing_extensions import override
 
 from harness.config.checks import positive_number
 from harness.profilers.nvml import Nvml
+from harness.profilers.preset import Preset, Report
 from harness.reports.files import write_report
+from harness.terminal import size
 
 log = logging.getLogger(__name__)
 GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "power_w")
@@ -185,7 +188,7 @@ def _children_rss(process: psutil.Process) -> int:
     return total
 
 
-class SystemPreset(Callback):
+class SystemPreset(Preset, Callback):
     """Runs a SystemSampler during every stage and writes reports/system.{json,csv}."""
 
     def __init__(self, interval_s: float = 1.0, gpus: bool = True) -> None:
@@ -244,40 +247,34 @@ class SystemPreset(Callback):
             "gpu_note": sampler.gpu_note,
         }
 
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         if self.sampler is not None:
             self.sampler.close()
         figures = self.summary()
         samples = self.sampler.samples if self.sampler else []
-        stages = [str(stage) for stage in dict.fromkeys(s["stage"] for s in samples)]
         payload = {
             "report": "system",
-            "what": "process and system CPU %, resident memory, system-wide disk I/O and, per"
-            " visible GPU, utilisation, memory, power and energy, sampled on a thread",
-            "steps": "the whole run: from each stage's setup to its teardown"
-            f" (stages: {', '.join(stages) or '-'})",
+            "doc": "docs/presets/system.md#output",
+            "stages": [str(getattr(stage, "value", stage))
+                       for stage in dict.fromkeys(s["stage"] for s in samples)],
             "interval_s": self.interval_s,
-            "units": "cpu % of one core (process, can exceed 100) or of all cores (system);"
-            " bytes; bytes/s; W; Wh",
-            "expected_overhead": "one sample per interval on a background thread: well under"
-            " 1 % at the default 1 s (see docs/presets/system.md)",
             **figures,
         }
-        write_report(reports_dir, "system", payload, self.sampler.samples if self.sampler else [])
+        write_report(reports_dir, "system", payload, samples)
         gpus = figures.get("gpus") or []
         energies = [g["energy_wh"] for g in gpus if g["energy_wh"] is not None]
-        return {
+        metrics = {
             "system_samples": figures["samples"],
             "system_execution_time_s": figures.get("execution_time_s"),
             "system_process_cpu_pct_mean": (figures.get("process_cpu_pct") or {}).get("mean"),
             "system_rss_bytes_max": (figures.get("rss_bytes") or {}).get("max"),
             "system_gpu_energy_wh": sum(energies) if energies else None,
         }
+        return Report(metrics, tables=[self.table(figures)])
 
-    def console_tables(self) -> list[Any]:
-        from rich.table import Table
-
-        figures = self.summary()
+    def table(self, figures: dict[str, Any]) -> Table:
+        """The terminal's table of `figures` (summary()): means and maxima, each with its unit."""
         table = Table(
             title=f"System ({figures['samples']} samples every {self.interval_s:g} s,"
             f" {figures.get('execution_time_s') or 0:.1f} s)"
@@ -295,12 +292,10 @@ class SystemPreset(Callback):
                           _fmt("energy_wh", gpu["energy_wh"]), "")
         if figures.get("gpu_note"):
             table.caption = figures["gpu_note"]
-        return [table]
+        return table
 
 
 def _fmt(key: str, value: float | None) -> str:
-    from harness.terminal import size
-
     if value is None:
         return "-"
     if key.endswith("_bytes_per_s"):

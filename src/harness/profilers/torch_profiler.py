@@ -27,9 +27,8 @@ from harness.instrument import switches
 from harness.launch.ranks import global_rank
 from harness.private_api import PyTorchProfilerAccess
 from harness.profilers import torch_reports
-from harness.profilers.reporting import ChecksBeforeLightningInit
+from harness.profilers.preset import Preset, Report, check_window
 from harness.profilers.torch_events import SORT_COLUMNS, event_row, is_operator
-from harness.profilers.window import check_window
 from harness.reports.files import atomic_path
 
 log = logging.getLogger(__name__)
@@ -58,19 +57,25 @@ def phase_of(action: str) -> str | None:
 
 
 class _PhaseSchedule:
-    """torch's schedule, but only for the phases the preset records (NONE for the others)."""
+    """torch's schedule, but only for the phases the preset records (NONE for the others).
+    Built from the owner's window once it is first asked (the owner checks its options after
+    Lightning's __init__, which already asks for step 0)."""
 
-    def __init__(self, owner: PytorchPreset, wait: int, warmup: int, active: int) -> None:
+    def __init__(self, owner: PytorchPreset) -> None:
         self.owner = owner
-        self.inner = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+        self.inner: Any = None
 
     def __call__(self, step: int) -> ProfilerAction:
         if self.owner.current_phase not in self.owner.phases:
             return ProfilerAction.NONE
+        if self.inner is None:
+            owner = self.owner
+            self.inner = torch.profiler.schedule(wait=owner.wait, warmup=owner.warmup_steps,
+                                                 active=owner.active, repeat=1)
         return self.inner(step)
 
 
-class PytorchPreset(ChecksBeforeLightningInit, PyTorchProfilerAccess):
+class PytorchPreset(Preset, PyTorchProfilerAccess):
     """PyTorchProfiler writing reports/pytorch.* (operator table) and/or reports/memory.*."""
 
     def __init__(
@@ -94,8 +99,25 @@ class PytorchPreset(ChecksBeforeLightningInit, PyTorchProfilerAccess):
         memory_top: int = 20,
         memory_timeline: bool = False,
     ) -> None:
-        key = f"profiler.{name}"
         self.preset = name
+        self.current_phase: str | None = None
+        self.phases: tuple[str, ...] = ()  # none recorded until the options are checked
+        reports = set(reports)
+        needs_stack = bool(memory_timeline)  # torch's memory timeline needs shapes and stacks
+        # Lightning's Profiler tears itself down in __del__, which needs its __init__ to have
+        # run: it runs first, so a refused option leaves a whole profiler behind, not half one.
+        super().__init__(
+            export_to_chrome=False,  # traces are written by _trace_ready
+            record_module_names=bool(with_modules),
+            schedule=_PhaseSchedule(self),
+            on_trace_ready=self._trace_ready,
+            record_shapes=bool(record_shapes) or needs_stack,
+            with_stack=bool(with_stack) or needs_stack,
+            with_flops=bool(with_flops),
+            with_modules=bool(with_modules),
+            profile_memory=bool(profile_memory) or "memory" in reports,
+        )
+        key = f"profiler.{name}"
         self.wait = non_negative_int(f"{key}.wait", wait)
         self.warmup_steps = non_negative_int(f"{key}.warmup", warmup)
         self.active = positive_int(f"{key}.active", active)
@@ -115,35 +137,27 @@ class PytorchPreset(ChecksBeforeLightningInit, PyTorchProfilerAccess):
             )
         self.sort_by = _CANONICAL_SORT.get(sort_by, sort_by)
         self.row_limit = row_limit
-        self.reports = set(reports)
+        self.reports = reports
         self.memory_top = positive_int("profiler.memory.top", memory_top)
-        self.memory_timeline = bool(memory_timeline)
+        self.memory_timeline = needs_stack
         self.export_trace = bool(export_trace)
         self.trace_rank0_only = bool(trace_rank0_only)
         self.trace_dir = Path(trace_dir) if trace_dir else None
         self.window_key = "wait + warmup + active"
         self.merged_from: str | None = None
-        self.current_phase: str | None = None
         self._window_checked = False
         self.windows: list[dict[str, Any]] = []
         self.files: list[str] = []
-        needs_stack = self.memory_timeline  # torch's memory timeline needs shapes and stacks
-        super().__init__(
-            export_to_chrome=False,  # traces are written by _trace_ready
-            record_module_names=bool(with_modules),
-            schedule=_PhaseSchedule(self, self.wait, self.warmup_steps, self.active),
-            on_trace_ready=self._trace_ready,
-            record_shapes=bool(record_shapes) or needs_stack,
-            with_stack=bool(with_stack) or needs_stack,
-            with_flops=bool(with_flops),
-            with_modules=bool(with_modules),
-            profile_memory=bool(profile_memory) or "memory" in self.reports,
-        )
         self.group_by_shapes = bool(record_shapes)
 
     # -- composition ---------------------------------------------------------------
-    def absorb_memory(self, memory: PytorchPreset) -> None:
-        """Take over the memory preset: profile_memory on, its report written from our window."""
+    @override
+    def absorb(self, other: Preset) -> bool:
+        """The pytorch preset takes over the memory preset: profile_memory on, its report
+        written from our window. No other pair merges."""
+        if isinstance(self, MemoryPreset) or not isinstance(other, MemoryPreset):
+            return False
+        memory = other
         self.reports.add("memory")
         self.torch_profiler_kwargs["profile_memory"] = True
         self.memory_top = memory.memory_top
@@ -152,6 +166,7 @@ class PytorchPreset(ChecksBeforeLightningInit, PyTorchProfilerAccess):
             self.torch_profiler_kwargs["record_shapes"] = True
             self.torch_profiler_kwargs["with_stack"] = True
         self.merged_from = memory.preset
+        return True
 
     @property
     def recorded_steps(self) -> tuple[int, int]:
@@ -238,16 +253,14 @@ class PytorchPreset(ChecksBeforeLightningInit, PyTorchProfilerAccess):
                 log.warning("memory timeline not written: %s: %s", type(err).__name__, err)
 
     # -- reports (harness.profilers.torch_reports) ----------------------------------
-    def write_reports(self, reports_dir: Path) -> dict[str, Any]:
+    @override
+    def write_reports(self, reports_dir: Path) -> Report:
         metrics: dict[str, Any] = {}
         if "ops" in self.reports:
             metrics.update(torch_reports.write_ops(self, reports_dir))
         if "memory" in self.reports:
             metrics.update(torch_reports.write_memory(self, reports_dir))
-        return metrics
-
-    def console_tables(self) -> list[Any]:
-        return torch_reports.console_tables(self)
+        return Report(metrics, tables=torch_reports.console_tables(self))
 
 
 class MemoryPreset(PytorchPreset):
@@ -263,13 +276,8 @@ class MemoryPreset(PytorchPreset):
         trace_rank0_only: bool = True,
         trace_dir: str | None = None,
     ) -> None:
-        skipped = non_negative_int("profiler.memory.warmup", warmup)
         super().__init__(
             name="memory",
-            # The last skipped step warms the profiler up (its first recorded step is slow).
-            wait=max(skipped - 1, 0),
-            warmup=min(skipped, 1),
-            active=positive_int("profiler.memory.steps", steps),
             phases=phases,
             profile_memory=True,
             export_trace=bool(extra_plots),
@@ -279,6 +287,10 @@ class MemoryPreset(PytorchPreset):
             memory_top=top,
             memory_timeline=bool(extra_plots),
         )
+        skipped = non_negative_int("profiler.memory.warmup", warmup)
+        # The last skipped step warms the profiler up (its first recorded step is slow).
+        self.wait, self.warmup_steps = max(skipped - 1, 0), min(skipped, 1)
+        self.active = positive_int("profiler.memory.steps", steps)
         self.window_key = "warmup + steps"
 
     def _window_fix(self) -> str:

@@ -2,7 +2,7 @@
 
 `preset` below is a harness.profilers.torch_profiler.PytorchPreset after its run:
 `windows` holds, per recorded window, the phase, the operator rows (torch_events)
-and torch's own printed table.
+and torch's own printed table. docs/presets/pytorch.md and memory.md explain the fields.
 """
 
 from __future__ import annotations
@@ -10,22 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from harness.profilers.torch_events import SORT_COLUMNS, memory_rows, top_rows
 from harness.reports.files import write_csv, write_json, write_text
+from harness.terminal import size
 
 
-def header(preset: Any, what: str, overhead: str) -> dict[str, Any]:
-    first, last = preset.recorded_steps
+def header(preset: Any, report: str) -> dict[str, Any]:
+    """The facts both reports start with: the window and what was recorded."""
     return {
-        "what": what,
-        "steps": f"steps {first}..{last} (0-based) of each phase in {list(preset.phases)}:"
-        f" {preset.wait} waited, {preset.warmup_steps} profiler warm-up, {preset.active}"
-        " recorded",
+        "report": report,
+        "doc": f"docs/presets/{report}.md#output",
+        "recorded_steps": list(preset.recorded_steps),  # first and last, 0-based, per phase
+        "wait": preset.wait,
+        "warmup": preset.warmup_steps,
+        "active": preset.active,
+        "phases": list(preset.phases),
         "phases_recorded": [w["phase"] for w in preset.windows],
-        "expected_overhead": overhead,
-        "device_columns": "device_* columns are 0 when the run has no CUDA device",
-        "times": "milliseconds summed over the recorded steps; memory in bytes, net"
-        " (allocated minus freed), so a self figure can be negative",
         "merged": preset.merged_from,
     }
 
@@ -38,14 +40,7 @@ def write_ops(preset: Any, reports_dir: Path) -> dict[str, Any]:
         windows.append({"phase": window["phase"], "operators": rows})
         csv_rows += [{"phase": window["phase"], **row} for row in rows]
     payload = {
-        "report": "pytorch",
-        **header(
-            preset,
-            "time (and memory when on) of every operator the PyTorch profiler saw, averaged"
-            " by name over the recorded steps",
-            "none outside the window; inside it each step is several times slower (every op"
-            " recorded), so only the window's figures are affected",
-        ),
+        **header(preset, "pytorch"),
         "sort_by": preset.sort_by,
         "row_limit": preset.row_limit,
         "traces_in_traces_dir": [f for f in preset.files if f.endswith(".pt.trace.json")],
@@ -53,9 +48,12 @@ def write_ops(preset: Any, reports_dir: Path) -> dict[str, Any]:
     }
     write_json(reports_dir / "pytorch.json", payload)
     write_csv(reports_dir / "pytorch.csv", csv_rows)
+    first, last = preset.recorded_steps
     tables = [f"[{w['phase']}] sorted by {preset.sort_by}\n{w['table']}" for w in preset.windows]
     write_text(reports_dir / "pytorch_table.txt",
-               f"{payload['what']}\nSteps: {payload['steps']}\n\n" + "\n".join(tables))
+               "Time (and memory when on) of every operator the PyTorch profiler saw, averaged by"
+               f" name over steps {first}..{last} (0-based) of each phase in"
+               f" {list(preset.phases)}\n\n" + "\n".join(tables))
     train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
     top = train["operators"][0] if train and train["operators"] else None
     return {
@@ -73,14 +71,7 @@ def write_memory(preset: Any, reports_dir: Path) -> dict[str, Any]:
         windows.append({"phase": window["phase"], "operators": rows})
         csv_rows += [{"phase": window["phase"], **row} for row in rows]
     payload = {
-        "report": "memory",
-        **header(
-            preset,
-            f"the {preset.memory_top} operators with the most memory (CPU + device, children"
-            " included) over the recorded steps, with their time and calls",
-            "none outside the window; inside it profile_memory adds to the profiler's own"
-            " cost (each step several times slower)",
-        ),
+        **header(preset, "memory"),
         "top": preset.memory_top,
         "files_in_traces_dir": preset.files,
         "windows": windows,
@@ -98,10 +89,6 @@ def write_memory(preset: Any, reports_dir: Path) -> dict[str, Any]:
 
 
 def console_tables(preset: Any) -> list[Any]:
-    from rich.table import Table
-
-    from harness.terminal import size
-
     tables = []
     for window in preset.windows:
         if "ops" in preset.reports:

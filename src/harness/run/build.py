@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 import lightning.pytorch as pl
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
-from lightning.pytorch.profilers import Profiler
 from omegaconf import DictConfig, open_dict
 
 from harness.config.arguments import callback_nodes
 from harness.config.targets import uses_own_dataloaders
 from harness.errors import HarnessError, first_line
-
-
-@dataclass
-class Presets:
-    """The instantiated profiler presets, sorted by how Lightning takes them."""
-
-    by_name: dict[str, Any] = field(default_factory=dict)
-    callbacks: list[Callback] = field(default_factory=list)
-    profiler: Profiler | None = None
+from harness.profilers.preset import Presets
 
 
 def _build(key: str, node: DictConfig, **kwargs: Any) -> Any:
@@ -67,31 +57,10 @@ def build_datamodule(cfg: DictConfig) -> pl.LightningDataModule | None:
 
 
 def build_presets(cfg: DictConfig) -> Presets:
-    presets = Presets()
+    """The configured presets, sorted and linked (harness.profilers.preset.Presets.of)."""
     nodes = cfg.get("profiler") or {}
-    for name, node in nodes.items():
-        if not isinstance(node, DictConfig) or "_target_" not in node:
-            continue
-        obj = _build(f"profiler.{name}", node)
-        presets.by_name[name] = obj
-        if isinstance(obj, Profiler):
-            if presets.profiler is not None:
-                from harness.profilers.compose import combine_profilers
-
-                other = next(n for n, o in presets.by_name.items() if o is presets.profiler)
-                kept, obj = combine_profilers(other, presets.profiler, name, obj)  # or raises
-                for merged in (other, name):
-                    presets.by_name.pop(merged, None)
-                presets.by_name[kept] = obj
-            presets.profiler = obj
-        elif isinstance(obj, Callback):
-            presets.callbacks.append(obj)
-        else:
-            raise HarnessError(
-                f"profiler.{name}._target_ built a {type(obj).__name__}, which is neither a"
-                " Lightning Callback nor a Lightning Profiler"
-            )
-    return presets
+    return Presets.of({name: _build(f"profiler.{name}", node) for name, node in nodes.items()
+                       if isinstance(node, DictConfig) and "_target_" in node})
 
 
 def route_lightning_logs() -> None:
@@ -131,21 +100,22 @@ def _switches_for(callbacks: list[Callback]) -> dict[str, bool]:
 def build_trainer(
     cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback]
 ) -> pl.Trainer:
-    """The Trainer with the logger's flush callback, the user's trainer.callbacks, the
-    presets, harness's own callbacks (`own`) and the logger."""
+    """The Trainer with the user's trainer.callbacks, the presets, harness's own callbacks
+    (`own`) and the logger."""
     user = build_user_callbacks(cfg.trainer.get("callbacks"))
     # Without its callbacks node: Hydra would merge the list below into a dict of nodes.
     node = copy.copy(cfg.trainer)  # a shallow copy keeps the parent: ${...} still resolve
     with open_dict(node):
         node.pop("callbacks", None)
-    # A logger that buffers (logger=mlflow) sends its metrics from a callback between steps,
-    # first: hooks after the speed preset's on_validation_end count into the next step.
-    flush = [logger.flush_callback()] if hasattr(logger, "flush_callback") else []
+    # A logger that buffers (logger=mlflow) sends its metrics where no step is timed
+    # (harness.profilers.preset.RunShared.between_steps).
+    if hasattr(logger, "flush_if_due"):
+        presets.shared.between_steps.append(logger.flush_if_due)
     return _build(
         "trainer",
         node,
         precision=precision,
-        callbacks=[*flush, *user, *presets.callbacks, *own],
+        callbacks=[*user, *presets.callbacks, *own],
         profiler=presets.profiler,
         logger=False if logger is None else logger,  # Trainer(logger=None) means its defaults
         **_switches_for(user),

@@ -3,6 +3,7 @@ loaded once the config is known good), write result.json, log it to the tracker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from harness.result.schema import RunResult
 from harness.run.record import RunRecord
 from harness.terminal import show
 from harness.tracking.run_logging import log_finished_run
+from harness.tracking.tracker import start_tracker
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +47,17 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
     if relaunched is not None:
         return relaunched
     record.result.slurm = slurm_metadata()
+    if global_rank() == 0:
+        start_tracker(cfg)  # logger=mlflow: MLflow loads in its own process, beside the checks
     logger: Any = None
+    started_with: dict[str, Any] | None = None
     with job_scope() as signals:
         try:
             knobs = check_config(cfg, overrides, record.result)
             # torch and Lightning load here, after the config checks: a typo is said at once.
-            from harness.run import build, measure
+            from harness.run import build, measure, torch_settings
 
+            started_with = torch_settings.capture()  # what the job puts back when it ends
             build.route_lightning_logs()  # each Lightning message once, through the job's log
             logger = build.build_logger(cfg)  # one tracking run per job, shared by its repeats
             measure.measure_repeats(cfg, knobs, record, logger)
@@ -62,11 +68,44 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
             if not handle_interruption(record.result, str(output_dir), signals):
                 raise
         finally:
+            _end_ranks(record)
+            if started_with is not None:
+                _put_back_settings(record, started_with)
             if global_rank() == 0:
                 _write(record)
                 if logger:
                     log_finished_run(cfg, record.result, record.output_dir, logger)
     return record.result
+
+
+def _end_ranks(record: RunRecord) -> None:
+    """DDP: the job's ranks end with it. A rank > 0 says how its job ended; rank 0 ends the
+    process group, waits for the ranks it started (killing those that do not end) and takes
+    their endings into the point's status (an OOM on any rank is the point's)."""
+    from harness.launch import rank_processes
+    from harness.launch.job_scope import end_process_group
+
+    rank = global_rank()
+    if rank > 0:
+        with contextlib.suppress(OSError):  # rank 0 then goes by its exit status instead
+            rank_processes.write_rank_ending(record.output_dir, rank, record.result)
+    end_process_group()
+    if rank == 0:
+        failed = record.result.status not in rank_processes.MEASURED
+        endings = rank_processes.end_ranks(record.output_dir, job_failed=failed)
+        rank_processes.merge_rank_endings(record.result, endings)
+
+
+def _put_back_settings(record: RunRecord, started_with: dict[str, Any]) -> None:
+    """The process-wide torch settings the job changed go back to what it started with, so
+    the next job of a sweep starts from the sweep's; result.json's isolation names them."""
+    from harness.run import torch_settings
+
+    changed = torch_settings.restore(started_with)
+    if changed:
+        record.result.isolation = {**(record.result.isolation or {}),
+                                   "torch_settings_put_back": changed}
+        log.debug("put back after the job (it changed them): %s", ", ".join(changed))
 
 
 def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None = None) -> Knobs:

@@ -28,12 +28,12 @@ from harness.launch.ddp import distributed_facts, prepare_ranks
 from harness.launch.ranks import global_rank
 from harness.measured import summarize
 from harness.result.schema import Device, Repeats, RunResult
-from harness.run import build
+from harness.run import build, torch_settings
 from harness.run.compile import compile_facts, compile_network
 from harness.run.finish import diagnose_run, write_reports
 from harness.run.isolation import start_clean
 from harness.run.loss_watch import NONFINITE_LOSS, LossWatch
-from harness.run.observe import BatchObserver, check_what_ran
+from harness.run.observe import check_what_ran, observed_of
 from harness.run.record import RunRecord, classify_failure, write_error_log
 
 log = logging.getLogger(__name__)
@@ -70,19 +70,20 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
     presets = build.build_presets(cfg)
-    observer, loss_watch = BatchObserver(), LossWatch()
+    observer, loss_watch = presets.observer, LossWatch()
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
                                   [observer, loss_watch])
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
-    record_trainer(result, trainer, knobs.lightning_precision)
     result.model = cfg.model._target_
     result.data = None if datamodule is None else cfg.data._target_
 
     compiling_before = private_api.compile_seconds()
     if knobs.compile:
         compile_network(module, knobs.compile_module, knobs.compile)
-    memory_peaks.reset(device)
+    # Nothing before the fit may initialise CUDA (Lightning refuses to fork a process that
+    # did); until CUDA is initialised its allocator has no peaks to reset.
+    memory_peaks.reset(device if device.type != "cuda" or torch.cuda.is_initialized() else None)
     compiled = None
     try:
         if knobs.trains:
@@ -90,11 +91,18 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
         if knobs.infers:
             _infer_after(trainer, module, datamodule, knobs, record)
     finally:
+        # The device's facts after the fit: reading them initialises CUDA.
+        try:
+            record_trainer(result, trainer, knobs.lightning_precision)
+        except Exception as err:  # a broken device: the fit's own error says more
+            log.warning("the device's facts could not be read: %s", first_line(err))
+        result.torch_settings = torch_settings.read()  # what the measurement ran with
         result.metrics.update(memory_peaks.read(device))
         if knobs.compile:
             compiled = compile_facts(compiling_before)  # graphs and breaks: what ran (observed)
             result.metrics["compile_time_s"] = compiled.pop("compile_time_s")
-        check_what_ran(result, knobs, observer, trainer.world_size, compiled)
+        result.observed = observed_of(presets.shared.batches, compiled)
+        check_what_ran(result, knobs, trainer.world_size)
         if trainer.is_global_zero and result.observed is not None:
             for note in result.observed.notes:  # what ran differs from a knob: said, not hidden
                 log.info("what ran: %s", note)
@@ -109,7 +117,8 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
 
 def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> None:
     """The precision Lightning used (and why, when it is not what was asked), the device,
-    versions and host, into `result`."""
+    versions and host, into `result`. After the fit: on CUDA, reading the device's name and
+    memory initialises CUDA."""
     device = trainer.strategy.root_device
     result.precision_used = trainer.precision
     if trainer.precision != asked_precision:

@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from harness.errors import HarnessError, OutputError, first_line
+from harness.launch.ranks import global_rank, rank_path
 from harness.reports.files import write_text
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, write_result
@@ -28,22 +29,48 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
     if isinstance(err, HarnessError):
         return "failed", str(err)
     text = first_line(err, with_type=False)
-    if type(err).__name__ == "OutOfMemoryError" or "out of memory" in text.lower():
-        return "oom", f"out of memory: {text[:300]}"
-    if type(err).__module__.startswith(("torch._dynamo", "torch._inductor")):
+    compiling = type(err).__module__.startswith(("torch._dynamo", "torch._inductor"))
+    oom = _out_of_memory(err)
+    if oom is not None:
+        where = " while compiling" if compiling and oom is not err else ""
+        return "oom", f"out of memory{where}: {first_line(oom, with_type=False)[:300]}"
+    if compiling:
         return "failed", f"compile failed: {type(err).__name__}: {text[:300]}"
     return "failed", f"{type(err).__name__}: {text[:300]}"
 
 
+def _out_of_memory(err: BaseException) -> BaseException | None:
+    """The out-of-memory error `err` is or wraps, else None. torch.compile wraps what its
+    backend raised (BackendCompilerFailed: "backend='inductor' raised:" first, the
+    OutOfMemoryError as `inner_exception` and cause), so the first line alone misses it."""
+    seen: set[int] = set()
+    found: BaseException | None = err
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        if type(found).__name__ == "OutOfMemoryError" or (
+                "out of memory" in first_line(found, with_type=False).lower()):
+            return found
+        inner = getattr(found, "inner_exception", None)
+        found = (inner if isinstance(inner, BaseException) else found.__cause__
+                 or (None if found.__suppress_context__ else found.__context__))
+    return None
+
+
+def error_log_path(output_dir: Path) -> Path:
+    """The run's error.log; a DDP rank > 0, in the same directory, writes error_rank<N>.log."""
+    path = Path(output_dir) / ERROR_LOG
+    return path if global_rank() == 0 else rank_path(path)
+
+
 def write_error_log(output_dir: Path, err: BaseException) -> Path:
     """The traceback of `err` in the run's error.log (a message may point there)."""
-    return write_text(output_dir / ERROR_LOG, "".join(traceback.format_exception(err)))
+    return write_text(error_log_path(output_dir), "".join(traceback.format_exception(err)))
 
 
 def saved_traceback(output_dir: Path, err: BaseException) -> str:
     """Where the traceback of `err` is, for a message: the run's error.log (written now if the
     run did not write it), else a file in the temporary directory; or why it is nowhere."""
-    path = output_dir / ERROR_LOG
+    path = error_log_path(output_dir)
     if path.is_file():
         return f"traceback in {path}"
     try:
@@ -79,10 +106,10 @@ class RunRecord:
         self.result.status, self.result.reason = classify_failure(err)
         if not isinstance(err, (HarnessError, KeyboardInterrupt, SystemExit)):
             try:
-                write_error_log(self.output_dir, err)
+                path = write_error_log(self.output_dir, err)
             except OSError:  # the disk is full: result.json says what it can, without it
                 return
-            self.result.error_log = ERROR_LOG
+            self.result.error_log = path.name
 
     def add_reports(self, paths: list[Path]) -> None:
         found = set(self.result.reports)

@@ -6,8 +6,11 @@
   directory, progress lines, comparison settings, verdict, and how it ends early
 - `callbacks`: the Hydra callbacks (conf/config.yaml `hydra.callbacks`) that feed it
 - `collect`: a sweep's job directories read back (each job's result.json figures)
-- `table`: the comparison as data: points, ratios, the best variant, memory headroom, and
-  the one check of its `rows` and `baseline` settings
+- `table`: the comparison as data: points (seeds and rounds pooled as repeats), ratios,
+  the best variant, memory headroom, and the one check of its `rows`, `baseline` and
+  `repeat_keys` settings
+- `verdict`: which samples count (not contended, not noisy), a point's band, and whether a
+  ratio is real, the same or inconclusive
 - `render`: the table as comparison.md, .csv, .json and on the terminal; `plot`: comparison.png
 - `report_cli`: the `harness-report` command (`report_sweep`, which a sweep's end runs too);
   `diff`: its A/B comparison

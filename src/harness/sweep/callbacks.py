@@ -5,8 +5,9 @@ to the sweep in progress (harness.sweep.progress).
   in a multirun it starts the sweep, says when each job of an in-process sweep starts
   and ends, and ends the sweep (Hydra calls it last: its sweep.log starts before and ends
   after the other callbacks' lines).
-- `ComparisonCallback` (`sweep_report`) checks its settings (`rows`, `baseline`) when the
-  sweep starts, against the keys and values it varies, so a typo costs no compute; when
+- `ComparisonCallback` (`sweep_report`) checks its settings (`rows`, `baseline`,
+  `repeat_keys`) when the sweep starts, against the keys and values it varies, so a typo or
+  a row over a pooled key costs no compute; when
   the multirun ends it writes comparison.{md,csv,json,png} into the sweep directory and
   shows the table. It reads the jobs back from disk (Hydra gives callbacks no job return
   values, and other launchers run jobs elsewhere), so it sees exactly what
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +104,20 @@ class ProgressCallback(Callback):
                      " prints them", count, where)
 
 
+def _plain(value: Any) -> Any:
+    """A ListConfig as Hydra hands it to the callback, as a list (anything else as it is)."""
+    from omegaconf import ListConfig, OmegaConf
+
+    return OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+
+
 class ComparisonCallback(Callback):
     """Writes comparison.{md,csv,json,png} into the sweep directory and shows the table."""
 
     def __init__(self, rows: str | None = None, baseline: str | None = None,
-                 plot: bool = True) -> None:
+                 plot: bool = True, repeat_keys: Any = None) -> None:
         self.settings = TableSettings(rows, baseline, plot)
+        self._repeat_keys = repeat_keys  # checked when the sweep starts: one line, exit 2
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -115,13 +125,16 @@ class ComparisonCallback(Callback):
         from harness.config.overrides import as_typed
         from harness.config.sweep_keys import swept_values_of
         from harness.errors import ConfigError
-        from harness.sweep.table import check_settings
+        from harness.sweep.table import check_repeat_keys, check_settings
 
         try:
             # `+batchsize=1,2` would fail every job: said once, before the first.
             check_added_keys(as_typed(config.hydra.overrides.task),
                              [k for k in config if k != "hydra"])
-            check_settings(self.settings.rows, self.settings.baseline, swept_values_of(config))
+            repeat_keys = check_repeat_keys(_plain(self._repeat_keys))
+            check_settings(self.settings.rows, self.settings.baseline, swept_values_of(config),
+                           repeat_keys=repeat_keys)
+            self.settings = replace(self.settings, repeat_keys=repeat_keys)
         except ConfigError as err:
             log.error("%s", err)
             # Hydra turns a callback's Exception into a warning and runs the sweep anyway.

@@ -9,12 +9,14 @@ single run has none). It holds:
   process (`job_running`: the terminal then leaves the job's own output to its cli.log
   and prints each warning once per sweep);
 - its progress (`Progress`): job k/N, elapsed time and ETA, one line per finished job
-  (status, examples/s and between-steps share, from the job's result.json). Hydra's basic
+  (status, examples/s and between-steps share, `contended` / `noisy` after a phase so
+  flagged, from the job's result.json). Hydra's basic
   launcher runs the jobs in this process and the callbacks say when each starts and ends;
   the submitit launchers run them elsewhere and say the same when they submit and collect
   them; the rounds sweeper announces how many jobs there are;
-- its comparison (`table`: rows, baseline, plot) and, once written, its `verdict`: the
-  exit status of the command, non-zero only when no job of the sweep measured its point;
+- its comparison (`table`: rows, baseline, plot, repeat keys) and, once written, its
+  `verdict`: the exit status of the command, non-zero only when no job of the sweep
+  measured its point;
 - how to end it before Hydra does: between its jobs SIGTERM stops it as Ctrl-C does, and
   `harness.cli` calls `end_early`, which writes the table of the jobs that finished.
 
@@ -51,9 +53,11 @@ def duration(seconds: float) -> str:
 
 
 def job_outcome(output_dir: Path) -> tuple[str, str]:
-    """(status, 'ok: train 1,234.5 ex/s (between steps 3%), inference ...') from result.json."""
+    """(status, 'ok: train 1,234.5 ex/s (between steps 3%) contended, inference ...') from
+    result.json; a phase's figures end with ` contended` / ` noisy` as the table's cells do."""
     from harness.errors import HarnessError
     from harness.result.store import load_result
+    from harness.sweep.verdict import cautions
 
     try:
         result = load_result(output_dir)
@@ -66,7 +70,8 @@ def job_outcome(output_dir: Path) -> tuple[str, str]:
         if is_finite_number(rate):
             wait = result.metrics.get(f"{phase}_between_steps_share")
             waited = f" (between steps {wait:.0%})" if is_finite_number(wait) else ""
-            figures.append(f"{phase} {rate:,.1f} ex/s{waited}")
+            marks = "".join(f" {caution}" for caution in cautions(result.flags, phase))
+            figures.append(f"{phase} {rate:,.1f} ex/s{waited}{marks}")
     text = result.status
     if figures:
         text += ": " + ", ".join(figures)
@@ -125,6 +130,7 @@ class TableSettings:
     rows: str | None = None
     baseline: str | None = None
     plot: bool = True
+    repeat_keys: tuple[str, ...] | None = None  # None: harness.sweep.table.REPEAT_KEYS
 
 
 @dataclass(frozen=True)
@@ -226,7 +232,8 @@ class SweepInProgress:
             from harness.sweep.report_cli import report_sweep
 
             comparison = report_sweep(self.directory, rows=settings.rows,
-                                      baseline=settings.baseline, plot=settings.plot)
+                                      baseline=settings.baseline, plot=settings.plot,
+                                      repeat_keys=settings.repeat_keys)
             return [job.status for job in comparison.jobs]
         except Exception as err:  # the jobs' own results are safe on disk: say so, go on
             log.warning("could not build the sweep comparison: %s. Rebuild it with:"

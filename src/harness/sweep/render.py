@@ -8,16 +8,21 @@ speed-ups as plain numbers. comparison.png is harness.sweep.plot's.
 The tables are laid out once for both (`sections`). A section (training, inference, the
 diagnosis, peak memory) has one row per row value and, per variant, a few figures (s/it,
 ex/s, speed-up). Markdown gives each figure its own column; the terminal stacks a variant's
-figures in one cell, so a wide sweep still fits, with a column naming the stacked figures
-and their units. A sweep with one variant (a single swept key) has no speed-ups: each
-figure gets its own column there too. The baseline has no ratio column. A cell is a
-figure's number with its spread, or text: a section may show a column of words (a
-verdict, a reason).
+figures in one cell, with a column naming the stacked figures and their units, when every
+section's table fits the terminal at its natural width (nothing wrapped or cut); else each
+variant gets a line of its own, one column per figure (`terminal_rows_table`), in every
+section alike, so a figure never stands beside another figure's name. A sweep with one
+variant (a single swept key) has no speed-ups: each figure gets its own column there too.
+The baseline has no ratio column. A cell is a figure's number with its spread, or text: a
+section may show a column of words (a verdict, a reason). Nothing is ever cut with `…`:
+a cell too wide for its column folds onto the next line.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,14 +36,23 @@ from harness.sweep.table import (
     METRIC_NAMES,
     METRICS,
     RATIOS,
+    RSS_INCREASE,
+    SETTINGS_KEY,
     Comparison,
 )
+from harness.sweep.verdict import CAUTIONS, LEGACY_NOISY, TABLE_TOLERANCE
 
 STEM = "comparison"
 # What comparison.json points to for the meaning of its fields (spread, ratio ranges...).
 DOC = "docs/sweeps.md#comparisonjson"
 BEST = "best"  # after the examples/s of a row's fastest variant, when it is beyond noise
+UNDECIDED = "?"  # after a speed-up whose verdict is inconclusive (no range shown)
+SAME = "*"  # after a speed-up that is no difference beyond the noise and the tolerance
 MIB = 2**20
+# The unit of a FLOP/s column: the largest whose figures are not all below 1, so a CPU's
+# GFLOP/s do not read 0.000 TFLOP/s.
+FLOP_UNITS = ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"))
+SIGNIFICANT_DIGITS = 3
 CELL_FOR_STATUS = {
     "invalid": "invalid",
     "oom": "OOM",
@@ -78,14 +92,40 @@ def missing_cell(point: Any, metric: str | None = None) -> str | None:
 
 
 def _cautions(point: Any, metric: str) -> str:
-    """The cautions of a figure: `thin` (few measured steps), `NaN loss` (training)."""
+    """The cautions of a figure: `thin` (few measured steps), `contended` (a busy machine),
+    `noisy` (erratic steps), `NaN loss` (training)."""
     phase = _phase(metric)
-    text = " thin" if phase and point.get(f"{phase}_thin") else ""
-    return text + (" NaN loss" if phase and point.get(f"{phase}_nonfinite_loss") else "")
+    if not phase:
+        return ""
+    marks = ["thin"] if point.get(f"{phase}_thin") else []
+    marks += [caution for caution in CAUTIONS if point.get(f"{phase}_{caution}")]
+    marks += ["NaN loss"] if point.get(f"{phase}_nonfinite_loss") else []
+    return "".join(f" {mark}" for mark in marks)
 
 
-def value_cell(point: Any, metric: str) -> str:
-    """A metric's cell: the value (with its spread when repeated), or why there is none."""
+def significant(value: float, digits: int = SIGNIFICANT_DIGITS) -> str:
+    """`value` to `digits` significant digits, trailing zeros kept, never in e-notation:
+    412.3 -> '412', 4.1 -> '4.10', 0.00412 -> '0.00412'."""
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def flop_unit(values: Iterable[Any]) -> tuple[str, float]:
+    """(label, scale) of a FLOP/s column: the largest unit of FLOP_UNITS that its largest
+    figure reaches (TFLOP/s when there is none)."""
+    top = max((v for v in values if is_finite_number(v) and v > 0), default=None)
+    if top is None:
+        return "TFLOP/s", 1e12
+    return next(((label, scale) for scale, label in FLOP_UNITS if top >= scale),
+                ("MFLOP/s", 1e6))
+
+
+def value_cell(point: Any, metric: str, scale: float = 1e12) -> str:
+    """A metric's cell: the value (with its spread when repeated), or why there is none.
+    A FLOP/s figure is divided by `scale` (its column's unit, `flop_unit`) and shown to
+    three significant digits."""
     missing = missing_cell(point, metric)
     if missing is not None:
         return missing
@@ -95,9 +135,9 @@ def value_cell(point: Any, metric: str) -> str:
     if not is_finite_number(value):
         return "-"
     if metric.endswith("_flop_per_s"):
-        return f"{value / 1e12:.3f}"
-    if metric.endswith("_mfu"):
-        return f"{value:.0%}"
+        return significant(value / scale)
+    if metric.endswith("_mfu"):  # a few percent is common: 0.42%, not 0%
+        return f"{value:.0%}" if value >= 0.1 else f"{significant(value * 100, 2)}%"
     if metric == "peak_memory_bytes":
         return f"{value / MIB:.0f}" + _spread_suffix(point, metric)
     if metric.endswith("_share"):
@@ -107,8 +147,10 @@ def value_cell(point: Any, metric: str) -> str:
 
 
 def ratio_cell(point: Any, ratio: str) -> str:
-    """A speed-up: the ratio, its range over the samples when repeated (* when that range
-    holds 1.00x: within noise), and `thin` when either side rests on few steps."""
+    """A speed-up: the ratio, then `?` and nothing more when its verdict is inconclusive (a
+    side contended or noisy, or a range wider than the tolerance); else its range over the
+    samples when repeated, and `*` when it is no difference (the verdict `same`; without a
+    verdict, the range holds 1.00x); `thin` when either side rests on few steps."""
     missing = missing_cell(point, ratio)
     if missing is not None:
         return missing
@@ -116,9 +158,15 @@ def ratio_cell(point: Any, ratio: str) -> str:
     if not is_finite_number(value):
         return "-"
     text = f"{value:.2f}x"
+    verdict = point.get(f"{ratio}_verdict")
+    if verdict == "inconclusive":
+        return f"{text} {UNDECIDED}"
     low, high = point.get(f"{ratio}_min"), point.get(f"{ratio}_max")
-    if is_finite_number(low) and is_finite_number(high):
-        text += f" ({low:.2f}-{high:.2f})" + ("*" if point[f"{ratio}_within_spread"] else "")
+    ranged = is_finite_number(low) and is_finite_number(high)
+    if ranged:
+        text += f" ({low:.2f}-{high:.2f})"
+    if verdict == "same" or (verdict is None and ranged and point[f"{ratio}_within_spread"]):
+        text += SAME
     return text + (" thin" if point.get(f"{ratio}_thin") else "")
 
 
@@ -130,6 +178,7 @@ class Figure:
     ratio: bool = False  # a ratio against the baseline (none for the baseline itself)
     best: str | None = None  # bool column of Comparison.points marking the row's best variant
     terminal: bool = True  # shown on the terminal too (markdown shows every figure)
+    scale: float = 1e12  # a FLOP/s figure's unit (the label names it: flop_unit)
 
 
 @dataclass
@@ -159,7 +208,7 @@ def _unmeasured(comparison: Comparison, metric: str) -> bool:
 def _cell(point: Any, figure: Figure) -> str:
     if figure.ratio:
         return ratio_cell(point, figure.metric)
-    text = value_cell(point, figure.metric)
+    text = value_cell(point, figure.metric, figure.scale)
     if figure.best and point is not None and point.get(figure.best) is True:
         text += f" {BEST}"
     return text
@@ -200,8 +249,9 @@ def sections(comparison: Comparison) -> list[Section]:
         found.append(_fill(Section(title, f"{title}{_versus(comparison, 'speed-up vs')}",
                                    figures), comparison))
     if "bound_by" in points and points["bound_by"].notna().any():
-        figures = [Figure("bound by", "bound_by"), Figure("TFLOP/s", "train_flop_per_s"),
-                   Figure("MFU %", "train_mfu")]
+        unit, scale = flop_unit(points["train_flop_per_s"])
+        figures = [Figure("bound by", "bound_by"),
+                   Figure(unit, "train_flop_per_s", scale=scale), Figure("MFU %", "train_mfu")]
         found.append(_fill(Section("Diagnosis (training)", "Diagnosis of training", figures),
                            comparison))
     if not _unmeasured(comparison, "peak_memory_bytes"):
@@ -255,6 +305,25 @@ def terminal_table(section: Section, comparison: Comparison) -> tuple[list[str],
     return header, rows
 
 
+def terminal_rows_table(section: Section,
+                        comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) with the variants as rows, for a terminal too narrow for them side by
+    side: one line per row value and variant, one column per figure under its own heading,
+    the row value on its variant's first line only. A failed point says so once."""
+    figures = [f for f in section.figures if f.terminal]
+    header = [comparison.row_key or "run", "variant", *(f.label for f in figures)]
+    rows = []
+    for (row, per_variant), failed in zip(section.rows, section.failed, strict=True):
+        for n, (label, variant_cells, not_ok) in enumerate(
+                zip(comparison.variants, per_variant, failed, strict=True)):
+            texts = {id(figure): text for figure, text in variant_cells}
+            values = [texts.get(id(f), "") for f in figures]  # the baseline has no ratio
+            if not_ok:
+                values = [values[0], *[""] * (len(values) - 1)]
+            rows.append([row if n == 0 else "", comparison.short_label(label), *values])
+    return header, rows
+
+
 # -- the words around the tables ---------------------------------------------------------------
 def _preamble(comparison: Comparison) -> list[str]:
     lines = []
@@ -289,9 +358,12 @@ def headroom_lines(comparison: Comparison) -> list[str]:
         size = (f"at least {fit['largest_batch_size']:,} (as far as the line is trusted:"
                 f" {MAX_EXTRAPOLATION}x the largest size measured)" if fit["at_least"]
                 else f"~{fit['largest_batch_size']:,}")
+        start = fit.get("start_bytes") or 0
+        resident = (f" ({start / 2**30:.2f} GiB of it resident before training started)"
+                    if start else "")
         lines.append(
             f"Memory headroom{name}: about {fit['bytes_per_example'] / 2**20:.1f} MiB per"
-            f" example over {fit['fixed_bytes'] / 2**30:.2f} GiB fixed, so batch_size up to"
+            f" example over {fit['fixed_bytes'] / 2**30:.2f} GiB fixed{resident}, so batch_size up to"
             f" {size} should fit in the {memory}'s {fit['capacity_bytes'] / 2**30:.0f} GiB"
             f" ({KEEP_FREE:.0%} kept free; a straight line through batch sizes"
             f" {fit['measured_batch_sizes']}: run that size to check)")
@@ -314,9 +386,61 @@ def legend(comparison: Comparison) -> list[str]:
         )
         lines.append(
             f"{BEST}: the {comparison.row_key or 'row'}'s highest examples/s, marked only when"
-            " its slowest sample beat every other variant's fastest (never when the points"
-            " ran once: their noise is unknown)."
+            " its slowest counted sample beat every other variant's fastest, and only in a"
+            f" {comparison.row_key or 'row'} whose every point rests on two or more counted"
+            " samples (never when the points ran once: their noise is unknown; never beside a"
+            " contended or noisy point)."
         )
+    lines += _pooling_lines(comparison)
+    lines += _verdict_lines(comparison)
+    points = comparison.points
+    if "bound_by" in points and points["bound_by"].notna().any():
+        unit = flop_unit(points["train_flop_per_s"])[0]
+        lines.append(
+            "Diagnosis of training (the diagnose preset): bound by: what sets the pace of a"
+            " training step (data, host, compute or communication; the most common over the"
+            f" point's samples, a tie names both); {unit}: the FLOPs of a training step / its"
+            " s/it, per device; MFU: that over the device's dense peak (- where no peak is"
+            " known, as on a CPU).")
+    if any(points[f"{phase}_thin"].any() for phase in MAIN_PHASES if f"{phase}_thin" in points):
+        lines.append("thin: the phase has fewer measured steps than"
+                     " profiler.speed.min_measured_steps: a figure on few samples.")
+    if _any(points, "contended"):
+        lines.append("contended: other processes took the machine while a sample of the point"
+                     " measured (result.json flag contended:<phase>, above"
+                     " profiler.speed.contended_above); its figures are shown, but it counts in"
+                     " no verdict, best or regression. Rerun on a quiet machine.")
+    if _any(points, "noisy"):
+        lines.append("noisy: a sample's step times vary too much for its figures to be precise"
+                     " (result.json flag noisy:<phase>; in older results, a mean step over"
+                     f" {LEGACY_NOISY}x the median); it counts in no verdict, best or regression.")
+    if "train_nonfinite_loss" in points and points["train_nonfinite_loss"].astype(bool).any():
+        lines.append("NaN loss: a training loss of the point was NaN or infinite (result.json"
+                     " flag nonfinite_loss): the timings stand, the model stopped learning.")
+    if (points["memory_source"] == RSS_INCREASE).any():
+        lines.append("peak RSS increase: on a CPU, the training phase's peak resident set minus"
+                     " the resident set at its start: what the phase took from the machine,"
+                     " with what the allocator kept (not the libraries loaded before it).")
+    if (points["status"] == "invalid").any():
+        lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
+                     " compile); its figures are in its result.json, not here. See below.")
+    return lines + headroom_lines(comparison)
+
+
+def _any(points: Any, caution: str) -> bool:
+    columns = [f"{phase}_{caution}" for phase in MAIN_PHASES if f"{phase}_{caution}" in points]
+    return any(points[column].astype(bool).any() for column in columns)
+
+
+def _pooling_lines(comparison: Comparison) -> list[str]:
+    """What a point's samples are: rounds, seeds (repeat keys), repeats; or a single run."""
+    lines = []
+    if comparison.repeat_keys:
+        pooled = "; ".join(f"{k}={','.join(v)}" for k, v in comparison.repeat_keys.items())
+        lines.append(
+            f"Pooled: {pooled} are repeats of each point, not variants ({SETTINGS_KEY}"
+            ".repeat_keys; harness-report --repeat-keys): a point's samples are its jobs over"
+            " them, and its ± and the verdicts of its speed-ups come from their spread.")
     if comparison.rounds > 1:
         lines.append(
             f"Each point ran {comparison.rounds} times, in {comparison.rounds} rounds of the"
@@ -325,23 +449,42 @@ def legend(comparison: Comparison) -> list[str]:
     if comparison.repeated:
         lines.append(
             "±: half the min..max range of the samples, as a share of the value shown."
-            " (a-b): the speed-up over the samples, worst to best pairing; *: that range holds"
-            " 1.00x, so the speed-up is within noise."
+            " (a-b): the speed-up over the samples, worst to best pairing."
         )
+    elif _verdicts(comparison):
+        lines.append("Each point ran once: the spread between runs is not known; a speed-up's"
+                     " verdict rests on each run's own step spread, and no best is named"
+                     " (run with repeat=N to measure it in N rounds).")
     else:
         lines.append("Each point ran once: no spread is known, so no speed-up can be called"
                      " real (run with repeat=N to measure it in N rounds).")
+    return lines
+
+
+def _verdicts(comparison: Comparison) -> set[str]:
     points = comparison.points
-    if any(points[f"{phase}_thin"].any() for phase in MAIN_PHASES if f"{phase}_thin" in points):
-        lines.append("thin: the phase has fewer measured steps than"
-                     " profiler.speed.min_measured_steps: a figure on few samples.")
-    if "train_nonfinite_loss" in points and points["train_nonfinite_loss"].astype(bool).any():
-        lines.append("NaN loss: a training loss of the point was NaN or infinite (result.json"
-                     " flag nonfinite_loss): the timings stand, the model stopped learning.")
-    if (points["status"] == "invalid").any():
-        lines.append("invalid: what ran contradicts a knob the job set (its batches, precision or"
-                     " compile); its figures are in its result.json, not here. See below.")
-    return lines + headroom_lines(comparison)
+    return {v for phase in MAIN_PHASES if f"{phase}_speedup_verdict" in points
+            for v in points[f"{phase}_speedup_verdict"] if isinstance(v, str)}
+
+
+def _verdict_lines(comparison: Comparison) -> list[str]:
+    """The marks of the speed-ups' verdicts that the table shows."""
+    verdicts, lines = _verdicts(comparison), []
+    counted = ("the counted samples (neither contended nor noisy; their examples per step /"
+               " median step)")
+    if verdicts:
+        lines.append(f"{SAME}: no difference: on {counted}, the speed-up's range holds 1.00x"
+                     f" within the {TABLE_TOLERANCE:.0%} tolerance, or the speed-up is smaller"
+                     " than that (vs base: the memory samples' range holds 1.00x). A speed-up"
+                     " with neither * nor ? is real.")
+    elif comparison.repeated:
+        lines.append(f"{SAME}: the speed-up's range holds 1.00x, so it is within noise.")
+    if "inconclusive" in verdicts:
+        lines.append(f"{UNDECIDED}: inconclusive: a side has no counted sample (all contended"
+                     " or noisy), or on the counted samples the speed-up's range holds 1.00x"
+                     f" and reaches past {TABLE_TOLERANCE:.0%}: no difference shown, none ruled"
+                     " out (comparison.csv: <phase>_speedup_verdict_reason).")
+    return lines
 
 
 def failures(comparison: Comparison) -> list[str]:
@@ -384,16 +527,17 @@ def to_markdown(comparison: Comparison) -> str:
 
 def csv_columns(comparison: Comparison) -> list[str]:
     axes = ([comparison.row_key] if comparison.row_key else []) + comparison.variant_keys
-    columns = [*axes, "variant", "baseline", "status", "reason", "samples", "rounds"]
+    columns = [*axes, "variant", "baseline", "status", "reason", "samples", "rounds", "pooled"]
     for name in METRIC_NAMES:
         columns += [name, f"{name}_min", f"{name}_max"]
-    columns += ["memory_source", "bound_by"]
+    columns += ["memory_source", "memory_start_bytes", "bound_by"]
     for phase in MAIN_PHASES:
-        columns += [f"{phase}_thin", f"{phase}_error", f"{phase}_best"]
+        columns += [f"{phase}_thin", f"{phase}_contended", f"{phase}_noisy", f"{phase}_counted",
+                    f"{phase}_error", f"{phase}_best"]
     columns.append("train_nonfinite_loss")
     for ratio in RATIOS:
         columns += [ratio, f"{ratio}_min", f"{ratio}_max", f"{ratio}_within_spread",
-                    f"{ratio}_thin"]
+                    f"{ratio}_thin", f"{ratio}_verdict", f"{ratio}_verdict_reason"]
     columns.append("jobs")
     return columns
 
@@ -414,6 +558,8 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "variants": comparison.variants,
         "baseline": comparison.baseline,
         "fixed": comparison.fixed,
+        "repeat_keys": comparison.repeat_keys,
+        "verdict_tolerance": TABLE_TOLERANCE,
         "context": comparison.context,
         "jobs": {"total": len(comparison.jobs), **comparison.status_counts},
         "metrics": {m.name: {"unit": m.unit, "what": m.what} for m in METRICS},
@@ -436,24 +582,121 @@ def write_tables(comparison: Comparison, directory: Path) -> list[Path]:
 
 
 # -- the terminal -----------------------------------------------------------------------------------
-def show_tables(comparison: Comparison) -> None:
-    """The comparison on the terminal (and in the log): preamble, tables, legend, problems."""
+class ByWidth:
+    """Tables laid out for the width they are printed at (the terminal's, or 120 columns in
+    the log): `wide` when every one of them fits at its natural width, no cell or heading
+    wrapped or cut; else `narrow(width)`. One choice for all, so they read alike."""
+
+    def __init__(self, wide: list[Any], narrow: Callable[[int], list[Any]]) -> None:
+        self.wide = wide
+        self.narrow = narrow
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterable[Any]:
+        yield from (self.wide if all(natural_width(console, t) <= options.max_width
+                                     for t in self.wide) else self.narrow(options.max_width))
+
+
+def natural_width(console: Any, renderable: Any) -> int:
+    """The columns `renderable` takes when nothing in it wraps."""
+    from rich.measure import Measurement
+
+    roomy = console.options.update(max_width=10_000)
+    return Measurement.get(console, roomy, renderable).maximum
+
+
+def fitted_widths(header: list[str], rows: list[list[str]], width: int) -> list[int] | None:
+    """Column widths that fit a table of these cells in `width` columns: every column at its
+    widest line; if that is too wide, first the columns whose heading is wider than their
+    cells ("between steps %" over two lines), then those whose cells have spaces, the one
+    that gives up most first ("1.54x (1.40-1.69)" over two lines), each no narrower than
+    its longest word; if even that is too wide, the widest column loses a column at a time
+    (its cells fold inside words). None when the borders alone take the width."""
+    columns = [[line for cell in column for line in cell.split("\n")]
+               for column in zip(header, *rows, strict=True)]
+    natural = [max(len(line) for line in lines) for lines in columns]
+    body = [max((len(line) for line in lines[1:]), default=0) for lines in columns]
+    longest_word = [max((len(word) for line in lines for word in line.split()), default=0)
+                    for lines in columns]
+    room = width - (3 * len(header) + 1)  # the borders and each cell's padding
+    widths = list(natural)
+    order = sorted(range(len(widths)),
+                   key=lambda n: (body[n] >= natural[n], longest_word[n] - natural[n]))
+    for n in order:
+        excess = sum(widths) - room
+        if excess <= 0:
+            break
+        target = max(longest_word[n], natural[n] - excess)
+        widths[n] = (_snug(header[n], target, max(body[n], longest_word[n]))
+                     if body[n] < natural[n] else target)
+    if room < len(widths):
+        return None
+    while sum(widths) > room:
+        widths[widths.index(max(widths))] -= 1
+    return widths
+
+
+def _snug(heading: str, at_most: int, at_least: int) -> int:
+    """The narrowest width from `at_least` up that wraps `heading` into as few lines as
+    `at_most` does: "between steps %" at 14 columns is "between" / "steps %", 7 wide, not
+    "between steps" / "%"."""
+    import textwrap
+
+    lines = len(textwrap.wrap(heading, at_most))
+    return next((w for w in range(at_least, at_most)
+                 if len(textwrap.wrap(heading, w)) <= lines), at_most)
+
+
+def _stacked(section: Section, comparison: Comparison) -> Any:
     from rich.table import Table
 
+    header, rows = terminal_table(section, comparison)
+    table = Table(title=section.terminal_title, show_lines=True)
+    for n, column in enumerate(header):
+        # the column naming a cell's stacked figures reads left to right
+        table.add_column(column, justify="left" if n == 1 and not column else "right",
+                         overflow="fold")
+    for cells in rows:
+        table.add_row(*[_style(c) for c in cells])
+    return table
+
+
+def _variants_as_rows(section: Section, comparison: Comparison, width: int) -> Any:
+    from rich.table import Table
+
+    header, rows = terminal_rows_table(section, comparison)
+    widths: list[int | None] = list(fitted_widths(header, rows, width) or [None] * len(header))
+    table = Table(title=section.terminal_title)
+    for n, (column, fixed) in enumerate(zip(header, widths, strict=True)):
+        table.add_column(column, justify="left" if n == 1 else "right", overflow="fold",
+                         width=fixed)
+    for n, cells in enumerate(rows):
+        # a rule between row values, none between the variants of one
+        last = n + 1 == len(rows) or bool(rows[n + 1][0])
+        table.add_row(*[_style(c) for c in cells], end_section=last)
+    return table
+
+
+def terminal_tables(comparison: Comparison) -> ByWidth:
+    """The sections' tables for the terminal: variants as columns where they fit, else as
+    rows (see the module docstring)."""
+    found = sections(comparison)
+    stacked = [_stacked(s, comparison) for s in found]
+    if len(comparison.variants) < 2:  # one column per figure already
+        return ByWidth(stacked, lambda width: stacked)
+    return ByWidth(stacked,
+                   lambda width: [_variants_as_rows(s, comparison, width) for s in found])
+
+
+def show_tables(comparison: Comparison) -> None:
+    """The comparison on the terminal (and in the log): preamble, tables, legend, problems."""
     from harness.terminal import show
 
     show(f"[bold]Sweep comparison:[/bold] {comparison.root}")
     for line in _preamble(comparison):
         show(line)
-    for section in sections(comparison):
-        header, rows = terminal_table(section, comparison)
-        table = Table(title=section.terminal_title, show_lines=True)
-        for n, column in enumerate(header):
-            # the column naming a cell's stacked figures reads left to right
-            table.add_column(column, justify="left" if n == 1 and not column else "right")
-        for cells in rows:
-            table.add_row(*[_style(c) for c in cells])
-        show(table)
+    tables = terminal_tables(comparison)
+    if tables.wide:  # else no section has anything to show
+        show(tables)
     for line in legend(comparison):
         show(f"[dim]{line}[/dim]")
     for line in failures(comparison):

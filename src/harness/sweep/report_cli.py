@@ -3,9 +3,15 @@
     harness-report DIR          comparison.{md,csv,json,png} in DIR, table on the terminal
     harness-report A B          what changed from A to B, metric by metric (ratios B/A)
 
+Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is full); 2 bad input,
+or a directory it cannot write; 3 --fail-if-worse found no regression but could not decide
+a comparison (a side contended or noisy): none ruled out. A regression wins over 3.
+
 `report_sweep` is what `harness-report DIR` does, and what a sweep does at its end
-(harness.sweep.progress), so the two write the same files. Fast to start: argparse here,
-pandas and matplotlib only once there is work, never torch.
+(harness.sweep.progress), so the two write the same files: `harness-report DIR` takes the
+sweep's own `rows`, `baseline` and `repeat_keys` (hydra.callbacks.sweep_report, as its
+multirun.yaml records them) unless the command line gives them (`table_settings`). Fast to
+start: argparse here, pandas and matplotlib only once there is work, never torch.
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import HarnessError, OutputError, output_error
 
@@ -25,22 +31,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 PROG = "harness-report"
+REGRESSION, BAD_INPUT, INCONCLUSIVE = 1, 2, 3  # exit statuses (0: done)
 log = logging.getLogger(__name__)
 
 
 def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None = None,
                  plot: bool = True, write: bool = True,
-                 settings_prefix: str | None = None) -> Comparison:
+                 settings_prefix: str | None = None,
+                 repeat_keys: Sequence[str] | None = None) -> Comparison:
     """The comparison of the jobs in `sweep_dir`: its tables on the terminal, and (unless
     write=False) comparison.md, .csv, .json and (with `plot`) .png in `sweep_dir`. An error
-    in `rows` or `baseline` names them after `settings_prefix` (the sweep's own setting)."""
+    in `rows`, `baseline` or `repeat_keys` (None: the default, harness.sweep.table.REPEAT_KEYS)
+    names them after `settings_prefix` (the sweep's own setting)."""
     from harness.sweep import render
     from harness.sweep.collect import collect
-    from harness.sweep.table import SETTINGS_KEY, build
+    from harness.sweep.table import REPEAT_KEYS, SETTINGS_KEY, build
     from harness.terminal import show
 
     comparison = build(collect(sweep_dir), rows=rows, baseline=baseline,
-                       settings_prefix=settings_prefix or f"{SETTINGS_KEY}.")
+                       settings_prefix=settings_prefix or f"{SETTINGS_KEY}.",
+                       repeat_keys=REPEAT_KEYS if repeat_keys is None else repeat_keys)
     render.show_tables(comparison)
     if write:
         written = render.write_tables(comparison, sweep_dir)
@@ -51,7 +61,80 @@ def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None 
             if png:
                 written.append(png)
         show("[bold]comparison:[/bold] " + ", ".join(str(p) for p in written))
+    _autotune_verdict(sweep_dir, write)
     return comparison
+
+
+# What `harness-report DIR` takes from the sweep's own settings when the command line does not
+# give it: the setting (hydra.callbacks.sweep_report.<name>) -> its flag.
+RECORDED = {"rows": "--rows", "baseline": "--baseline", "repeat_keys": "--repeat-keys"}
+
+
+def recorded_settings(sweep_dir: Path) -> dict[str, Any]:
+    """The sweep's own table settings that its multirun.yaml records (hydra.callbacks.
+    sweep_report: `rows`, `baseline`, `repeat_keys`, those that are set); {} for a run's
+    directory, a sweep of another app, or a file that cannot be read."""
+    import yaml
+
+    from harness.sweep.collect import MULTIRUN_FILE
+
+    try:
+        config = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    node: Any = config
+    for key in ("hydra", "callbacks", "sweep_report"):
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return {}
+    return {name: node[name] for name in RECORDED if node.get(name) is not None}
+
+
+def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
+                   repeat_keys: str | None) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """(rows, baseline, repeat keys) for `harness-report DIR`: each as given on the command
+    line (None: not given), else as the sweep set it (`recorded_settings`), so the table is
+    the sweep's own. The sweep's baseline is left out when --rows makes one of its keys the
+    row key (it could name no variant there): the first variant is the baseline then."""
+    from harness.sweep.table import (
+        REPEAT_KEYS,
+        SETTINGS_KEY,
+        check_repeat_keys,
+        parse_variant_spec,
+    )
+
+    recorded = recorded_settings(sweep_dir)
+    used: dict[str, Any] = {}
+    if rows is None and "rows" in recorded:
+        rows = used["rows"] = str(recorded["rows"])
+    if repeat_keys is None and "repeat_keys" in recorded:
+        chosen = check_repeat_keys(recorded["repeat_keys"])
+        if chosen != REPEAT_KEYS:
+            used["repeat_keys"] = list(chosen)
+    else:
+        chosen = check_repeat_keys(repeat_keys, "--")
+    if baseline is None and "baseline" in recorded:
+        spec = str(recorded["baseline"])
+        if rows is not None and rows in parse_variant_spec(spec, f"{SETTINGS_KEY}."):
+            log.info("the sweep's baseline '%s' names %s, now the row key (--rows): the"
+                     " speed-ups are against the first variant; --baseline chooses another",
+                     spec, rows)
+        else:
+            baseline = used["baseline"] = spec
+    if used:
+        said = ", ".join(f"{name}={value!r}" for name, value in used.items())
+        flags = ", ".join(RECORDED[name] for name in used)
+        log.info("the table as the sweep set it (multirun.yaml): %s.%s; %s %s",
+                 SETTINGS_KEY, said, flags, "change them" if len(used) > 1 else "changes it")
+    return rows, baseline, chosen
+
+
+def _autotune_verdict(sweep_dir: Path, write: bool) -> None:
+    """An autotune sweep: every point it tried and its verdict, rebuilt from the jobs, after
+    the table (autotune.json rewritten unless write=False)."""
+    from harness.autotune.report import rebuild
+
+    rebuild(sweep_dir, write=write)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,16 +143,23 @@ def parser() -> argparse.ArgumentParser:
         description="Rebuild the comparison table of a sweep from its jobs' result.json files,"
         " or compare two sweeps or runs (B against A).",
         epilog="Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is"
-        " full); 2 bad input, or a directory it cannot write.",
+        " full); 2 bad input, or a directory it cannot write; 3 --fail-if-worse found no"
+        " regression but could not decide a comparison (a side contended or noisy, or noise"
+        " wider than FRACTION): none ruled out. A regression (1) wins over 3.",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
     p.add_argument("--rows", default=None,
-                   help="swept key whose values make the rows (default: batch_size if swept,"
-                   " else the first of two or more swept keys; a single swept key makes columns)")
+                   help="swept key whose values make the rows (default: a single DIR's own"
+                   " setting, else batch_size if swept, else the first of two or more swept"
+                   " keys; a single swept key makes columns)")
     p.add_argument("--baseline", default=None,
                    help="variant the speed-ups are against, e.g. 'precision=fp32,compile=false'"
-                   " (default: the first variant)")
+                   " (default: a single DIR's own setting, else the first variant)")
+    p.add_argument("--repeat-keys", default=None, metavar="KEYS",
+                   help="comma-separated keys whose values are repeats of a point, pooled into"
+                   " its samples like the rounds of repeat=N (default: a single DIR's own setting,"
+                   " else seed,sweep_round; '' makes seed a variant again)")
     p.add_argument("--no-write", action="store_true",
                    help="print only; write no comparison files")
     p.add_argument("--no-plot", action="store_true", help="skip comparison.png")
@@ -78,47 +168,57 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-if-worse", type=float, default=None, metavar="FRACTION",
                    help="with two DIRs: exit 1 if any metric of B is worse than A by more than"
                    " FRACTION (0.1 = 10%%) and beyond the runs' spread, or a job of B failed"
-                   " where A's passed")
+                   " where A's passed; else exit 3 if a comparison could not be decided"
+                   " (contended or noisy samples, or noise wider than FRACTION)")
     return p
 
 
 def _run(args: argparse.Namespace) -> int:
     from harness.sweep.collect import collect
+    from harness.sweep.table import check_repeat_keys
     from harness.terminal import show
 
     if len(args.dirs) == 1:
-        _written(lambda: report_sweep(Path(args.dirs[0]), rows=args.rows, baseline=args.baseline,
+        sweep_dir = Path(args.dirs[0])
+        rows, baseline, pooled = table_settings(sweep_dir, args.rows, args.baseline,
+                                                args.repeat_keys)
+        _written(lambda: report_sweep(sweep_dir, rows=rows, baseline=baseline,
                                       plot=not args.no_plot, write=not args.no_write,
-                                      settings_prefix="--"),
+                                      settings_prefix="--", repeat_keys=pooled),
                  "print the table only: --no-write")
         return 0
+    repeat_keys = check_repeat_keys(args.repeat_keys, "--")
     if len(args.dirs) != 2:
         raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
                            " Fix: harness-report DIR, or harness-report A B")
     from harness.sweep import diff
     from harness.sweep.table import build
+    from harness.sweep.verdict import TABLE_TOLERANCE
 
     a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline,
-                  settings_prefix="--") for d in args.dirs)
+                  settings_prefix="--", repeat_keys=repeat_keys) for d in args.dirs)
     for side, comp in (("A", a), ("B", b)):
         for problem in comp.problems:
             log.warning("(%s) %s", side, problem)
-    result = diff.diff(a, b)
+    tolerance = TABLE_TOLERANCE if args.fail_if_worse is None else args.fail_if_worse
+    result = diff.diff(a, b, tolerance)
     if args.out:  # written first: a reader that stops early (`| head`) must not cost the files
         written = _written(lambda: diff.write(result, args.out),
                            "write elsewhere: --out DIR")
     diff.show_diff(result)
     if args.out:
         show("[bold]diff:[/bold] " + ", ".join(map(str, written)))
-    if args.fail_if_worse is not None:
-        worse = diff.regressions(result, args.fail_if_worse)
-        for change in worse:
-            show(f"[red]regression[/red] {change.point}: {change.metric}"
-                 f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
-                 f" (status A={change.status_a}, B={change.status_b})")
-        if worse:
-            return 1
-    return 0
+    worse = diff.regressions(result, tolerance) if args.fail_if_worse is not None else []
+    for change in worse:
+        show(f"[red]regression[/red] {change.point}: {change.metric}"
+             f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
+             f" (status A={change.status_a}, B={change.status_b})")
+    undecided = diff.inconclusive_line(result, tolerance)
+    if undecided:  # on stderr, as a warning: `| head` does not hide it
+        log.warning("%s", undecided)
+    if worse:
+        return REGRESSION
+    return INCONCLUSIVE if undecided and args.fail_if_worse is not None else 0
 
 
 def _written(write: Callable[[], T], instead: str) -> T:
@@ -141,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.fail_if_worse is not None and args.fail_if_worse < 0:
         log.error("--fail-if-worse=%s is not valid: expected a fraction >= 0."
                   " Fix: --fail-if-worse 0.1", args.fail_if_worse)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     try:
         code = _run(args)
     except OutputError as err:  # where to write: 2, or 1 for a full disk
@@ -149,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_status)
     except HarnessError as err:  # bad input: the directories, the settings
         log.error("%s", err)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     sys.exit(code)
 
 

@@ -3,22 +3,27 @@
 The swept keys make rows and column groups (variants). A point pools every job (and every
 repeat inside a job, and every round of a sweep) that ran the same settings: its figures are
 one consistent statistic over those samples (harness.measured.summarize: the median s/it,
-examples/s derived from it) with their min..max range. A job that did not measure what it
-was asked gives no number: `invalid` (a knob did not take effect) and failed jobs show their
-status; a `partial` job keeps the phases it measured, and the phase that failed says so. A
-phase measured on too few steps is `thin`.
+examples/s derived from it) with their min..max range. The jobs of a point that differ only
+in a repeat key (`seed`, by default: `repeat_keys`) are samples of it too, as rounds are. A
+job that did not measure what it was asked gives no number: `invalid` (a knob did not take
+effect) and failed jobs show their status; a `partial` job keeps the phases it measured, and
+the phase that failed says so. A phase measured on too few steps is `thin`; one measured on
+a busy machine or with erratic steps is `contended` or `noisy` (harness.sweep.verdict), and
+its samples are left out of every verdict.
 
 On top of the points: speed-ups against the baseline variant in the same row (with their
-range over the samples and whether that range holds 1.0), each row's best variant beyond
-noise, and, with a sweep over batch_size, the memory headroom. Everything is computed here
-once; harness.sweep.render and harness.sweep.plot only read it. The sweep's own settings
-(`rows`, `baseline`) are checked by `check_settings`, when a sweep starts and when a table
-is built.
+range over the samples, whether that range holds 1.0, and the verdict on the counted
+samples: real, same or inconclusive), each row's best variant beyond noise, and, with a
+sweep over batch_size, the memory headroom. Everything is computed here once;
+harness.sweep.render and harness.sweep.plot only read it. The sweep's own settings (`rows`,
+`baseline`, `repeat_keys`) are checked by `check_settings`, when a sweep starts and when a
+table is built.
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,11 +31,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.config.overrides import parse_overrides
+from harness.config.overrides import ROUND_KEY, parse_overrides
 from harness.config.sweep_keys import short_setting
 from harness.errors import ConfigError, HarnessError
 from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, summarize
 from harness.sweep.collect import Collection, JobResult
+from harness.sweep.verdict import TABLE_TOLERANCE, Band, band_of, judge, sample_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,8 +45,13 @@ DEFAULT = "(default)"
 ROW_PREFERENCE = ("batch_size",)
 # Keys that never make rows or variants: they say how a run was launched, not what ran.
 NOT_AXES = ("sweep",)
-# Where a sweep's `rows` and `baseline` are set (the comparison callback, conf/config.yaml);
-# harness-report names them --rows and --baseline.
+# Keys whose values are repeats of one point, not variants: their jobs pool into the point's
+# samples, as the rounds of a sweep do (`harness -m batch_size=8,16 seed=0,1,2`: two points
+# of three samples). A setting of the table (hydra.callbacks.sweep_report.repeat_keys,
+# harness-report --repeat-keys); the rounds key never makes an axis (collect drops it).
+REPEAT_KEYS = ("seed", ROUND_KEY)
+# Where a sweep's `rows`, `baseline` and `repeat_keys` are set (the comparison callback,
+# conf/config.yaml); harness-report names them --rows, --baseline and --repeat-keys.
 SETTINGS_KEY = "hydra.callbacks.sweep_report"
 
 
@@ -71,8 +82,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("train_mfu", "share",
            "training: FLOP/s / the device's dense peak (null without a peak)", True, False),
     Metric("peak_memory_bytes", "bytes",
-           "peak device memory allocated by torch (CUDA), else peak resident set of the process"
-           " during the job (CPU)", False),
+           "peak device memory allocated by torch (CUDA); on a CPU the training phase's peak"
+           " resident set minus the resident set at its start (peak RSS increase), else, for"
+           " results without it, the process's peak resident set during the job", False),
 )
 METRIC_NAMES = tuple(m.name for m in METRICS)
 # speed-up column -> the metric it divides (variant / baseline, same row)
@@ -81,6 +93,9 @@ RATIOS = {
     "inference_speedup": "inference_examples_per_second",
     "memory_ratio": "peak_memory_bytes",
 }
+
+# Where a point's peak_memory_bytes comes from (`memory_source`), in the order looked for.
+DEVICE_MEMORY, RSS_INCREASE, PROCESS_RSS = "device allocated", "peak RSS increase", "process RSS"
 
 # Memory headroom (`largest_batches`): the share of memory kept free, and when the line
 # through memory against batch size is noise or stretched too far to read.
@@ -107,6 +122,8 @@ class Comparison:
     context: dict[str, Any] = field(default_factory=dict)
     variant_settings: dict[str, dict[str, str]] = field(default_factory=dict)  # label -> settings
     headroom: dict[str, dict[str, Any]] = field(default_factory=dict)  # see largest_batches
+    repeat_keys: dict[str, list[str]] = field(default_factory=dict)  # pooled key -> its values
+    repeat_settings: tuple[str, ...] = REPEAT_KEYS  # the keys asked to pool (swept or not)
 
     @property
     def status_counts(self) -> dict[str, int]:
@@ -169,13 +186,45 @@ def choose_row_key(axes: list[str], rows: str | None) -> str | None:
     return rows or next((k for k in ROW_PREFERENCE if k in axes), fallback)
 
 
+def _repeat_keys_name(prefix: str) -> str:
+    return "--repeat-keys" if prefix == "--" else f"{prefix}repeat_keys"
+
+
+def check_repeat_keys(value: Any, prefix: str = f"{SETTINGS_KEY}.") -> tuple[str, ...]:
+    """The repeat keys as a tuple of names, from a list (the config's) or a comma-separated
+    string (harness-report's); a ConfigError naming the setting for anything else."""
+    if value is None:
+        return REPEAT_KEYS
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, Sequence) or not all(isinstance(k, str) and k for k in value):
+        raise ConfigError(_repeat_keys_name(prefix), value, "a list of keys, e.g. [seed]",
+                          f"{_repeat_keys_name(prefix)}=[seed]")
+    return tuple(value)
+
+
+def _pooled_error(prefix: str, setting: str, value: str, key: str,
+                  axes: list[str]) -> ConfigError:
+    """`rows` or `baseline` names a key whose values are samples of each point."""
+    keys = _repeat_keys_name(prefix)
+    instead = f"{prefix}{setting}={axes[0]}" if setting == "rows" and axes else f"drop {key}"
+    return ConfigError(f"{prefix}{setting}", value,
+                       f"a swept key that is not a repeat key ({key} is in {keys}: its values"
+                       " are samples of each point, not rows or variants)",
+                       f"{instead}, or leave {key} out of {keys}")
+
+
 def check_settings(rows: str | None, baseline: str | None, swept: Mapping[str, Sequence[str]],
-                   prefix: str = f"{SETTINGS_KEY}.") -> None:
+                   prefix: str = f"{SETTINGS_KEY}.",
+                   repeat_keys: Sequence[str] = REPEAT_KEYS) -> None:
     """Raise a ConfigError naming `<prefix>rows` or `<prefix>baseline` when it cannot match
-    this sweep, whose swept keys and values are `swept`: when a sweep starts, and when a
-    table is built (by harness-report too: prefix `--`)."""
-    axes = [k for k in swept if k not in NOT_AXES]
+    this sweep, whose swept keys and values are `swept` (the keys in `repeat_keys` pool into
+    the points): when a sweep starts, and when a table is built (by harness-report too:
+    prefix `--`)."""
+    axes = [k for k in swept if k not in NOT_AXES and k not in repeat_keys]
     if rows is not None and rows not in axes:
+        if rows in swept and rows in repeat_keys:
+            raise _pooled_error(prefix, "rows", rows, rows, axes)
         raise ConfigError(f"{prefix}rows", rows,
                           f"a swept key (swept: {', '.join(axes) or 'nothing'})",
                           f"{prefix}rows={axes[0]}" if axes else f"drop {prefix}rows")
@@ -184,6 +233,8 @@ def check_settings(rows: str | None, baseline: str | None, swept: Mapping[str, S
     row_key = choose_row_key(axes, rows)
     columns = [k for k in axes if k != row_key]
     for key, value in parse_variant_spec(baseline, prefix).items():
+        if key in swept and key in repeat_keys:
+            raise _pooled_error(prefix, "baseline", baseline, key, axes)
         if key not in columns:
             raise ConfigError(f"{prefix}baseline", baseline,
                               f"key=value pairs of the column keys ({', '.join(columns) or 'none'})",
@@ -231,15 +282,19 @@ def swept_and_fixed(jobs: list[JobResult]) -> tuple[dict[str, list[str]], dict[s
 
 
 def build(collection: Collection, rows: str | None = None, baseline: str | None = None,
-          settings_prefix: str = f"{SETTINGS_KEY}.") -> Comparison:
-    """Arrange the collected jobs as rows x variants, with speed-ups against the baseline
-    (`settings_prefix` names rows and baseline in an error: `--` for harness-report)."""
+          settings_prefix: str = f"{SETTINGS_KEY}.",
+          repeat_keys: Sequence[str] = REPEAT_KEYS) -> Comparison:
+    """Arrange the collected jobs as rows x variants, with speed-ups against the baseline;
+    the jobs of a point that differ only in `repeat_keys` are its samples
+    (`settings_prefix` names the settings in an error: `--` for harness-report)."""
     import pandas as pd
 
     jobs = collection.jobs
     swept, fixed = swept_and_fixed(jobs)
-    check_settings(rows, baseline, swept, settings_prefix)
-    axes = [k for k in swept if k not in NOT_AXES]
+    check_settings(rows, baseline, swept, settings_prefix, repeat_keys)
+    axes = [k for k in swept if k not in NOT_AXES and k not in repeat_keys]
+    pooled = {k: sorted(values, key=_sort_key) for k, values in swept.items()
+              if k in repeat_keys}
     row_key = choose_row_key(axes, rows)
     variant_keys = [k for k in axes if k != row_key]
 
@@ -262,14 +317,17 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
             record[key] = members[0].settings.get(key, DEFAULT)
         record.update(row=row, variant=label, baseline=label == chosen)
         record.update(point(members))
+        record["pooled"] = ", ".join(
+            f"{len({m.settings.get(k, DEFAULT) for m in members})} {k}s" for k in pooled) or None
         records.append(record)
     frame = pd.DataFrame.from_records(records)
     for name in METRIC_NAMES:
         for column in (name, f"{name}_min", f"{name}_max"):
             if column not in frame:
                 frame[column] = None
-    if "memory_source" not in frame:
-        frame["memory_source"] = None
+    for column in ("memory_source", "memory_start_bytes"):
+        if column not in frame:
+            frame[column] = None
     add_ratios(frame, chosen)
     add_best(frame)
 
@@ -291,6 +349,8 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
         problems=list(collection.problems),
         context=_context(jobs),
         variant_settings=settings_of,
+        repeat_keys=pooled,
+        repeat_settings=tuple(repeat_keys),
     )
     comparison.headroom = largest_batches(comparison)
     return comparison
@@ -315,19 +375,39 @@ def _context(jobs: list[JobResult]) -> dict[str, Any]:
 
 # -- one point ---------------------------------------------------------------------------
 def peak_memory(figures: dict[str, Any]) -> tuple[float | None, str | None]:
-    """(bytes, where they come from) for one run's figures."""
+    """(bytes, where they come from) for one run's figures: the device's peak (CUDA); on a
+    CPU the training phase's peak RSS increase over its start (what the phase took, not the
+    ~0.5 GiB of libraries the process holds anyway; inference's without training); the
+    process's peak RSS for results written before the increase."""
     device = figures.get("peak_device_allocated_bytes")
     if is_finite_number(device):
-        return float(device), "device allocated"
+        return float(device), DEVICE_MEMORY
+    for phase in MAIN_PHASES:
+        increase = figures.get(f"{phase}_peak_rss_increase_bytes")
+        if is_finite_number(increase):
+            return float(increase), RSS_INCREASE
     rss = figures.get("peak_rss_bytes")
     if is_finite_number(rss):
-        return float(rss), "process RSS"
+        return float(rss), PROCESS_RSS
     return None, None
+
+
+def memory_start(figures: dict[str, Any]) -> float | None:
+    """The resident set at the start of the phase whose increase `peak_memory` gives (what
+    the headroom adds back to the increase), else None."""
+    if peak_memory(figures)[1] != RSS_INCREASE:
+        return None
+    for phase in MAIN_PHASES:
+        if is_finite_number(figures.get(f"{phase}_peak_rss_increase_bytes")):
+            start = figures.get(f"{phase}_rss_start_bytes")
+            return float(start) if is_finite_number(start) else None
+    return None
 
 
 def _sample(figures: dict[str, Any]) -> dict[str, Any]:
     values = {name: figures.get(name) for name in METRIC_NAMES if name != "peak_memory_bytes"}
     values["peak_memory_bytes"] = peak_memory(figures)[0]
+    values["memory_start_bytes"] = memory_start(figures)
     return values
 
 
@@ -351,7 +431,11 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         record[name] = value.get(name) if is_finite_number(value.get(name)) else None
         record[f"{name}_min"], record[f"{name}_max"] = low.get(name), high.get(name)
     record["memory_source"] = peak_memory(first.samples[0] if first.samples else {})[1]
+    start = value.get("memory_start_bytes")
+    record["memory_start_bytes"] = start if is_finite_number(start) else None
     flags = {f for j in usable if j.result for f in j.result.flags}
+    for phase in MAIN_PHASES:
+        record.update(phase_band(usable, phase))
     for phase in PHASES:
         record[f"{phase}_thin"] = f"thin:{phase}" in flags
         errors = [j.result.phase_errors[phase] for j in usable
@@ -366,6 +450,19 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
     return record
 
 
+def phase_band(jobs: list[JobResult], phase: str) -> dict[str, Any]:
+    """A point's robust band for `phase` over its jobs' samples (harness.sweep.verdict; a
+    job's flags hold for each of its repeats) and its cautions: `<phase>_contended` /
+    `_noisy` when any sample is, `<phase>_counted`, the samples its verdicts rest on."""
+    samples = [found for job in jobs for figures in job.samples
+               if (found := sample_of(figures, job.result.flags if job.result else [], phase))]
+    band = band_of(samples)
+    return {f"{phase}_band": band,
+            f"{phase}_contended": any(s.contended for s in samples),
+            f"{phase}_noisy": any(s.noisy for s in samples),
+            f"{phase}_counted": band.counted if band else 0}
+
+
 def majority(bounds: list[str]) -> str | None:
     """The bound most of the point's samples name; a tie names both ("compute/host"), in the
     order they first appear, so a report reads the same however often it is made."""
@@ -378,11 +475,15 @@ def majority(bounds: list[str]) -> str | None:
 
 # -- ratios and the best variant ------------------------------------------------------------
 def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
-    """Per ratio: the value, its range over the samples of both sides, and the noise flag.
+    """Per ratio: the value, its range over the samples of both sides, the noise flag and,
+    for the speed-ups, the verdict.
 
-    The range is min(variant) / max(baseline) .. max(variant) / min(baseline); the speed-up
-    is within noise when that range holds 1.0 (the samples of the two overlap). A ratio
-    involving a thin phase is flagged `<ratio>_thin`.
+    The range is min(variant) / max(baseline) .. max(variant) / min(baseline) over every
+    sample; the speed-up is within noise when that range holds 1.0 (the samples of the two
+    overlap). The verdict (`<ratio>_verdict`: real, same or inconclusive, and
+    `<ratio>_verdict_reason`) rests on the counted samples only (harness.sweep.verdict,
+    against TABLE_TOLERANCE); none where a side's spread is unknown (older results that ran
+    once) or for memory. A ratio involving a thin phase is flagged `<ratio>_thin`.
     """
     import pandas as pd
 
@@ -390,7 +491,8 @@ def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
     for ratio, metric in RATIOS.items():
         phase = metric.split("_", 1)[0]
         columns: dict[str, list[Any]] = {c: [] for c in ("", "_min", "_max", "_within_spread",
-                                                           "_thin")}
+                                                           "_thin", "_verdict",
+                                                           "_verdict_reason")}
         for _, p in frame.iterrows():
             found: dict[str, Any] = dict.fromkeys(columns)
             ref = base.loc[p["row"]] if p["row"] in base.index else None
@@ -403,6 +505,10 @@ def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
                         p, ref, metric)
                 if phase in PHASES:
                     found["_thin"] = bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
+                if phase in MAIN_PHASES and p["variant"] != baseline:
+                    verdict = judge(ref[f"{phase}_band"], p[f"{phase}_band"], TABLE_TOLERANCE)
+                    if verdict is not None:
+                        found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
             for suffix, value in found.items():
                 columns[suffix].append(value)
         for suffix, values in columns.items():
@@ -419,10 +525,11 @@ def ratio_range(side: Any, base: Any, metric: str) -> tuple[float, float, bool]:
 
 
 def add_best(frame: pd.DataFrame) -> None:
-    """`<phase>_best`: per row, True for the variant with the highest examples/s when it is
-    beyond noise, its lowest sample above every other variant's highest. Each point must
-    have a spread (repeats or rounds): a point that ran once has no known noise, so no
-    variant of its row is called best."""
+    """`<phase>_best`: per row, True for the variant with the highest robust figure when it
+    is beyond noise: its counted samples' lowest above every other variant's highest
+    (harness.sweep.verdict). Every point of the row must rest on two or more counted
+    samples (repeats, rounds or seeds): a point that ran once has no known noise between
+    runs, and a contended or noisy one none at all, so no variant of its row is called best."""
     import pandas as pd
 
     for phase in MAIN_PHASES:
@@ -430,11 +537,12 @@ def add_best(frame: pd.DataFrame) -> None:
         best = pd.Series(False, index=frame.index, dtype=object)
         usable = frame[frame["status"].isin(USABLE) & frame[metric].map(is_finite_number)]
         for _, group in usable.groupby("row", sort=False):
-            if len(group) < 2 or (group["samples"] <= 1).any():
+            bands: dict[Any, Band] = {i: b for i, b in group[f"{phase}_band"].items()
+                                      if b is not None and b.counted > 1}
+            if len(group) < 2 or len(bands) < len(group):
                 continue
-            top = group[metric].astype(float).idxmax()
-            others = group.drop(index=top)
-            if float(group.at[top, f"{metric}_min"]) > float(others[f"{metric}_max"].max()):
+            top = max(bands, key=lambda i: bands[i].value)
+            if bands[top].low > max(b.high for i, b in bands.items() if i != top):
                 best[top] = True
         frame[f"{phase}_best"] = best
 
@@ -471,8 +579,12 @@ def largest_batches(comparison: Comparison) -> dict[str, dict[str, Any]]:
     that pick other algorithms at other sizes bend the line, so the next step is a run at
     that size. None is given where the line is noise: when memory grows over the measured
     batch sizes by less than MIN_GROWTH_OVER_NOISE x the spread between a point's repeated
-    samples, or by less than MIN_GROWTH_SHARE of the memory used (on a CPU the process RSS,
-    mostly libraries and the allocator's pool, hides what a batch adds). Past
+    samples, or by less than MIN_GROWTH_SHARE of the memory used (the process RSS of older
+    CPU results, mostly libraries and the allocator's pool, hides what a batch adds). On a
+    CPU the line goes through the peak RSS increase of the training phase (`peak_memory`),
+    so its fixed part is the phase's one-time costs; the resident set at the phase's start
+    (`memory_start_bytes`, the median over the variant's points) is added back to it
+    (`start_bytes`) before the line is held against the machine's RAM. Past
     MAX_EXTRAPOLATION x the largest measured batch the figure is only a lower bound
     (`at_least`).
     """
@@ -489,14 +601,18 @@ def largest_batches(comparison: Comparison) -> dict[str, dict[str, Any]]:
         if line is None or line[1] <= 0:
             continue
         fixed, per_example = line
+        starts = [float(s) for s in rows["memory_start_bytes"] if is_finite_number(s)]
+        start = statistics.median(starts) if starts else 0.0
         sizes = sorted(int(x) for x, _ in pairs)
         growth = per_example * (sizes[-1] - sizes[0])
         if (growth < MIN_GROWTH_OVER_NOISE * _noise(rows)
                 or growth < MIN_GROWTH_SHARE * max(y for _, y in pairs)):
             continue
+        fixed += start
         fits = max(int(((1 - KEEP_FREE) * capacity - fixed) // per_example), 0)
         cap = MAX_EXTRAPOLATION * sizes[-1]
         found[label] = {"bytes_per_example": per_example, "fixed_bytes": fixed,
+                        "start_bytes": start,
                         "largest_batch_size": min(fits, cap), "at_least": fits > cap,
                         "capacity_bytes": capacity, "measured_batch_sizes": sizes}
     return found

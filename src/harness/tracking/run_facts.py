@@ -100,4 +100,8 @@ def tags(result: RunResult, working_dir: Path) -> dict[str, str]:
     for variable in SLURM_VARIABLES:
         if os.environ.get(variable):
             values[variable.lower()] = os.environ[variable]
+    for caution in ("contended", "noisy"):  # figures the sweep table will not read as precise
+        phases = [f.split(":", 1)[1] for f in result.flags if f.startswith(f"{caution}:")]
+        if phases:
+            values[f"harness.{caution}"] = ",".join(phases)  # e.g. harness.contended=train
     return {k: str(v)[:MAX_TAG_CHARS] for k, v in values.items() if v is not None}

@@ -3,7 +3,9 @@ figures as metrics, and its table as the run's description.
 
 Params carry the same names as the children's (`batch_size`), so the UI's column of a swept
 key reads `2,4` on the parent and `2`, `4` on its children. The figures come from
-comparison.json, so they are the table's numbers, with the table's noise verdicts.
+comparison.json, so they are the table's numbers, with the table's noise verdicts: the best
+is a point the table marks `best` (beyond the noise of its row, every point of the row on
+counted samples), never the fastest of a contended or noisy row.
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ def _where(point: dict[str, Any], comparison: dict[str, Any]) -> str:
     return ", ".join([*(f"{k}={point.get(k)}" for k in keys), point["variant"]])
 
 
+NO_BEST = ("none: no variant is beyond the noise of the others in its row (or a point of"
+           " every row is contended or noisy, or ran once); see the table")
+
+
 def best_and_baseline(comparison: dict[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
-    """(metrics, tags) per phase: the fastest point's examples/s, the baseline's in that row,
-    the speed-up between them with its range over the samples, and where the best ran."""
+    """(metrics, tags) per phase: the examples/s of the fastest point the table marks best,
+    the baseline's in that row, the speed-up between them with its range over the samples,
+    and where the best ran. A phase whose table marks no best gets the tag `best_<phase>` =
+    NO_BEST and no figures."""
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
     points = comparison.get("points") or []
@@ -42,7 +50,11 @@ def best_and_baseline(comparison: dict[str, Any]) -> tuple[dict[str, float], dic
         usable = [p for p in points if p["status"] in USABLE and is_finite_number(p.get(rate))]
         if not usable:
             continue
-        best = max(usable, key=lambda p: p[rate])
+        marked = [p for p in usable if p.get(f"{phase}_best") is True]
+        if not marked:
+            tags[f"best_{phase}"] = NO_BEST
+            continue
+        best = max(marked, key=lambda p: p[rate])
         metrics[f"best_{rate}"] = float(best[rate])
         tags[f"best_{phase}"] = _where(best, comparison)
         base = next((p for p in usable if p.get("baseline")
@@ -56,7 +68,8 @@ def best_and_baseline(comparison: dict[str, Any]) -> tuple[dict[str, float], dic
         low, high = best.get(f"{ratio}_min"), best.get(f"{ratio}_max")
         if is_finite_number(low) and is_finite_number(high):
             metrics[f"best_{ratio}_min"], metrics[f"best_{ratio}_max"] = float(low), float(high)
-            within = best.get(f"{ratio}_within_spread")
+            verdict = best.get(f"{ratio}_verdict")  # on the counted samples, where known
+            within = verdict != "real" if verdict else best.get(f"{ratio}_within_spread")
             tags[f"best_{ratio}_noise"] = ("within noise: the samples overlap" if within
                                            else "beyond noise: the samples do not overlap")
         elif best is not base:

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-# Hydra's grid sweeper is private API (hydra._internal): Hydra has no public base class for
-# a sweeper that only changes the job list. It is to come from harness.private_api
-# (`hydra_basic_sweeper()`), where every private use lives; this line is the one to change.
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
 from harness.config.overrides import ROUND_KEY, parse_overrides
+from harness.private_api import hydra_basic_sweeper
+
+# Hydra has no public base class for a sweeper that only changes the job list.
+BasicSweeper = hydra_basic_sweeper()
 
 
 def in_rounds(grid: list[list[str]], rounds: int) -> list[list[str]]:

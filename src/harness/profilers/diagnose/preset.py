@@ -1,18 +1,18 @@
 """The `diagnose` preset: why a run is slow, with its evidence.
 
-After each phase was measured it runs the speed-of-light passes (harness.profilers.
-solo_passes: the loader alone, the model alone on a resident batch, FLOPs counted once),
-and, in multi-process runs, records a few training steps with the torch profiler to split
-communication from compute (comm_window). At the end it reads the speed preset's figures
-from result.json's metrics and turns all of it into the step's shares, what the step is
-bound by, FLOP/s and MFU, and ranked findings (findings), written to
-reports/diagnosis.{json,md}, result.json's `diagnosis` and one verdict line.
+After each phase was measured it runs the speed-of-light passes (speed_of_light: the loader
+alone, the model alone on a resident batch, FLOPs counted once), and, in multi-process runs,
+records a few training steps with the torch profiler to split communication from compute
+(communication). At the end it reads the speed preset's figures from result.json's metrics
+and turns all of it into the step's shares, what the step is bound by, FLOP/s and MFU, and
+ranked findings (findings), written to reports/diagnosis.{json,md}, result.json's
+`diagnosis` and one verdict line.
 
 The passes' cost is measured and reported; they run outside every timed step, their memory
 is kept out of the run's peaks (harness.memory_peaks) and the model, optimizer and RNG
-states are restored after them (solo_passes.state_restored, rng_restored). The
-communication window ends inside the speed preset's warm-up and its events are read after
-training, so neither lands in a measured step.
+states are restored after them (speed_of_light.state_restored, rng_restored). The
+communication window ends inside the speed preset's warm-up (RunShared.timed_from_step) and
+its events are read after training, so neither lands in a measured step.
 """
 
 from __future__ import annotations
@@ -25,22 +25,30 @@ import lightning.pytorch as pl
 import psutil
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
 from harness import memory_peaks
 from harness.config.checks import non_negative_int, one_of, positive_int, positive_number
 from harness.measured import MAIN_PHASES
-from harness.profilers import findings as rules
-from harness.profilers import solo_passes
-from harness.profilers.comm_window import CommWindow
-from harness.profilers.device_peaks import dense_peak_tflops, matmul_dtype
+from harness.profilers.all_ranks import gather
+from harness.profilers.diagnose import findings as rules
+from harness.profilers.diagnose import speed_of_light
+from harness.profilers.diagnose.communication import CommWindow
+from harness.profilers.diagnose.peak_flops import dense_peak_tflops, matmul_dtype
 from harness.profilers.flops import CONVENTION
+from harness.profilers.preset import Preset, RunShared
+from harness.profilers.speed_flags import robust_cv
 from harness.reports.files import write_json, write_text
+from harness.result.schema import Diagnosis, RunResult
 
 WHEN = ("end", "start")
+DOC = "docs/presets/diagnose.md#output"
+STATE = ("model, optimizer and RNG states copied before and restored after; their memory kept"
+         " out of the run's peaks")
 
 
-class DiagnosePreset(Callback):
+class DiagnosePreset(Preset, Callback):
     """Runs the extra passes and writes reports/diagnosis.{json,md}; see the module docstring."""
 
     def __init__(self, steps: int = 3, warmup: int = 0, when: str = "end", flops: bool = True,
@@ -53,51 +61,48 @@ class DiagnosePreset(Callback):
             "profiler.diagnose.peak_tflops", peak_tflops, 989.4, "a number of TFLOP/s > 0")
         self.communication_steps = positive_int("profiler.diagnose.communication_steps",
                                                 communication_steps, 2)
-        self.passes: dict[str, dict[str, solo_passes.PassResult]] = {}
+        self.shared = RunShared()  # alone until linked: no step timer, no warm-up to use
+        self.passes: dict[str, dict[str, speed_of_light.PassResult]] = {}
         self.cost_s = 0.0
         self.notes: list[str] = []
         self.comm: CommWindow | None = None
         self.comm_by_rank: list[dict[str, float]] = []
+        self.device: torch.device | None = None
         self.context: dict[str, Any] = {}
 
     # -- capturing a batch, opening the communication window ----------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        device = trainer.strategy.root_device
-        self.context.update(accelerator=device.type, world_size=trainer.world_size)
-        if device.type == "cuda":
-            self.context["device_name"] = torch.cuda.get_device_name(device)
+        self.device = trainer.strategy.root_device
+        self.context.update(accelerator=self.device.type, world_size=trainer.world_size)
+        if self.device.type == "cuda":
             self.context["device_memory_bytes"] = torch.cuda.get_device_properties(
-                device).total_memory
+                self.device).total_memory
         if trainer.world_size > 1 and self.comm is None and stage == "fit":
-            from lightning.pytorch.profilers import PyTorchProfiler
-
             if isinstance(trainer.profiler, PyTorchProfiler):
                 self.notes.append("communication not split: the pytorch/memory preset holds"
                                   " the torch profiler (run diagnose without it)")
             else:
-                self.comm = CommWindow(self._comm_start(trainer), self.communication_steps)
+                self.comm = CommWindow(self.comm_start(self.shared.timed_from_step),
+                                       self.communication_steps)
 
-    def _comm_start(self, trainer: pl.Trainer) -> int:
+    def comm_start(self, timed_from_step: int | None) -> int:
         """The window's first step: the third (the first ones build DDP's buckets and warm
         caches), or earlier so that stopping the profiler, which collects its trace, lands in
-        a step the speed preset leaves out as warm-up."""
-        from harness.profilers.speed import SpeedPreset
-
-        warmups = [c.warmup_steps for c in trainer.callbacks if isinstance(c, SpeedPreset)]
-        if not warmups:
+        a step the speed preset leaves out as warm-up (`timed_from_step`: its first measured
+        step; None without it)."""
+        if timed_from_step is None:
             return 2
-        start = min(2, max(0, warmups[0] - self.communication_steps - 1))
+        start = min(2, max(0, timed_from_step - self.communication_steps - 1))
         if start < 2:
             self.notes.append(f"the communication window starts at step {start}: DDP rebuilds"
                               " its gradient buckets in the second step, which may be in it")
-        if start + self.communication_steps + 1 > warmups[0]:
+        if start + self.communication_steps + 1 > timed_from_step:
             self.notes.append(
                 f"the communication window (from step {start}, {self.communication_steps} steps)"
                 " reaches into the speed preset's measured steps: profiler.speed.warmup_steps >="
                 f" {self.communication_steps + 1} keeps it out")
         return start
-
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.when == "start":
@@ -119,7 +124,7 @@ class DiagnosePreset(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.when == "end":
             self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
-        self._gather_communication(trainer)
+        self._gather_communication()
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -140,12 +145,12 @@ class DiagnosePreset(Callback):
         started = time.perf_counter()
         # The loader pass draws from the global RNG (samplers, worker seeds): restored, so
         # with when=start the measured run sees the data order it would see without it.
-        with memory_peaks.excluded(device) as excluded, solo_passes.rng_restored():
+        with memory_peaks.excluded(device) as excluded, speed_of_light.rng_restored():
             if not excluded:
                 self.notes.append("the passes' memory counts in peak_rss_bytes (no"
                                   " /proc/self/clear_refs here)")
-            loader_pass, batch = solo_passes.loader_alone(trainer, loader, self.steps,
-                                                          self.warmup)
+            loader_pass, batch = speed_of_light.loader_alone(trainer, loader, self.steps,
+                                                             self.warmup)
             self._note_loader(loader)
             # The model pass runs on the loader pass's first batch, already on the device:
             # no batch is held through the measured steps.
@@ -155,74 +160,85 @@ class DiagnosePreset(Callback):
         self.cost_s += time.perf_counter() - started
 
     def _model_pass(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
-                    batch: Any) -> solo_passes.PassResult:
+                    batch: Any) -> speed_of_light.PassResult:
         if batch is None:
-            return solo_passes.PassResult(None, 0, None, "model-alone pass: no batch (the"
-                                          " loader pass was skipped or got none)")
-        refused = solo_passes.copy_refused(
-            trainer.strategy, module, list(trainer.optimizers) if phase == "train" else [],
+            return speed_of_light.PassResult(None, 0, None, "model-alone pass: no batch (the"
+                                             " loader pass was skipped or got none)")
+        training = phase == "train"
+        refused = speed_of_light.copy_refused(
+            trainer.strategy, module, list(trainer.optimizers) if training else [],
             psutil.virtual_memory().available)
         if refused:
-            return solo_passes.PassResult(None, 0, None, f"model-alone pass skipped: {refused}")
-        if phase == "train":
+            return speed_of_light.PassResult(None, 0, None,
+                                             f"model-alone pass skipped: {refused}")
+        if training:
             if not module.automatic_optimization:
                 self.notes.append("manual optimization: the model-alone pass runs"
                                   " training_step only (it steps its optimizers itself)")
-            step = solo_passes.training_step_fn(trainer, module, batch, optimizer_step=True)
-            counted = solo_passes.training_step_fn(trainer, module, batch, optimizer_step=False)
+            step = speed_of_light.training_step_fn(trainer, module, batch)
         else:
-            step = counted = solo_passes.predict_step_fn(trainer, module, batch)
-        return solo_passes.model_alone(trainer, module, step, batch, self.steps, self.warmup,
-                                       training=phase == "train",
-                                       counted=counted if self.count_flops else None)
+            step = speed_of_light.predict_step_fn(trainer, module, batch)
+        return speed_of_light.model_alone(trainer, module, step, batch, self.steps, self.warmup,
+                                          training=training, flops=self.count_flops)
 
     def _note_loader(self, loader: Any) -> None:
         if isinstance(loader, torch.utils.data.DataLoader) and "loader" not in self.context:
             self.context["loader"] = {"num_workers": loader.num_workers,
                                       "pin_memory": loader.pin_memory}
 
-    def _gather_communication(self, trainer: pl.Trainer) -> None:
+    def _gather_communication(self) -> None:
         """Every rank's window figures on every rank (all ranks call this: no hang)."""
-        import torch.distributed as dist
-
         if self.comm is None:
             return
         mine = self.comm.finish()  # a run shorter than the window: what it recorded
         if self.comm.note:
             self.notes.append(self.comm.note)
-        if dist.is_available() and dist.is_initialized():
-            gathered: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, mine)
-            self.comm_by_rank = [g or {} for g in gathered]
-        else:
-            self.comm_by_rank = [mine]
+        self.comm_by_rank = [figures or {} for figures in gather(mine)]
 
     # -- the diagnosis -------------------------------------------------------------------
-    def _peak(self, precision: str | None) -> tuple[float | None, str | None]:
+    def _peak_tflops(self, precision: str | None) -> tuple[float | None, str | None]:
+        """(The device's dense peak TFLOP/s for the run's matmuls, where it comes from)."""
         if self.peak_tflops is not None:
             return self.peak_tflops, "profiler.diagnose.peak_tflops"
-        name = self.context.get("device_name")
+        if self.device is None:
+            return None, None
         dtype = matmul_dtype(precision, torch.get_float32_matmul_precision())
-        peak = dense_peak_tflops(name, dtype) if name else None
-        return peak, (f"dense {dtype} peak of {name} (harness.profilers.device_peaks)"
-                      if peak else None)
+        return dense_peak_tflops(self.device, dtype)
 
     def _exposed_comm_share(self) -> float:
         shares = [(r["communication_s"] - r["overlap_s"]) / r["window_s"]
                   for r in self.comm_by_rank if r.get("window_s")]
         return max(shares) if shares else 0.0
 
-    def phase_figures(self, phase: str, metrics: dict[str, Any], precision: str | None
+    def phase_figures(self, phase: str, metrics: dict[str, Any], peak: float | None
                       ) -> dict[str, Any]:
-        """Shares, rates, FLOPs and MFU of one phase, from the passes and the speed figures."""
+        """Shares, rates, FLOPs and MFU of one phase, from the passes and the speed figures
+        (`metrics`: result.json's figures); `peak`: the device's dense peak TFLOP/s, if known.
+
+        The step is the median iteration, like the passes' own figures (a few stalled steps
+        move the mean and would read as host time); results without it fall back to s/it.
+        The loop cannot iterate faster than the loader alone delivers a batch: where the
+        median step is shorter (workers that deliver in bursts: most steps find a batch
+        waiting, every few wait for the next burst), the step is the loader's pace, at most
+        the mean step, and the difference is time spent waiting for data."""
         found = self.passes.get(phase)
-        step_s = metrics.get(f"{phase}_seconds_per_iteration")
+        median, mean = (metrics.get(f"{phase}_median_step_s"),
+                        metrics.get(f"{phase}_seconds_per_iteration"))
+        step_s = median or mean
         if not found:
             return {"note": f"no {phase} passes ran"}
         loader, model = found["loader"], found["model"]
-        between = metrics.get(f"{phase}_between_steps_share")
+        between_s = metrics.get(f"{phase}_median_between_s")
+        if between_s is None:
+            between = metrics.get(f"{phase}_between_steps_share")
+            between_s = between * step_s if between is not None and step_s else None
+        if median and mean and loader.step_s and between_s is not None:
+            paced = min(mean, loader.step_s)
+            if paced > median:
+                step_s, between_s = paced, between_s + paced - median
         comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
-        between_s = between * step_s if between is not None and step_s else None
+        noise = robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
+                           "median_step_s": metrics.get(f"{phase}_median_step_s")})
         notes = [n for n in (loader.note, model.note) if n]
         # Without the model alone the step cannot be split: its compute would read as host.
         part = (rules.shares(step_s, between_s, loader.step_s, model.step_s, comm)
@@ -232,14 +248,16 @@ class DiagnosePreset(Callback):
         # The shares again with the model pass's quickest and slowest step: their noise.
         ends = [rules.shares(step_s, between_s, loader.step_s, model_s, comm)
                 for model_s in (model.fastest_s, model.slowest_s) if model_s is not None]
-        peak, _ = self._peak(precision)
+        # And with the run's own noise: a step one robust deviation shorter and longer.
+        spread = [rules.shares(step_s * factor, between_s, loader.step_s, model.step_s, comm)
+                  for factor in (max(1 - noise, 0.05), 1 + noise)] if part and noise else []
         world = self.context.get("world_size", 1)
         flop_per_s = model.flops / step_s if model.flops and step_s else None
         return {
-            "step_s": step_s,
             "shares": part,
-            "share_ranges": {bound: [min(e[bound] for e in ends), max(e[bound] for e in ends)]
-                             for bound in rules.BOUNDS} if part and ends and all(ends) else None,
+            "share_ranges": _ranges(ends) if part else None,
+            "noise_ranges": _ranges(spread) if part else None,
+            "step_noise": noise,
             "loader_step_s": loader.step_s,
             "loader_examples_per_second": _total(loader.examples_per_second(), world),
             "model_step_s": model.step_s,
@@ -251,61 +269,66 @@ class DiagnosePreset(Callback):
             "note": "; ".join(notes) or None,
         }
 
-    def diagnose(self, reports_dir: Path, result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(metrics for result.json, the `diagnosis` object); writes reports/diagnosis.*."""
-        metrics = result.metrics
-        phases = {phase: self.phase_figures(phase, metrics, result.precision_used)
+    @override
+    def diagnose(self, reports_dir: Path, result: RunResult) -> Diagnosis:
+        """The `diagnosis` of result.json, from the passes and the speed preset's figures;
+        also written to reports/diagnosis.{json,md}."""
+        metrics = result.figures()  # the speed preset's, the memory peaks, what ran
+        peak, peak_source = self._peak_tflops(result.precision_used)
+        phases = {phase: self.phase_figures(phase, metrics, peak)
                   for phase in MAIN_PHASES if phase in self.passes}
         main = "train" if "train" in phases else "inference"
-        bound = rules.bound_by(phases.get(main, {}).get("shares"))
+        # the run's noise larger than the gap between the two largest shares: no bound, so a
+        # sweep's majority bound does not count this run
+        bound = ("unknown" if rules.noise_beats_gap(phases.get(main, {}))
+                 else rules.bound_by(phases.get(main, {}).get("shares")))
+        contention = {phase: {key: metrics.get(f"{phase}_{key}") for key in
+                              ("other_cpu_share", "run_delay_share", "gpu_other_sm_share")}
+                      for phase in MAIN_PHASES}
         self.context.update(
             precision_note=result.precision_note, flags=list(result.flags),
             graph_breaks=metrics.get("graph_breaks"),
             peak_device_reserved_bytes=metrics.get("peak_device_reserved_bytes"),
-            p90_over_median=_ratio(metrics.get("train_p90_step_s"),
-                                   metrics.get("train_median_step_s")),
-            mean_over_median=_ratio(metrics.get("train_seconds_per_iteration"),
-                                    metrics.get("train_median_step_s")))
+            contention=contention,
+            noise_said={phase: self._noise_said(phase, metrics) for phase in MAIN_PHASES})
         ranked = rules.ranked([f for phase, figures in phases.items()
                                for f in rules.phase_findings(phase, figures, self.context)],
                               rules.run_findings(self.context))
-        _, peak_source = self._peak(result.precision_used)
-        diagnosis = {
+        contended = (rules.contention_said(contention[main])
+                     if f"contended:{main}" in result.flags else None)
+        diagnosis = Diagnosis.model_validate({
             "bound_by": bound,
-            "verdict": rules.verdict(bound, phases.get(main, {}), main),
+            "verdict": rules.verdict(bound, phases.get(main, {}), main, contended),
             **{f"{phase}_{key}": value for phase, figures in phases.items()
                for key, value in _flat(figures).items()},
-            "peak_source": peak_source,
+            "peak_source": peak_source if peak else None,
             "flop_convention": CONVENTION,
             "communication_by_rank": self.comm_by_rank or None,
-            "findings": [f.model_dump() for f in ranked],
+            "findings": ranked,
             "passes": {"when": self.when, "steps": self.steps, "warmup": self.warmup,
-                       "cost_s": self.cost_s,
-                       "state": "model, optimizer and RNG states copied before and restored"
-                                " after; their memory kept out of the run's peaks",
-                       "notes": self.notes},
-        }
+                       "cost_s": self.cost_s, "state": STATE, "notes": self.notes},
+        })
         self._write(reports_dir, diagnosis)
-        numbers = {k: v for k, v in diagnosis.items() if k.startswith(MAIN_PHASES)
-                   and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return {**numbers, "diagnose_cost_s": self.cost_s}, diagnosis
+        return diagnosis
 
-    def _write(self, reports_dir: Path, diagnosis: dict[str, Any]) -> None:
-        write_json(reports_dir / "diagnosis.json", {
-            "report": "diagnose",
-            "what": "what the run is bound by, the shares of its step, FLOPs and MFU, ranked"
-                    " findings with a next step each",
-            "expected_overhead": f"per phase: the loader's prefetch buffer, {self.warmup} +"
-                                 f" max({self.steps}, num_workers) loader batches and"
-                                 f" {self.warmup + self.steps} model steps after it was"
-                                 " measured, plus one counted step: see passes.cost_s",
-            **diagnosis})
-        lines = ["# Diagnosis", "", f"**{diagnosis['verdict']}**", ""]
-        for n, finding in enumerate(diagnosis["findings"], 1):
-            lines += [f"{n}. **{finding['kind']}**: {finding['message']}.",
-                      f"   Next: {finding['next_step']}.", ""]
-        lines += [f"FLOPs: {CONVENTION}. Passes cost {self.cost_s:.2f} s"
-                  f" ({diagnosis['passes']['state']})."]
+    def _noise_said(self, phase: str, metrics: dict[str, Any]) -> list[str]:
+        """What made `phase` noisy, as the speed preset that flagged it words it."""
+        if self.shared.cautions is None:
+            return []
+        return self.shared.cautions.noise_said({
+            "robust_cv": robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
+                                    "median_step_s": metrics.get(f"{phase}_median_step_s")}),
+            "mean_over_median": _ratio(metrics.get(f"{phase}_seconds_per_iteration"),
+                                       metrics.get(f"{phase}_median_step_s"))})
+
+    def _write(self, reports_dir: Path, diagnosis: Diagnosis) -> None:
+        found = diagnosis.model_dump(mode="json")
+        write_json(reports_dir / "diagnosis.json", {"report": "diagnose", "doc": DOC, **found})
+        lines = ["# Diagnosis", "", f"**{diagnosis.verdict}**", ""]
+        for n, finding in enumerate(diagnosis.findings, 1):
+            lines += [f"{n}. **{finding.kind}**: {finding.message}.",
+                      f"   Next: {finding.next_step}.", ""]
+        lines += [f"FLOPs: {CONVENTION}. Passes cost {self.cost_s:.2f} s ({STATE})."]
         write_text(reports_dir / "diagnosis.md", "\n".join(lines) + "\n")
 
 
@@ -318,10 +341,21 @@ def _ratio(a: Any, b: Any) -> float | None:
     return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
 
 
+def _ranges(ends: list[dict[str, float] | None]) -> dict[str, list[float]] | None:
+    """Per bound, the lowest and highest share over `ends` (the shares worked out again),
+    capped at 100% (a wait longer than a shortened step is the whole step)."""
+    if not ends or not all(ends):
+        return None
+    return {bound: [min(min(e[bound] for e in ends), 1.0),  # type: ignore[index]
+                    min(max(e[bound] for e in ends), 1.0)]  # type: ignore[index]
+            for bound in rules.BOUNDS}
+
+
 def _flat(figures: dict[str, Any]) -> dict[str, Any]:
     """`shares` spread into <bound>_share keys, `share_ranges` into <bound>_share_range;
-    everything else as it is."""
-    out = {k: v for k, v in figures.items() if k not in ("shares", "share_ranges")}
+    everything else as it is (`noise_ranges` only feeds the verdict)."""
+    out = {k: v for k, v in figures.items()
+           if k not in ("shares", "share_ranges", "noise_ranges")}
     for bound, share in (figures.get("shares") or {}).items():
         out[f"{bound}_share"] = share
     for bound, ends in (figures.get("share_ranges") or {}).items():

@@ -10,9 +10,12 @@ and the window's wall time splits into compute alone, communication alone, both 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
-from harness.profilers.window import StepWindow
+import torch
+
+from harness.profilers.preset import StepWindow
 
 COLLECTIVE = re.compile(r"nccl|gloo:|c10d::|all_?reduce|all_?gather|broadcast|reduce_?scatter",
                         re.IGNORECASE)
@@ -53,8 +56,6 @@ def overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float
 def _main_thread(events: list[Any]) -> Any:
     """The thread that ran the most operators: the training loop's (the profiler numbers
     threads itself; gloo's collectives run on threads of their own)."""
-    from collections import Counter
-
     counts = Counter(e.thread for e in events if str(e.name).startswith("aten::"))
     return counts.most_common(1)[0][0] if counts else None
 
@@ -112,8 +113,6 @@ class CommWindow:
     def step_starts(self, device: Any) -> None:
         if not self.window.opens_now() or self.profiler is not None:
             return
-        import torch
-
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)

@@ -1,5 +1,7 @@
 """The diagnose preset's speed-of-light passes: the input pipeline alone, the model alone.
 
+What each part of a step could do with nothing else running:
+
 - loader alone: the phase's dataloader iterated, each batch moved to the device as
   Lightning moves it (`strategy.batch_to_device`); after the workers' prefetch buffer is
   drained, K batches (at least one per worker) are timed as one window: the rate the
@@ -13,20 +15,27 @@
 They run after the phase was measured, on the same objects, and leave them as they were:
 the model's and optimizer's state are copied to the CPU before and loaded back after, the
 RNG states are restored (the caller wraps the loader pass in `rng_restored`), `self.log`
-is silenced for the pass. Clocks are read after a device synchronise on CUDA; the first
-`warmup` steps of each pass are left out.
+is silenced for the pass. The clock is the speed preset's (harness.profilers.step_timer.now);
+the first `warmup` steps of each pass are left out. The model pass can also count one step's
+FLOPs (harness.profilers.flops), once, untimed, before its timed steps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import torch
+
+from harness.errors import first_line
+from harness.profilers.flops import count_flops
+from harness.profilers.preset import count_examples
+from harness.profilers.step_timer import now
 
 
 @dataclass
@@ -45,19 +54,13 @@ class PassResult:
         return self.examples / self.step_s
 
 
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
 def _timed(step: Callable[[], Any], device: torch.device, steps: int, warmup: int) -> list[float]:
     times = []
     for index in range(warmup + steps):
-        start = _clock(device)
+        start = now(device)
         step()
         if index >= warmup:
-            times.append(_clock(device) - start)
+            times.append(now(device) - start)
     return times
 
 
@@ -75,10 +78,6 @@ def _cpu_copy(value: Any) -> Any:
 def rng_restored() -> Iterator[None]:
     """Python's, numpy's and torch's CPU and CUDA RNG states as they were before the block:
     samplers and augmentations draw from any of them."""
-    import random
-
-    import numpy
-
     python_rng, numpy_rng = random.getstate(), numpy.random.get_state()
     cpu_rng = torch.random.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -148,8 +147,6 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
     """Seconds per batch of `loader` alone, device transfer included, and its first batch
     (on the device, for the model pass: the last one may be a short remainder; None when it
     gave none)."""
-    from harness.profilers.speed import count_examples
-
     if loader is None or isinstance(loader, (list, dict)) and len(loader) != 1:
         return PassResult(None, 0, None, "loader pass skipped: none, or several dataloaders"), None
     if isinstance(loader, (list, dict)):
@@ -185,10 +182,10 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
     while drained < drain and fetch():
         drained += 1
     timed = 0
-    start = end = _clock(device)
+    start = end = now(device)
     while timed < wanted and fetch():
         timed += 1
-        end = _clock(device)  # not after a failed next(): ending shuts the workers down
+        end = now(device)  # not after a failed next(): ending shuts the workers down
     if not timed:
         notes.append(f"loader pass: the loader ran out after {drained} batches, before any was"
                      " timed")
@@ -214,27 +211,35 @@ def _loss(output: Any) -> torch.Tensor | None:
     return None
 
 
-def training_step_fn(trainer: Any, module: Any, batch: Any,
-                     optimizer_step: bool) -> Callable[[], Any]:
-    """One training step on `batch`: the module's training_step and backward, then, with
-    `optimizer_step`, the first optimizer's step (without: what FLOPs are counted on). Under
-    manual optimization training_step steps its optimizers itself."""
-    optimizers = list(trainer.optimizers)
+def training_forward(trainer: Any, module: Any, batch: Any) -> Callable[[], torch.Tensor | None]:
+    """The module's training_step on `batch` in the run's precision context; returns its loss
+    (None: no loss to step on)."""
     precision = trainer.precision_plugin
 
-    def step() -> None:
+    def forward() -> torch.Tensor | None:
         with precision.train_step_context():
-            loss = _loss(module.training_step(batch, 0))
+            return _loss(module.training_step(batch, 0))
+
+    return forward
+
+
+def training_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]:
+    """One training step on `batch`: training_step, backward and the first optimizer's step.
+    Under manual optimization training_step steps its optimizers itself."""
+    optimizers = list(trainer.optimizers)
+    forward = training_forward(trainer, module, batch)
+
+    def step() -> None:
+        loss = forward()
         if module.automatic_optimization and loss is not None:
             loss.backward()
-            if optimizer_step:
-                optimizers[0].step()
-                optimizers[0].zero_grad(set_to_none=True)
+            optimizers[0].step()
+            optimizers[0].zero_grad(set_to_none=True)
 
     return step
 
 
-def predict_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], Any]:
+def predict_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]:
     precision = trainer.precision_plugin
 
     def step() -> None:
@@ -244,30 +249,42 @@ def predict_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], Any]:
     return step
 
 
+def _backward_of(loss: torch.Tensor | None) -> torch.Tensor:
+    """What measure_flops calls backward on: the loss, or nothing to differentiate."""
+    return loss if loss is not None else torch.zeros((), requires_grad=True)
+
+
+def step_flops(trainer: Any, module: Any, batch: Any, training: bool
+               ) -> tuple[int | None, str | None]:
+    """(FLOPs of one step on `batch`, why not counted): forward + backward for training
+    (under manual optimization, whatever training_step runs), predict_step for inference."""
+    if not training:
+        return count_flops(module, predict_step_fn(trainer, module, batch))
+    forward = training_forward(trainer, module, batch)
+    if not module.automatic_optimization:
+        return count_flops(module, forward)
+    return count_flops(module, forward, _backward_of)
+
+
 def model_alone(trainer: Any, module: Any, step: Callable[[], Any], batch: Any, steps: int,
-                warmup: int, training: bool,
-                counted: Callable[[], Any] | None = None) -> PassResult:
+                warmup: int, training: bool, flops: bool = False) -> PassResult:
     """Seconds per step of `step` on one resident batch, the module's state restored after.
 
-    `counted`, when given, runs once first, untimed, under torch's FLOP counter.
+    With `flops`, one step's FLOPs are counted first, untimed (step_flops).
     """
-    from harness.errors import first_line
-    from harness.profilers.flops import count_flops
-    from harness.profilers.speed import count_examples
-
     device = trainer.strategy.root_device
     no_sync = getattr(trainer.strategy.model, "no_sync", None)  # DDP: no gradient all-reduce
     optimizers = list(trainer.optimizers) if training else []
-    flops, note = None, None
+    counted, note = None, None
     with (state_restored(module, optimizers), silent_logging(module),
           no_sync() if no_sync is not None else contextlib.nullcontext()):
         module.train(training)
-        if counted is not None:
-            flops, note = count_flops(counted)
+        if flops:
+            counted, note = step_flops(trainer, module, batch, training)
         try:
             times = _timed(step, device, steps, warmup)
         except Exception as err:
             return PassResult(None, 0, count_examples(batch),
-                              f"model-alone pass failed: {first_line(err)}", flops)
-    return PassResult(statistics.median(times), len(times), count_examples(batch), note, flops,
+                              f"model-alone pass failed: {first_line(err)}", counted)
+    return PassResult(statistics.median(times), len(times), count_examples(batch), note, counted,
                       min(times), max(times))

@@ -1,0 +1,130 @@
+"""Process-wide torch settings: what a job ran with, and every job of a sweep starting alike.
+
+Hydra's basic launcher runs the jobs of a sweep one after another in one process, and some
+of torch's switches are process-wide: a module that sets `torch.backends.cudnn.benchmark`
+or `torch.set_float32_matmul_precision("medium")` in job 1 (or `trainer.benchmark=true`,
+which Lightning turns into the former) would set it for every later job, and a DDP job
+leaves Lightning's `torch.set_num_threads(cpus // ranks)` and `OMP_NUM_THREADS` behind.
+harness.run.job captures them when a job starts (`capture`), result.json keeps the values
+the measurement ran with (`read`, after it: `torch_settings`), and the job's end puts back
+every one the job changed (`restore`): each job starts from what the sweep started with.
+
+Public torch API only. The TF32 switches have two APIs since torch 2.9: the legacy
+`allow_tf32` / `set_float32_matmul_precision`, and the per-backend `fp32_precision`.
+Reading a legacy one raises RuntimeError once the two were mixed (then it reads None), and
+`restore` sets the legacy ones first, then the new ones from the generic level down: the
+order that round-trips on 2.13.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+# Environment variables torch reads that Lightning sets in a job: OMP_NUM_THREADS (DDP's
+# thread count), CUBLAS_WORKSPACE_CONFIG (trainer.deterministic=true).
+ENVIRONMENT = ("OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
+# torch >= 2.9: torch.backends.<path>.fp32_precision, generic ("") first: restore's order.
+_FP32_PATHS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn",
+               "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
+# Set twice by restore: setting a legacy TF32 flag moves the matmul precision with it.
+_LEGACY_TF32 = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32",
+                "float32_matmul_precision")
+
+Setting = tuple[Callable[[], Any], Callable[[Any], None]]
+
+
+def _backend(path: str) -> Any:
+    import torch
+
+    node: Any = torch.backends
+    for part in filter(None, path.split(".")):
+        node = getattr(node, part)
+    return node
+
+
+def _attribute(path: str, name: str) -> Setting:
+    return (lambda: getattr(_backend(path), name),
+            lambda value: setattr(_backend(path), name, value))
+
+
+def _settings() -> dict[str, Setting]:
+    """name -> (read, set); restore sets them in this order, after _LEGACY_TF32."""
+    import torch
+
+    def deterministic(value: bool) -> None:
+        torch.use_deterministic_algorithms(
+            value, warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
+
+    def warn_only(value: bool) -> None:
+        torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
+                                           warn_only=value)
+
+    cuda = torch.backends.cuda
+    found: dict[str, Setting] = {
+        "float32_matmul_precision": (torch.get_float32_matmul_precision,
+                                     torch.set_float32_matmul_precision),
+        "cuda_matmul_allow_tf32": _attribute("cuda.matmul", "allow_tf32"),
+        "cudnn_allow_tf32": _attribute("cudnn", "allow_tf32"),
+        "cuda_matmul_allow_fp16_reduced_precision_reduction": _attribute(
+            "cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+        "cuda_matmul_allow_bf16_reduced_precision_reduction": _attribute(
+            "cuda.matmul", "allow_bf16_reduced_precision_reduction"),
+        "cudnn_enabled": _attribute("cudnn", "enabled"),
+        "cudnn_benchmark": _attribute("cudnn", "benchmark"),
+        "cudnn_deterministic": _attribute("cudnn", "deterministic"),
+        "deterministic_algorithms": (torch.are_deterministic_algorithms_enabled, deterministic),
+        "deterministic_warn_only": (torch.is_deterministic_algorithms_warn_only_enabled,
+                                    warn_only),
+        "sdp_flash": (cuda.flash_sdp_enabled, cuda.enable_flash_sdp),
+        "sdp_mem_efficient": (cuda.mem_efficient_sdp_enabled, cuda.enable_mem_efficient_sdp),
+        "sdp_math": (cuda.math_sdp_enabled, cuda.enable_math_sdp),
+        "num_threads": (torch.get_num_threads, torch.set_num_threads),
+        "default_dtype": (lambda: str(torch.get_default_dtype()).removeprefix("torch."),
+                          lambda name: torch.set_default_dtype(getattr(torch, name))),
+    }
+    if hasattr(cuda, "cudnn_sdp_enabled"):
+        found["sdp_cudnn"] = (cuda.cudnn_sdp_enabled, cuda.enable_cudnn_sdp)
+    if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9
+        for path in _FP32_PATHS:
+            name = "fp32_precision_" + (path.replace(".", "_") or "generic")
+            found[name] = _attribute(path, "fp32_precision")
+    return found
+
+
+def read() -> dict[str, Any]:
+    """Every setting's current value (None: unreadable, e.g. the two TF32 APIs mixed)."""
+    values: dict[str, Any] = {}
+    for name, (get, _) in _settings().items():
+        try:
+            values[name] = get()
+        except (RuntimeError, AttributeError):
+            values[name] = None
+    return values
+
+
+def capture() -> dict[str, Any]:
+    """The settings and the environment variables now (a job's start), for restore."""
+    return {"torch": read(), "environment": {name: os.environ.get(name) for name in ENVIRONMENT}}
+
+
+def restore(captured: dict[str, Any]) -> list[str]:
+    """Put back every setting that differs from `captured`; returns their names
+    (`env:<NAME>` for an environment variable)."""
+    before, now = captured["torch"], read()
+    changed = [name for name, value in before.items() if now.get(name) != value]
+    if changed:
+        settings = _settings()
+        rest = [name for name in settings if name not in _LEGACY_TF32]
+        for name in (*_LEGACY_TF32, *rest):
+            if before.get(name) is not None:
+                settings[name][1](before[name])
+    for name, value in captured["environment"].items():
+        if os.environ.get(name) != value:
+            changed.append(f"env:{name}")
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return changed
