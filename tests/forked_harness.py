@@ -32,6 +32,22 @@ from typing import Any
 
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(["preloaded_imports"])
+_TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _start_server() -> None:
+    """Start this process's fork server with tests/ on its PYTHONPATH. The server imports its
+    preload with the import path it starts with (Python 3.11 ignores the sys.path it is
+    handed), and an ImportError there is silent: every run would import torch again."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_TESTS_DIR), saved) if p)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def _exit_code(err: SystemExit) -> int:
@@ -115,6 +131,7 @@ class ForkedRun:
     """A started run: the parts of subprocess.Popen the tests use."""
 
     def __init__(self, argv: Sequence[str], cwd: Path, env: dict[str, str]) -> None:
+        _start_server()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         self._process = _context.Process(
             target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out_w), _Fd(err_w)))

@@ -1,9 +1,10 @@
 """What the fork server of tests/forked_harness.py imports once, before any run is forked.
 
 The modules a `harness` job loads, in the order its process meets them: harness's routing
-of the libraries' output first (MLflow reads MLFLOW_CONFIGURE_LOGGING when it is imported),
-then the heavy libraries. Importing them runs no torch op, so no thread pool exists yet
-when a run is forked.
+of the libraries' output first, then the heavy libraries. Importing them runs no torch op,
+so no thread pool exists yet when a run is forked. Not MLflow nor pandas: a job's process
+never imports them (MLflow lives in the tracker process, a subprocess of its own; issue #22),
+and a forked run must not hold what the real command would not.
 """
 
 from harness.terminal import quiet_libraries
@@ -16,12 +17,11 @@ import lightning.pytorch
 import hydra
 import matplotlib.backends.backend_agg
 import matplotlib.figure
-import mlflow
-import mlflow.store.tracking.sqlalchemy_store
 import submitit
 
 import harness.cli
 import harness.run.build
+import harness.run.job
 import harness.run.measure
 import harness.sweep.callbacks
 import harness.tracking.parent_run
