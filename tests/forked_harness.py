@@ -74,6 +74,20 @@ def _received_fd(duplicate: Any) -> int:
     return duplicate.detach()
 
 
+def _as_main_process() -> None:
+    """Undo what being a multiprocessing child left behind: the run is the main process, and
+    processes it starts (DataLoader workers, ...) start the interpreter's default way (fork),
+    not through a fork server that preloads the suite's imports."""
+    from preloaded_imports import MAIN_PROCESS
+
+    if MAIN_PROCESS.__name__ != "_MainProcess":  # imported here, not in the server
+        raise RuntimeError("the fork server did not preload tests/preloaded_imports.py")
+    multiprocessing.set_start_method(None, force=True)
+    multiprocessing.forkserver._forkserver._preload_modules = ["__main__"]  # its default
+    multiprocessing.process._current_process = MAIN_PROCESS()
+    multiprocessing.process._parent_process = None
+
+
 def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int) -> None:
     """Become `harness argv[1:]` started in `cwd` with `env`, stdout and stderr the pipes
     `out` and `err` (pipes, as subprocess gives: a limit on file sizes does not apply to
@@ -92,6 +106,7 @@ def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: in
     sys.path[:] = [str(Path(argv[0]).parent), *extra,
                    *(p for p in sys.path if p and p not in extra)]
     sys.argv[:] = list(argv)
+    _as_main_process()
     code = 0
     try:
         from harness.cli import main

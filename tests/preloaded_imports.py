@@ -7,7 +7,13 @@ never imports them (MLflow lives in the tracker process, a subprocess of its own
 and a forked run must not hold what the real command would not.
 """
 
+import multiprocessing.process
+
 from harness.terminal import quiet_libraries
+
+# The class of the server's own process object (multiprocessing deletes its name): a forked
+# run becomes the main process again with an instance of it (tests/forked_harness.py).
+MAIN_PROCESS = type(multiprocessing.process.current_process())
 
 quiet_libraries()
 

@@ -18,6 +18,19 @@ def _write_loaded(path: str) -> None:
         "torch", "lightning.pytorch", "hydra", "harness.cli", "mlflow", "pandas")}))
 
 
+PROCESS_PROBE = """
+import json, multiprocessing, os, sys
+from lightning.pytorch import Callback
+
+class Probe(Callback):
+    def on_train_start(self, trainer, pl_module):
+        with open(os.path.join(os.environ["PROBE_OUT"], "process.json"), "w") as out:
+            json.dump({"start_method": multiprocessing.get_start_method(),
+                       "name": multiprocessing.current_process().name,
+                       "parent": multiprocessing.parent_process() is None}, out)
+"""
+
+
 def test_a_forked_run_starts_with_torch_loaded_and_without_mlflow(tmp_path):
     # Had the server failed to import its preload (silently, as multiprocessing does), every
     # run would pay the imports again; MLflow and pandas are never in a job's process (#22).
@@ -72,3 +85,22 @@ def test_a_forked_run_has_its_own_environment_import_path_and_working_directory(
     assert Path(seen["cwd"]) == cwd and seen["var"] == "seen"
     assert Path(seen["argv0"]).name == "harness"
     assert done.run_dir().is_relative_to(cwd)
+
+
+def test_a_forked_run_starts_its_own_processes_as_the_console_script_would(tmp_path):
+    """A run is the main process and its workers fork from it (Linux's default), as in the
+    real command: not through the suite's fork server, whose preload a worker would pay."""
+    (tmp_path / "forked_process_probe.py").write_text(PROCESS_PROBE)
+    seen = {}
+    for name in ("forked", "fresh"):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        done = run_harness(cwd, "mode=train", "profiler=[speed]",
+                           "+trainer.callbacks=[{_target_: forked_process_probe.Probe}]",
+                           env={"PROBE_OUT": str(cwd),
+                                "PYTHONPATH": f"{tmp_path}:{harness_env()['PYTHONPATH']}"},
+                           fresh=name == "fresh")
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen[name] = json.loads((cwd / "process.json").read_text())
+    assert seen["forked"] == seen["fresh"] == {"start_method": "fork", "name": "MainProcess",
+                                               "parent": True}
