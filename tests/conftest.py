@@ -71,11 +71,12 @@ def harness_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def start_harness(cwd: Path, *args: str, env: dict[str, str] | None = None,
-                  fast: bool = False) -> forked_harness.ForkedRun:
+                  fast: bool = False, new_session: bool = False) -> forked_harness.ForkedRun:
     """Start `harness args` in `cwd`, forked from a process that already imported torch,
-    Lightning and MLflow (tests/forked_harness.py); it runs on while the test goes on."""
+    Lightning and Hydra (tests/forked_harness.py); it runs on while the test goes on.
+    new_session: in a process group of its own, for a test that signals the whole group."""
     command = [harness_command()[0], *(FAST if fast else ()), *args]
-    return forked_harness.start(command, cwd, harness_env(env))
+    return forked_harness.start(command, cwd, harness_env(env), new_session)
 
 
 def run_harness(

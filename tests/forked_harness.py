@@ -88,10 +88,13 @@ def _as_main_process() -> None:
     multiprocessing.process._parent_process = None
 
 
-def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int) -> None:
+def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int,
+           new_session: bool) -> None:
     """Become `harness argv[1:]` started in `cwd` with `env`, stdout and stderr the pipes
     `out` and `err` (pipes, as subprocess gives: a limit on file sizes does not apply to
     them); then end as the interpreter would: non-daemon threads joined, atexit handlers run."""
+    if new_session:  # as Popen(start_new_session=True): its own process group to signal
+        os.setsid()
     os.dup2(out, 1)
     os.dup2(err, 2)
     os.close(out)
@@ -145,11 +148,13 @@ class _Drain(threading.Thread):
 class ForkedRun:
     """A started run: the parts of subprocess.Popen the tests use."""
 
-    def __init__(self, argv: Sequence[str], cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, argv: Sequence[str], cwd: Path, env: dict[str, str],
+                 new_session: bool = False) -> None:
         _start_server()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         self._process = _context.Process(
-            target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out_w), _Fd(err_w)))
+            target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out_w), _Fd(err_w),
+                                        new_session))
         try:
             self._process.start()
         finally:
@@ -195,9 +200,11 @@ class ForkedRun:
         return out, err
 
 
-def start(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> ForkedRun:
-    """Start `argv` (the harness command and its arguments) forked from the server."""
-    return ForkedRun(argv, cwd, env)
+def start(argv: Sequence[str], cwd: Path, env: dict[str, str],
+          new_session: bool = False) -> ForkedRun:
+    """Start `argv` (the harness command and its arguments) forked from the server; with
+    `new_session`, in a session and process group of its own."""
+    return ForkedRun(argv, cwd, env, new_session)
 
 
 def stop_server() -> None:
