@@ -11,7 +11,11 @@ status, stdout and stderr, environment, working directory and signal handlers, a
 What differs from a fresh `harness` process, and where a test needs that, it runs the real
 command instead (conftest.run_harness(fresh=True), harness_command()): the modules above are
 imported before main() runs (so the run cannot show that it imports them lazily), and
-import-time environment variables were read in the server's environment.
+import-time environment variables were read in the server's environment (the OpenMP runtime
+read OMP_NUM_THREADS, which conftest sets to 1, when torch was imported). What a run changes
+in its process (os.environ, torch's switches, signal handlers) dies with it: the server and
+the next run never see it. tests/test_forked_harness.py checks the rest against the real
+command.
 """
 
 from __future__ import annotations
