@@ -11,16 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import forked_harness
 import pytest
-
-TESTS_DIR = Path(__file__).resolve().parent
 
 # One thread per torch process. The suite runs its tests side by side (pytest-xdist, one
 # worker per core) and each test's runs are processes of their own: with torch's default of
 # one OpenMP thread per core, idle threads spin for CPU another process needs. No test is
-# about threads. Set before torch is imported here or in any process a test starts.
+# about threads. Set before torch is imported here or in any process a test starts, and
+# before forked_harness takes the environment its fork server starts with.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import forked_harness  # noqa: E402 - after the environment it copies
+
+TESTS_DIR = Path(__file__).resolve().parent
 
 # A small, quick workload: a few seconds per run on a laptop CPU.
 FAST = (
@@ -87,8 +89,9 @@ def run_harness(
 
     The process is forked from one that imported the heavy libraries already
     (tests/forked_harness.py); fresh=True starts the console script itself, for a test about
-    what happens before those imports (the import path, what the command loads)."""
-    if not fresh:
+    what happens before those imports (the import path, what the command loads). So does an
+    `env` that sets what a process reads when it starts (MALLOC_*, OMP_*, ...)."""
+    if not fresh and not forked_harness.read_at_start(harness_env(env)):
         run = start_harness(cwd, *overrides, env=env, fast=fast)
         stdout, stderr = run.communicate(timeout=timeout)
         return Completed(run.returncode, stdout, stderr, cwd)  # type: ignore[arg-type]

@@ -39,19 +39,35 @@ _context.set_forkserver_preload(["preloaded_imports"])
 _TESTS_DIR = Path(__file__).resolve().parent
 
 
+# Environment variables read when a process or a library in it starts (glibc's malloc, the
+# OpenMP runtime, the interpreter): a forked run got the server's values, whatever its own say.
+_READ_AT_START = ("MALLOC_", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "PYTHON")
+# The server's environment: the session's, as this module is imported (before any test's
+# monkeypatch), whenever the server starts.
+_SERVER_ENVIRON = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(_TESTS_DIR), os.environ.get("PYTHONPATH")) if p)}
+
+
+def read_at_start(env: dict[str, str]) -> list[str]:
+    """The variables of `env`, read at a process's start, whose values differ from those the
+    fork server started with: a forked run would not see them as the real command does."""
+    keys = {k for k in (*env, *_SERVER_ENVIRON) if k.startswith(_READ_AT_START)}
+    return sorted(k for k in keys - {"PYTHONPATH"} if env.get(k) != _SERVER_ENVIRON.get(k))
+
+
 def _start_server() -> None:
-    """Start this process's fork server with tests/ on its PYTHONPATH. The server imports its
-    preload with the import path it starts with (Python 3.11 ignores the sys.path it is
-    handed), and an ImportError there is silent: every run would import torch again."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_TESTS_DIR), saved) if p)
+    """Start this process's fork server in _SERVER_ENVIRON, tests/ on its PYTHONPATH: the
+    server imports its preload with the import path it starts with (Python 3.11 ignores the
+    sys.path it is handed), and an ImportError there is silent: every run would import torch
+    again."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_SERVER_ENVIRON)
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _exit_code(err: SystemExit) -> int:
@@ -155,6 +171,9 @@ class ForkedRun:
     def __init__(self, argv: Sequence[str], cwd: Path, env: dict[str, str],
                  new_session: bool = False) -> None:
         _start_server()
+        if differ := read_at_start(env):
+            raise ValueError(f"{', '.join(differ)} would keep the fork server's value in a "
+                             "forked run: start the real command (run_harness(fresh=True))")
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         self._process = _context.Process(
             target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out_w), _Fd(err_w),

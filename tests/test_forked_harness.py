@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import forked_harness
+import pytest
 from conftest import harness_env, run_harness
 
 
@@ -104,3 +105,15 @@ def test_a_forked_run_starts_its_own_processes_as_the_console_script_would(tmp_p
         seen[name] = json.loads((cwd / "process.json").read_text())
     assert seen["forked"] == seen["fresh"] == {"start_method": "fork", "name": "MainProcess",
                                                "parent": True}
+
+
+def test_what_a_process_reads_at_its_start_sends_the_run_to_the_real_command(tmp_path):
+    """glibc reads MALLOC_* and the OpenMP runtime OMP_* when the process starts: in a forked
+    run they would keep the server's values, so such an environment runs the real command."""
+    assert forked_harness.read_at_start(harness_env()) == []
+    env = harness_env({"MALLOC_MMAP_THRESHOLD_": "131072"})
+    assert forked_harness.read_at_start(env) == ["MALLOC_MMAP_THRESHOLD_"]
+    without = {k: v for k, v in harness_env().items() if k != "OMP_NUM_THREADS"}
+    assert forked_harness.read_at_start(without) == ["OMP_NUM_THREADS"]
+    with pytest.raises(ValueError, match="MALLOC_MMAP_THRESHOLD_ would keep the fork server's"):
+        forked_harness.start([sys.executable], tmp_path, env)
