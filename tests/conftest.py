@@ -13,6 +13,15 @@ from typing import Any
 
 import pytest
 
+# One thread per torch process. The suite runs its tests side by side (pytest-xdist, one
+# worker per core) and each test's runs are processes of their own: with torch's default of
+# one OpenMP thread per core, idle threads spin for CPU another process needs. No test is
+# about threads. Set before torch is imported here or in any process a test starts, and
+# before forked_harness takes the environment its fork server starts with.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import forked_harness  # noqa: E402 - after the environment it copies
+
 TESTS_DIR = Path(__file__).resolve().parent
 
 # A small, quick workload: a few seconds per run on a laptop CPU.
@@ -57,16 +66,38 @@ def harness_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "harness.cli"]
 
 
+def harness_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a test's `harness` process: tests/ importable (its modules)."""
+    path = str(TESTS_DIR) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": path, **(env or {})}
+
+
+def start_harness(cwd: Path, *args: str, env: dict[str, str] | None = None,
+                  fast: bool = False, new_session: bool = False) -> forked_harness.ForkedRun:
+    """Start `harness args` in `cwd`, forked from a process that already imported torch,
+    Lightning and Hydra (tests/forked_harness.py); it runs on while the test goes on.
+    new_session: in a process group of its own, for a test that signals the whole group."""
+    command = [harness_command()[0], *(FAST if fast else ()), *args]
+    return forked_harness.start(command, cwd, harness_env(env), new_session)
+
+
 def run_harness(
     cwd: Path, *overrides: str, fast: bool = True, env: dict[str, str] | None = None,
-    timeout: float = 600,
+    timeout: float = 600, fresh: bool = False,
 ) -> Completed:
-    """Run `harness` with `overrides` in `cwd` (outputs land there) and capture its output."""
+    """Run `harness` with `overrides` in `cwd` (outputs land there) and capture its output.
+
+    The process is forked from one that imported the heavy libraries already
+    (tests/forked_harness.py); fresh=True starts the console script itself, for a test about
+    what happens before those imports (the import path, what the command loads). So does an
+    `env` that sets what a process reads when it starts (MALLOC_*, OMP_*, ...)."""
+    if not fresh and not forked_harness.read_at_start(harness_env(env)):
+        run = start_harness(cwd, *overrides, env=env, fast=fast)
+        stdout, stderr = run.communicate(timeout=timeout)
+        return Completed(run.returncode, stdout, stderr, cwd)  # type: ignore[arg-type]
     args = [*harness_command(), *(FAST if fast else ()), *overrides]
-    full_env = {**os.environ, "PYTHONPATH": str(TESTS_DIR) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    full_env.update(env or {})
     proc = subprocess.run(
-        args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+        args, cwd=cwd, env=harness_env(env), capture_output=True, text=True, timeout=timeout
     )
     return Completed(proc.returncode, proc.stdout, proc.stderr, cwd)
 
@@ -133,3 +164,26 @@ def harness_report(*args: str, cwd: Path | None = None) -> subprocess.CompletedP
     assert exe, "the harness-report command is not installed"
     return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first: run side by side (pytest-xdist), the last tests to start are then
+    short ones, and no worker waits at the end for one long test of the other."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under --dist loadgroup, fail rather than run grouped tests apart: xdist marks a grouped
+    test by appending @group to its id, which some pytest versions ignore (see pyproject)."""
+    if not getattr(session.config.option, "loadgroup", False):  # set in xdist's workers only
+        return
+    apart = [item.nodeid for item in session.items
+             if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if apart:
+        raise pytest.UsageError(f"pytest-xdist did not group {apart[0]} (pytest "
+                                f"{pytest.__version__}): install what pyproject's test extra pins")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    forked_harness.stop_server()

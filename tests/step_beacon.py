@@ -1,9 +1,12 @@
-"""Test helpers for runs stopped mid-training: a callback that writes the number of training
-steps done to a file, and the wait for it. A test knows when a run is mid-training
-before it sends a signal.
+"""Test helpers that know where a run is without reading a clock: a callback that writes the
+number of training steps done to a file, and the wait for it (a test knows when a run is
+mid-training before it sends a signal); and a rendezvous that holds each run at the start of
+training until all of them are there (runs that pass it ran at the same time, however busy
+the machine).
 
-Use: `+profiler.beacon._target_=step_beacon.StepBeacon +profiler.beacon.path=/abs/file`
-(tests/ is on PYTHONPATH for runs started by conftest.run_harness).
+Use: `+profiler.beacon._target_=step_beacon.StepBeacon +profiler.beacon.path=/abs/file`,
+`+profiler.meet._target_=step_beacon.Rendezvous +profiler.meet.path=/abs/dir
++profiler.meet.runs=N` (tests/ is on PYTHONPATH for runs started by conftest.run_harness).
 """
 
 from __future__ import annotations
@@ -30,6 +33,29 @@ class StepBeacon(Callback):
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(str(self.steps))
         tmp.replace(self.path)
+
+
+class Rendezvous(Callback):
+    """Holds training at its start until `runs` runs have arrived (one file each in `path`)."""
+
+    def __init__(self, path: str, runs: int, timeout_s: float = 300) -> None:
+        self.path, self.runs, self.timeout_s = Path(path), runs, timeout_s
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / str(os.getpid())).touch()
+        deadline = time.monotonic() + self.timeout_s
+        while len(list(self.path.iterdir())) < self.runs:
+            if time.monotonic() > deadline:  # a bound on the wait, not a measurement
+                raise RuntimeError(f"only {len(list(self.path.iterdir()))} of {self.runs} runs"
+                                   f" reached {self.path} in {self.timeout_s} s")
+            time.sleep(0.05)
+
+
+def rendezvous(path: Path, runs: int) -> list[str]:
+    """Overrides adding tests/step_beacon.py's Rendezvous of `runs` runs in directory `path`."""
+    return ["+profiler.meet._target_=step_beacon.Rendezvous", f"+profiler.meet.path={path}",
+            f"+profiler.meet.runs={runs}"]
 
 
 def beacon(path: Path) -> list[str]:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from autotune_landscape import GRID, PLANTED_BEST
-from conftest import harness_command, harness_report, run_harness, sweep_dir
+from conftest import harness_report, run_harness, start_harness, sweep_dir
+from forked_harness import ForkedRun
 
 from harness.autotune.job import stage_and_round
 from harness.autotune.reading import TRUST_FLAGS
@@ -96,7 +95,7 @@ def test_autotune_names_the_planted_best_in_a_third_of_the_grid(tmp_path):
     assert verdict in report.stdout + report.stderr
 
 
-def _wait_for_jobs(root: Path, count: int, proc: subprocess.Popen, timeout: float) -> None:
+def _wait_for_jobs(root: Path, count: int, proc: ForkedRun, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -109,12 +108,8 @@ def _wait_for_jobs(root: Path, count: int, proc: subprocess.Popen, timeout: floa
 
 @pytest.mark.slow
 def test_sigterm_keeps_the_table_and_the_best_so_far(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent) + os.pathsep
-           + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen(
-        [*harness_command(), "-m", "sweep=autotune", *LANDSCAPE, "batch_size=32,64,128,256",
-         "precision=fp32,bf16", "data.num_workers=0", "compile=false"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_harness(tmp_path, "-m", "sweep=autotune", *LANDSCAPE, "batch_size=32,64,128,256",
+                         "precision=fp32,bf16", "data.num_workers=0", "compile=false")
     try:
         _wait_for_jobs(tmp_path, 3, proc, timeout=240)
         proc.send_signal(signal.SIGTERM)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 
 import pytest
@@ -34,7 +33,10 @@ def _mapping(ranks: dict[int, list[int]]) -> str:
     return "{" + ",".join(f"{size}:[{','.join(map(str, r))}]" for size, r in ranks.items()) + "}"
 
 
-def test_a_ddp_sweep_outlives_its_failed_jobs_and_writes_its_table(tmp_path):
+def test_a_ddp_sweep_outlives_its_failed_jobs_and_writes_its_table(tmp_path, monkeypatch):
+    # Unset, as in a user's shell (conftest sets it for the suite): Lightning sets it for DDP
+    # in each job, and each job must put it back.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     done = run_harness(tmp_path, "-m", *TINY, *DDP,
                        f"batch_size={','.join(map(str, EXPECTED))}",
                        "model._target_=failing_module.FailAtBatchSize", "+model.error=oom",
@@ -60,9 +62,8 @@ def test_a_ddp_sweep_outlives_its_failed_jobs_and_writes_its_table(tmp_path):
     assert rows == EXPECTED
     ending = json.loads((root / _job(jobs, 2) / "rank_end_rank1.json").read_text())
     assert ending == {"rank": 1, "status": "ok", "reason": None, "error_log": None}
-    if "OMP_NUM_THREADS" not in os.environ:  # Lightning sets it for DDP; each job puts it back
-        for result in jobs.values():
-            assert "env:OMP_NUM_THREADS" in result["isolation"]["torch_settings_put_back"]
+    for result in jobs.values():  # Lightning set it for DDP; each job put it back
+        assert "env:OMP_NUM_THREADS" in result["isolation"]["torch_settings_put_back"]
     # No rank outlived its job (rank 1 of job 3 was blocked in the all-reduce).
     leftover = subprocess.run(["pgrep", "-f", str(root)], capture_output=True, text=True)
     assert leftover.stdout == "", f"ranks outlived the sweep: {leftover.stdout}"

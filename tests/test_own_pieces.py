@@ -156,7 +156,8 @@ def test_the_harness_command_imports_from_where_it_starts(tmp_path, ranks):
         tmp_path, "-cd", "my_conf", "model=own", "data=none", "batch_size=4",
         "logger=none", "trainer.enable_progress_bar=false",
         "profiler.speed.warmup_steps=1", *(DDP if ranks > 1 else ()),
-        "+trainer.callbacks=[{_target_: my_own_code.BatchCounter, path: seen}]", fast=False)
+        "+trainer.callbacks=[{_target_: my_own_code.BatchCounter, path: seen}]", fast=False,
+        fresh=True)  # the console script itself: its import path is the point
     assert done.returncode == 0, done.stderr[-3000:]
     result = done.result()
     assert result["status"] == "ok" and result["device"]["world_size"] == ranks

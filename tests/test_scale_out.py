@@ -7,12 +7,11 @@ import json
 import math
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FAST, harness_command
-from step_beacon import beacon, run_env, wait_for_steps
+from conftest import FAST, TESTS_DIR, start_harness
+from step_beacon import beacon, wait_for_steps
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +21,11 @@ DDP = ("trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu",
 
 def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
     # A one-point sweep: the Hydra + DDP trap is worst in multirun mode, where
-    # Lightning's own re-launch of rank 1 would start a sweep of its own.
-    done = harness("-m", *FAST, *DDP, "mode=train", "data.val_batches=2", fast=False)
+    # Lightning's own re-launch of rank 1 would start a sweep of its own. The user's own
+    # config dir: rank 1 is started with the job's -cd, so model=tiny is an option there too.
+    done = harness("-m", "--config-dir", str(TESTS_DIR / "user_conf"), "model=tiny",
+                   "data=tiny", "batch_size=4", *DDP, "mode=train", "logger=mlflow",
+                   "trainer.enable_progress_bar=false", fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = done.run_dir()  # exactly one result.json: rank 1 wrote none
     assert run_dir.name == "0" and run_dir.parent.parent.parent.name == "multirun"
@@ -33,6 +35,7 @@ def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
 
     result = done.result()
     assert result["status"] == "ok"
+    assert result["model"] == "user_workload.TinyClassifier"
     assert result["device"]["world_size"] == 2
     assert result["distributed"]["strategy"] == "DDPStrategy"
 
@@ -43,7 +46,8 @@ def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
     ranks = train["per_rank"]
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:
-        # each rank's own figures: 12 batches of 4 examples, 1 warm-up step left out
+        # each rank's own figures: 96 examples split over 2 ranks, 12 batches of 4 each,
+        # 1 warm-up step left out
         assert r["measured_steps"] == 11
         assert r["examples"] == 11 * 4
         assert math.isclose(r["examples_per_second"], r["examples"] / r["measured_time_s"])
@@ -59,30 +63,14 @@ def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
         assert {row["rank"] for row in rows} == {str(rank)}
         assert len([row for row in rows if row["phase"] == "train"]) == 12
 
-
-def test_ddp_ranks_compose_the_users_own_config_dir(harness):
-    """Rank 1 is started with the job's -cd: the user's model=tiny is an option there too."""
-    from conftest import TESTS_DIR
-
-    done = harness("--config-dir", str(TESTS_DIR / "user_conf"), "model=tiny", "data=tiny",
-                   "batch_size=8", *DDP, "mode=train", "trainer.enable_progress_bar=false",
-                   "logger=none", fast=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = done.result()
-    assert result["status"] == "ok" and result["device"]["world_size"] == 2
-    assert done.report("speed")["phases"]["train"]["ranks_measured"] == 2
-
-
-def test_ddp_writes_one_mlflow_run(harness):
+    # One MLflow run for the job (rank zero's), under the sweep's parent run.
     import mlflow
 
-    done = harness(*DDP, "mode=train", "logger=mlflow")
-    assert done.returncode == 0, done.stderr[-3000:]
     client = mlflow.MlflowClient(f"sqlite:///{done.cwd / 'mlflow.db'}")
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiments)
-    assert len(runs) == 1  # rank zero only
-    assert runs[0].data.params["trainer.devices"] == "2"
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (job,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(runs) == 2 and job.data.params["trainer.devices"] == "2"
+    assert job.info.run_id == result["tracking"]["run_id"]
 
 
 def test_sigterm_writes_partial_reports_with_status_interrupted(tmp_path: Path):
@@ -90,19 +78,15 @@ def test_sigterm_writes_partial_reports_with_status_interrupted(tmp_path: Path):
     steps = tmp_path / "steps.txt"
     overrides = [*FAST, f"data.train_batches={total}", "mode=train",
                  "profiler.speed.warmup_steps=2", *beacon(steps)]
-    err = tmp_path / "stderr.txt"
-    with err.open("w") as stderr:
-        proc = subprocess.Popen([*harness_command(), *overrides], cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=stderr, env=run_env())
-        try:
-            wait_for_steps(steps, at_least=10, timeout=120, proc=proc)
-            proc.send_signal(signal.SIGTERM)
-            returncode = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    assert returncode != 0
-    text = err.read_text()
+    proc = start_harness(tmp_path, *overrides)
+    try:
+        wait_for_steps(steps, at_least=10, timeout=120, proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        _, text = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
     assert "harness: interrupted by SIGTERM" in text
     assert "Traceback" not in text
 

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, harness_command, harness_report, job_results, run_harness, sweep_dir
+from conftest import FAST, harness_report, job_results, run_harness, start_harness, sweep_dir
+from forked_harness import ForkedRun
 from step_beacon import beacon, run_env, wait_for_steps
 
-pytestmark = pytest.mark.slow
+# One worker runs them all (pytest-xdist): the cluster and its state directory are shared.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts" / "local_slurm"
@@ -37,8 +39,10 @@ def slurm_env() -> Any:
         pytest.skip("local SLURM needs root: scripts/local_slurm/start.sh runs slurmd as root")
     if shutil.which("sbatch") is None and shutil.which("apt-get") is None:
         pytest.skip("SLURM is not installed and apt-get is unavailable to install it")
+    # start.sh gives the node `nproc` CPUs, which OMP_NUM_THREADS (conftest: 1) would lower
+    machine = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     start = subprocess.run(["bash", str(SCRIPTS / "start.sh"), str(STATE_DIR)],
-                           capture_output=True, text=True, timeout=900)
+                           capture_output=True, text=True, timeout=900, env=machine)
     if start.returncode != 0:
         pytest.fail(f"scripts/local_slurm/start.sh failed:\n{start.stderr[-3000:]}")
     env = {**run_env(), "SLURM_CONF": str(STATE_DIR / "slurm.conf"),
@@ -65,10 +69,8 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def start_sweep(cwd: Path, env: dict[str, str], *overrides: str) -> subprocess.Popen:
-    log = (cwd / "submitter.log").open("w")
-    return subprocess.Popen([*harness_command(), "-m", *SMALL, *overrides], cwd=cwd, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+def start_sweep(cwd: Path, env: dict[str, str], *overrides: str) -> ForkedRun:
+    return start_harness(cwd, "-m", *SMALL, *overrides, env=env)
 
 
 def assert_table(root: Path, batch_sizes: set[int]) -> None:
@@ -135,7 +137,7 @@ def killed_sweep(slurm_env, tmp_path_factory):
                    60, "a job to run")
     finally:
         proc.send_signal(signal.SIGKILL)  # the submitting process dies mid-sweep
-        proc.wait(timeout=30)
+        proc.communicate(timeout=30)
     wait_until(lambda: not squeue(slurm_env, "-n", name, "-t", "PD,R,CG"), 240,
                "the jobs to finish without their submitter")
     return sweep_dir(cwd)
@@ -167,12 +169,12 @@ def test_preemption_signal_flushes_partial_reports(slurm_env, tmp_path):
         (job,) = squeue(slurm_env, "-n", name, "-o", "%i")
         # what SLURM sends signal_delay_s before the time limit (submitit's --signal=USR2@N)
         subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True, timeout=30)
-        proc.wait(timeout=120)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             subprocess.run(["scancel", "-n", name], env=slurm_env, timeout=30)
-    log = (tmp_path / "submitter.log").read_text()
+    log = out + err
     assert "Traceback" not in log
     # the job ended normally after flushing, so the submitter heard of it at once: its
     # progress line says how (harness.sweep.progress)

@@ -13,18 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, harness_command
+from conftest import FAST, harness_command, run_harness, start_harness
+from forked_harness import ForkedRun
 from step_beacon import beacon, run_env, wait_for_steps
 
 LONG_RUN = ("logger=mlflow", "mode=train", "data.train_batches=100000",
             "profiler.speed.warmup_steps=2")
 
 
-def _start(cwd: Path, steps: Path) -> subprocess.Popen:
+def _start(cwd: Path, steps: Path) -> ForkedRun:
     # A session of its own: the test signals the job's whole process group, as a terminal does.
-    return subprocess.Popen([*harness_command(), *FAST, *LONG_RUN, *beacon(steps)], cwd=cwd,
-                            env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return start_harness(cwd, *LONG_RUN, *beacon(steps), fast=True, new_session=True)
 
 
 def _only_run(tmp_path: Path, ended_within_s: float = 60):
@@ -129,11 +128,9 @@ def test_a_sweep_jobs_late_tracking_failure_still_reaches_its_result_json(tmp_pa
     removes the store when its training ends (job 1 removes a file of no account)."""
     db, spare = tmp_path / "mlflow.db", tmp_path / "spare.txt"
     spare.write_text("x")
-    done = subprocess.run(
-        [*harness_command(), "-m", *FAST, "logger=mlflow", "mode=train",
-         "+profiler.breaker._target_=store_breaker.RemoveStore",
-         f"+profiler.breaker.path={db},{spare}"],
-        cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=600)
+    done = run_harness(tmp_path, "hydra.mode=MULTIRUN", "logger=mlflow", "mode=train",
+                       "+profiler.breaker._target_=store_breaker.RemoveStore",
+                       f"+profiler.breaker.path={db},{spare}")
     assert done.returncode == 0, done.stderr[-3000:]
     job0, job1 = (json.loads(p.read_text()) for p in
                   sorted(tmp_path.glob("multirun/*/*/[01]/result.json")))

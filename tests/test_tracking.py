@@ -13,12 +13,12 @@ import sqlite3
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import mlflow
 import pytest
 from conftest import run_harness
+from step_beacon import rendezvous
 
 # Small workload; logger=mlflow is named because conftest's FAST turns tracking off.
 TRACKED = ("logger=mlflow", "profiler.speed.warmup_steps=2")
@@ -272,27 +272,31 @@ def test_run_logged_over_http_to_a_real_server(tmp_path, mlflow_server):
 
 
 @pytest.mark.slow
-def test_four_parallel_jobs_into_one_sqlite_store(tmp_path, monkeypatch):
+def test_parallel_jobs_into_one_sqlite_store(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    met = tmp_path / "met"
     done = run_harness(
-        tmp_path, "hydra.mode=MULTIRUN", "hydra/launcher=submitit_local", "seed=0,1,2,3",
+        tmp_path, "hydra.mode=MULTIRUN", "hydra/launcher=submitit_local", "seed=0,1",
         *TRACKED, "mode=train", "data.train_batches=6", "data.val_batches=2",
         "logger.flush_every_s=0",  # a store write per step: the jobs contend for the store
+        *rendezvous(met, 2),  # neither job trains before both are running
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "harness: warning" not in done.stderr
-    assert len(done.run_dirs()) == 4
+    assert len(done.run_dirs()) == 2
+    # The jobs really ran at the same time: two processes met before training.
+    assert len(list(met.iterdir())) == 2
     client = _client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("harness")
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 1 and len(children) == 4, [r.info.run_name for r in runs]
+    assert len(parents) == 1 and len(children) == 2, [r.info.run_name for r in runs]
     parent = parents[0]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    assert sorted(c.data.params["seed"] for c in children) == ["0", "1", "2", "3"]
+    assert sorted(c.data.params["seed"] for c in children) == ["0", "1"]
     # Children are named by what the sweep varies, so the UI tells them apart.
-    assert sorted(c.info.run_name for c in children) == ["seed=0", "seed=1", "seed=2", "seed=3"]
+    assert sorted(c.info.run_name for c in children) == ["seed=0", "seed=1"]
     assert all(c.info.status == "FINISHED" for c in children)
     for child in children:
         assert len(_history(client, child.info.run_id, "training_rate")) == 6
@@ -300,16 +304,8 @@ def test_four_parallel_jobs_into_one_sqlite_store(tmp_path, monkeypatch):
     assert {json.loads((d / "result.json").read_text())["tracking"]["run_id"]
             for d in done.run_dirs()} == {c.info.run_id for c in children}
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags["jobs"] == "4" and parent.data.tags["jobs_ok"] == "4"
+    assert parent.data.tags["jobs"] == "2" and parent.data.tags["jobs_ok"] == "2"
     assert "multirun.yaml" in _artifacts(client, parent.info.run_id)
-    # The jobs really ran at the same time (each job's life, from result.json).
-    spans = []
-    for result in (json.loads((d / "result.json").read_text()) for d in done.run_dirs()):
-        start = datetime.fromisoformat(result["started_at"]).timestamp()
-        spans.append((start, start + result["duration_s"]))
-    assert max(sum(s <= t < e for s, e in spans) for t, _ in spans) >= 2, spans
-    runs_open = [(c.info.start_time / 1e3, c.info.end_time / 1e3) for c in children]
-    print("job spans", spans, "MLflow run spans", runs_open)
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
@@ -391,10 +387,13 @@ def test_store_access_and_sweep_helpers(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    started = time.monotonic()
-    reason = store_access.probe(f"http://127.0.0.1:{port}", timeout_s=2)
-    assert reason and re.search(r"cannot reach http://127\.0\.0\.1:\d+", reason)
-    assert time.monotonic() - started < 10
+    reason = store_access.probe(f"http://127.0.0.1:{port}", timeout_s=2)  # nothing listens
+    assert reason and re.search(r"cannot reach http://127\.0\.0\.1:\d+: ConnectionError", reason)
+    with socket.socket() as silent:  # a server that accepts the connection and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        assert store_access.probe(uri, timeout_s=0.5) == f"cannot reach {uri}: ReadTimeout"
     assert store_access.probe("sqlite:///x.db", timeout_s=2) is None
     assert store_access.absolute_uri("sqlite:///x.db") == f"sqlite:///{Path.cwd() / 'x.db'}"
 

@@ -1,0 +1,238 @@
+"""The `harness` command in a process of its own that starts without paying for its imports.
+
+Every test run of the CLI in a fresh interpreter spends seconds of CPU importing torch,
+Lightning, MLflow and Hydra before it reads its first override: most of the suite's time.
+Here runs are forked from a server process (multiprocessing's forkserver, one per pytest
+process) that imported them once (tests/preloaded_imports.py) and never ran a torch op, so
+each child starts as the console script would, only later in its imports: its own pid, exit
+status, stdout and stderr, environment, working directory and signal handlers, and
+`harness.cli.main()`, the function the console script calls.
+
+What differs from a fresh `harness` process, and where a test needs that, it runs the real
+command instead (conftest.run_harness(fresh=True), harness_command()): the modules above are
+imported before main() runs (so the run cannot show that it imports them lazily), and
+import-time environment variables were read in the server's environment (the OpenMP runtime
+read OMP_NUM_THREADS, which conftest sets to 1, when torch was imported). What a run changes
+in its process (os.environ, torch's switches, signal handlers) dies with it: the server and
+the next run never see it. tests/test_forked_harness.py checks the rest against the real
+command.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from multiprocessing import reduction
+from pathlib import Path
+from typing import Any
+
+_context = multiprocessing.get_context("forkserver")
+_context.set_forkserver_preload(["preloaded_imports"])
+_TESTS_DIR = Path(__file__).resolve().parent
+
+
+# Environment variables read when a process or a library in it starts (glibc's malloc, the
+# OpenMP runtime, the interpreter): a forked run got the server's values, whatever its own say.
+_READ_AT_START = ("MALLOC_", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "PYTHON")
+# The server's environment: the session's, as this module is imported (before any test's
+# monkeypatch), whenever the server starts.
+_SERVER_ENVIRON = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(_TESTS_DIR), os.environ.get("PYTHONPATH")) if p)}
+
+
+def read_at_start(env: dict[str, str]) -> list[str]:
+    """The variables of `env`, read at a process's start, whose values differ from those the
+    fork server started with: a forked run would not see them as the real command does."""
+    keys = {k for k in (*env, *_SERVER_ENVIRON) if k.startswith(_READ_AT_START)}
+    return sorted(k for k in keys - {"PYTHONPATH"} if env.get(k) != _SERVER_ENVIRON.get(k))
+
+
+def _start_server() -> None:
+    """Start this process's fork server in _SERVER_ENVIRON, tests/ on its PYTHONPATH: the
+    server imports its preload with the import path it starts with (Python 3.11 ignores the
+    sys.path it is handed), and an ImportError there is silent: every run would import torch
+    again."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_SERVER_ENVIRON)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _exit_code(err: SystemExit) -> int:
+    """The status the interpreter exits with for `raise SystemExit(code)`."""
+    if err.code is None:
+        return 0
+    if isinstance(err.code, int):
+        return err.code
+    print(err.code, file=sys.stderr)
+    return 1
+
+
+class _Fd:
+    """One end of a pipe, duplicated into the child as multiprocessing hands it fds."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple:
+        return _received_fd, (reduction.DupFd(self.fd),)
+
+
+def _received_fd(duplicate: Any) -> int:
+    return duplicate.detach()
+
+
+def _as_main_process() -> None:
+    """Undo what being a multiprocessing child left behind: the run is the main process, and
+    processes it starts (DataLoader workers, ...) start the interpreter's default way (fork),
+    not through a fork server that preloads the suite's imports."""
+    from preloaded_imports import MAIN_PROCESS
+
+    if MAIN_PROCESS.__name__ != "_MainProcess":  # imported here, not in the server
+        raise RuntimeError("the fork server did not preload tests/preloaded_imports.py")
+    multiprocessing.set_start_method(None, force=True)
+    multiprocessing.forkserver._forkserver._preload_modules = ["__main__"]  # its default
+    multiprocessing.process._current_process = MAIN_PROCESS()
+    multiprocessing.process._parent_process = None
+
+
+def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int,
+           new_session: bool) -> None:
+    """Become `harness argv[1:]` started in `cwd` with `env`, stdout and stderr the pipes
+    `out` and `err` (pipes, as subprocess gives: a limit on file sizes does not apply to
+    them); then end as the interpreter would: non-daemon threads joined, atexit handlers run."""
+    if new_session:  # as Popen(start_new_session=True): its own process group to signal
+        os.setsid()
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - ours until os._exit
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    # The console script's import path: its own directory first, then PYTHONPATH, not the cwd.
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [str(Path(argv[0]).parent), *extra,
+                   *(p for p in sys.path if p and p not in extra)]
+    sys.argv[:] = list(argv)
+    _as_main_process()
+    code = 0
+    try:
+        from harness.cli import main
+
+        main()
+    except SystemExit as stop:
+        code = _exit_code(stop)
+    except BaseException:  # noqa: BLE001 - as the interpreter: the traceback, exit 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter does at exit
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError):
+                stream.flush()
+        os._exit(code)
+
+
+class _Drain(threading.Thread):
+    """Reads a pipe to its end (the child and everything it started closed it)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.chunks = fd, []
+
+    def run(self) -> None:
+        with open(self.fd, "rb") as pipe:
+            for chunk in iter(lambda: pipe.read1(65536), b""):
+                self.chunks.append(chunk)
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode(errors="replace")
+
+
+class ForkedRun:
+    """A started run: the parts of subprocess.Popen the tests use."""
+
+    def __init__(self, argv: Sequence[str], cwd: Path, env: dict[str, str],
+                 new_session: bool = False) -> None:
+        _start_server()
+        if differ := read_at_start(env):
+            raise ValueError(f"{', '.join(differ)} would keep the fork server's value in a "
+                             "forked run: start the real command (run_harness(fresh=True))")
+        (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+        self._process = _context.Process(
+            target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out_w), _Fd(err_w),
+                                        new_session))
+        try:
+            self._process.start()
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self._drains = (_Drain(out_r), _Drain(err_r))
+        for drain in self._drains:
+            drain.start()
+        self.pid = self._process.pid
+        self.args = list(argv)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not self._process.is_alive():
+            self._process.join()
+            self.returncode = self._process.exitcode
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode  # type: ignore[return-value]
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the end of the run and of its output, then (stdout, stderr)."""
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self._process.join()
+            raise
+        for drain in self._drains:
+            drain.join(timeout)
+        out, err = (drain.text() for drain in self._drains)
+        return out, err
+
+
+def start(argv: Sequence[str], cwd: Path, env: dict[str, str],
+          new_session: bool = False) -> ForkedRun:
+    """Start `argv` (the harness command and its arguments) forked from the server; with
+    `new_session`, in a session and process group of its own."""
+    return ForkedRun(argv, cwd, env, new_session)
+
+
+def stop_server() -> None:
+    """Stop this process's fork server (at the end of the session), so that it and the CPU
+    time of the runs it forked are accounted to this process, as a subprocess's would be."""
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is not None:
+        server._stop()
