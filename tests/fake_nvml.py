@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 
@@ -79,3 +80,27 @@ def three_gpus() -> FakeNvml:
             },
         ]
     )
+
+
+class FakeNvmlProcesses(FakeNvml):
+    """FakeNvml with compute processes and per-process SM samples on GPU 0: `procs` holds the
+    PIDs on the device, `util` (pid -> SM %) one sample per call at the fake clock, or the real
+    time in µs without one (None: the driver does not support per-process utilisation)."""
+
+    def __init__(self, procs: list[int], util: dict[int, int] | None,
+                 clock: list[int] | None = None) -> None:
+        super().__init__([{"uuid": "GPU-aaaa1111-0000", "util": 0, "mem": 0, "power_mw": 0,
+                           "energy_mj": None}])
+        self.procs, self.util, self.clock = procs, util, clock
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: dict) -> list[SimpleNamespace]:  # noqa: N802
+        return [SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in self.procs]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: dict, since: int) -> list[SimpleNamespace]:  # noqa: N802
+        if self.util is None:
+            raise NVMLError("Not Supported")
+        t = self.clock[0] if self.clock else int(time.time() * 1e6)
+        if t <= since:
+            raise NVMLError("Not Found")
+        return [SimpleNamespace(pid=p, timeStamp=t, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+                for p, sm in self.util.items()]

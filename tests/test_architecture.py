@@ -12,10 +12,10 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 # Lowest first. A package may import packages of lower layers only (docs/architecture.md).
 LAYERS: list[set[str]] = [
-    {"errors", "measured", "memory_peaks", "terminal", "private_api"},
+    {"errors", "measured", "memory_peaks", "contention", "terminal", "private_api"},
     {"config", "reports", "instrument"},
     {"result"},
-    {"launch", "workload"},
+    {"launch", "workload", "autotune"},  # autotune: the search core and its readers
     {"profilers", "tracking", "sweep"},
     {"run"},
     {"cli_errors"},

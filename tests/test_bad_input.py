@@ -62,3 +62,17 @@ def test_out_of_memory_in_predict_step_is_recorded_as_oom(harness):
     result = done.result()
     assert result["status"] == "oom" and "batch size 4" in result["reason"]
     assert result["metrics"]["train_examples_per_second"] > 0  # training ran and was kept
+
+
+def test_a_typo_in_a_key_of_the_users_model_is_matched_against_the_users_model(harness, tmp_path):
+    """With -cd, the hint comes from the config the command line composes (the user's model,
+    chosen by model=mine), not from the built-in transformer's keys (model.num_heads)."""
+    conf = tmp_path / "my_conf" / "model"
+    conf.mkdir(parents=True)
+    (conf / "mine.yaml").write_text("_target_: user_workload.TinyClassifier\nfeatures: 16\n"
+                                    "num_labels: 3\n")
+    for how in (["-cd", str(conf.parent)], [f"--config-dir={conf.parent}"]):
+        done = harness(*how, "model=mine", "model.num_label=5", fast=False)
+        _fails_clearly(done, "model.num_label is not a key of the config",
+                       "Did you mean model.num_labels? Fix: model.num_labels=...")
+        assert done.returncode == 2 and "num_heads" not in done.stderr

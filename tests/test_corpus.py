@@ -112,6 +112,10 @@ CONFIG = [
     Case(("model=resnet9000",), 2, "model/resnet9000", "Available options in 'model'"),
     Case(("profiler=memroy",), 2, "profiler/memroy", "profiler=memory"),
     Case(("profiler=[speed,nope]",), 2, "profiler/nope", "Available options"),
+    # a typo inside a list keeps the list: the fix is the whole override, corrected
+    Case(("profiler=[speed,summry]",), 2, "profiler/summry", "Fix: profiler=[speed,summary]"),
+    Case(("profiler=[summry,speed,system]",), 2, "profiler/summry",
+         "Fix: profiler=[summary,speed,system]"),
     Case(("trainer=fast",), 2, "trainer/fast", "trainer=default"),
     Case(("batchsize=8",), 2, "batchsize", "Did you mean batch_size"),
     Case(("model.lrr=0.1",), 2, "model.lrr", "Did you mean model.lr"),
@@ -134,7 +138,8 @@ def verdict(case: Case, tmp_path: Path) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("case", CONFIG, ids=str)
-def test_config_case(case, tmp_path):
+def test_config_case(case, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["harness", *case.what])  # what the hints read
     code, line = verdict(case, tmp_path)
     assert code == case.code, line
     if case.code:

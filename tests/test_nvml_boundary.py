@@ -121,3 +121,46 @@ def test_sampler_thread_stops_and_restarts_per_stage(monkeypatch):
     assert {s["segment"] for s in sampler.samples} == {1, 2}
     assert {s["stage"] for s in sampler.samples} == {"fit", "predict"}
     assert 0.09 < sampler.active_s < 5
+
+
+def test_the_speed_preset_flags_a_phase_another_process_shares_the_gpu_with(monkeypatch,
+                                                                           tmp_path):
+    """On a CUDA device faked at its boundaries (tests/fake_cuda.py, a fake pynvml), another
+    process using 35% of the GPU's SM time makes the phase contended; NVML is read at the
+    window's ends, never per step."""
+    import os
+    from types import SimpleNamespace
+
+    from fake_cuda import FakeClock, FakeCuda
+    from fake_nvml import FakeNvmlProcesses
+
+    from harness.profilers import speed
+    from harness.profilers.speed import SpeedPreset
+
+    fake = FakeNvmlProcesses([os.getpid(), 4242], {os.getpid(): 60, 4242: 35})
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(speed, "memory_peaks", SimpleNamespace(
+        phase_start=lambda *args: None, phase_end=lambda *args: {}))
+    clock = FakeClock()
+    cuda = FakeCuda(clock)
+    preset = SpeedPreset(warmup_steps=2, log_rates=False)
+    preset.cuda = cuda
+    trainer = SimpleNamespace(world_size=1, global_rank=0, global_step=0, sanity_checking=False,
+                              loggers=[], strategy=SimpleNamespace(
+                                  root_device=SimpleNamespace(type="cuda", index=0)))
+    preset.setup(trainer, None, "fit")
+    preset.on_train_epoch_start(trainer, None)
+    for i in range(20):
+        time.sleep(0.001)  # NVML's samples carry the real clock
+        preset.on_train_batch_start(trainer, None, {"x": [0] * 4}, i)
+        cuda.launch(0.01)
+        preset.on_train_batch_end(trainer, None, None, None, i)
+    preset.on_train_epoch_end(trainer, None)
+    preset.on_train_end(trainer, None)
+    report = preset.write_reports(tmp_path)
+    assert report.metrics["train_gpu_other_sm_share"] == pytest.approx(0.35)
+    assert "contended:train" in report.flags
+    contention = preset.phase_summaries()["train"]["contention"]
+    assert contention["gpu_other_processes"] == 1 and contention["gpu_contended"] is True
+    assert fake.shut_down  # NVML closed once the report is written

@@ -158,6 +158,8 @@ def test_advanced_writes_cprofile_per_action(harness):
             "warmup + steps = 15 training steps) is longer than this run (12 training steps",
         ),
         (("profiler=[system]", "profiler.system.interval_s=-1"), "profiler.system.interval_s=-1"),
+        (("profiler.speed.sync=sometimes",), "profiler.speed.sync=events"),
+        (("profiler.speed.contended_above=-1",), "profiler.speed.contended_above=0.1"),
         # a Lightning Profiler refused by its options: one line, no teardown error after it
         (("profiler=[simple]", "profiler.simple.console_rows=-1"),
          "profiler.simple.console_rows=-1"),

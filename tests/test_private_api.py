@@ -159,3 +159,41 @@ def test_importing_the_private_api_loads_neither_torch_nor_lightning():
              "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_hydras_help_lists_its_groups_through_the_replaceable_method():
+    from pathlib import Path
+
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness.config.locations import conf_dir
+    from harness.sweep.named import register_sweeps
+
+    assert "format_config_groups" in Hydra.get_help.__code__.co_names, (
+        "Hydra's get_help no longer lists the groups through format_config_groups: update"
+        " harness.private_api.list_config_groups_once")
+    assert list(inspect.signature(Hydra.format_config_groups).parameters) == [
+        "self", "predicate", "compact"]
+    original = Hydra.format_config_groups
+    GlobalHydra.instance().clear()
+    register_sweeps()  # as `harness` does: sweep=NAME lives in Hydra's ConfigStore
+    search_path = create_config_search_path(str(Path(__file__).parent / "user_conf"))
+    search_path.append("harness", f"file://{conf_dir()}")
+    hydra = Hydra.create_main_hydra2(task_name="harness", config_search_path=search_path)
+    try:
+        private_api.list_config_groups_once()
+        assert Hydra.format_config_groups is not original
+        for compact in (True, False):
+            for hydra_groups in (True, False):
+                def predicate(group: str, hydra_groups: bool = hydra_groups) -> bool:
+                    return (group == "hydra" or group.startswith("hydra/")) == hydra_groups
+
+                # the planted truth: Hydra's own listing of the same search path
+                assert hydra.format_config_groups(predicate, compact) == original(
+                    hydra, predicate, compact), (compact, hydra_groups)
+        assert private_api.hydra_config_groups(hydra)["model"] == ["tiny", "transformer"]
+    finally:
+        Hydra.format_config_groups = original
+        GlobalHydra.instance().clear()

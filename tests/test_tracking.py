@@ -319,6 +319,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     from harness.result.store import load_result
     from harness.tracking.parent_run import log_sweep_files
     from harness.tracking.run_logging import log_run_dir
+    from harness.tracking.store_ops import StoreOps
 
     run_dir = tmp_path / "sweep" / "0"
     reports = run_dir / "reports"
@@ -339,7 +340,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     client = _client(f"sqlite:///{tmp_path / 'store.db'}")
     exp_id = client.create_experiment("unit", artifact_location=str(tmp_path / "artifacts"))
     run_id = client.create_run(exp_id).info.run_id
-    skipped = log_run_dir(client, run_id, run_dir, {"batch_size": 8, "model": {"dim": 32}},
+    skipped = log_run_dir(StoreOps(client), run_id, run_dir, {"batch_size": 8, "model": {"dim": 32}},
                           result, trace_cap_mb=1)
 
     assert skipped == ["reports/train_trace.json (2 MiB)"]
@@ -363,7 +364,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     (sweep / "1").mkdir()
     (sweep / "1" / "result.json").write_text('{"status": "oom"}')
     parent_id = client.create_run(exp_id).info.run_id
-    log_sweep_files(client, parent_id, sweep)
+    log_sweep_files(StoreOps(client), parent_id, sweep)
     parent = client.get_run(parent_id)
     assert {"comparison.md", "comparison.csv", "multirun.yaml", "tables/comparison.json"} <= (
         _artifacts(client, parent_id))

@@ -34,8 +34,47 @@ def _missing_option(text: str) -> str:
     if choices:
         close = difflib.get_close_matches(name, choices, n=1)
         line += (f". Available options in '{group}': {', '.join(choices)}."
-                 f" Fix: {group}={close[0] if close else choices[0]}")
+                 f" Fix: {_fixed_choice(group, name, close[0] if close else choices[0])}")
     return line
+
+
+def _fixed_choice(group: str, wrong: str, right: str) -> str:
+    """The override that fixes `wrong`: `group=right`, or the user's whole list with `wrong`
+    replaced (`profiler=[speed,summry]` -> `profiler=[speed,summary]`)."""
+    for override in _command_line()[1]:
+        key, _, value = override.partition("=")
+        items = value.strip()
+        if key.lstrip("+~") != group or not (items.startswith("[") and items.endswith("]")):
+            continue
+        names = [item.strip() for item in items[1:-1].split(",")]
+        if wrong in names:
+            return f"{key}=[{','.join(right if item == wrong else item for item in names)}]"
+    return f"{group}={right}"
+
+
+# Hydra's own flags that take a value (`-cd DIR`): the value is not an override.
+_VALUE_FLAGS = ("-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name", "-c",
+                "--cfg", "-p", "--package")
+_INFO_VALUES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def _command_line() -> tuple[dict[str, str], list[str]]:
+    """({flag: value} of -cd/-cp/-cn, the overrides) of the `harness` command line this
+    process runs (a hint must come from the config the user composed, not the built-in one)."""
+    import sys
+
+    flags: dict[str, str] = {}
+    overrides: list[str] = []
+    args = iter(sys.argv[1:])
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        if name in _VALUE_FLAGS:
+            flags[name] = value if eq else next(args, "")
+        elif arg in ("-i", "--info"):
+            continue  # its optional value is one of _INFO_VALUES, never an override
+        elif not arg.startswith("-") and arg not in _INFO_VALUES:
+            overrides.append(arg)
+    return flags, overrides
 
 
 def _builtin_options(group: str) -> list[str]:
@@ -60,15 +99,32 @@ def _unknown_key(text: str) -> str | None:
 
 
 def _known_keys(key: str) -> list[str]:
-    """The config's keys at the level of `key` (top level, or inside its parent group)."""
+    """The config's keys at the level of `key` (top level, or inside its parent group), in the
+    config the command line composes: its -cd/--config-dir, -cn and its other overrides (with
+    `model=mine`, model.* are the user's model's keys). Where those do not compose, its group
+    choices alone; where nothing composes, no hint rather than one from another config."""
+    from pathlib import Path
+
     from hydra import compose, initialize_config_dir
 
     from harness.config.locations import conf_dir
 
-    try:
-        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            cfg = compose("config")
-    except Exception:  # the hint is a nicety: no hint rather than a second error
+    flags, overrides = _command_line()
+    others = [o for o in overrides if o.partition("=")[0].lstrip("+~") != key]
+    choices = [o for o in others if re.fullmatch(r"[\w/]+=[\w\-.]+", o)]
+    extra = [d for flag, d in flags.items() if flag in ("-cd", "--config-dir") and d]
+    search = ([f"hydra.searchpath=[{','.join(f'file://{Path(d).resolve()}' for d in extra)}]"]
+              if extra else [])
+    name = flags.get("-cn") or flags.get("--config-name") or "config"
+    cfg = None
+    for attempt in (others, choices):
+        try:
+            with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+                cfg = compose(name, overrides=[*attempt, *search])
+            break
+        except Exception:  # the hint is a nicety: no hint rather than a second error
+            continue
+    if cfg is None:
         return []
     parent, _, _ = key.rpartition(".")
     node = cfg.get(parent) if parent else cfg

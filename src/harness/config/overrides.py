@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from typing import Any
 
 ROUND_KEY = "sweep_round"  # the round of a repeated sweep, in each job's overrides
+AUTOTUNE_STAGE = "autotune_stage"  # the stage of an autotune sweep that ran the job
 # Overrides that say how a point was measured, not which point: the rounds sweeper gives
-# each job `repeat=1 +sweep_round=<r>`.
-MEASUREMENT_KEYS = ("repeat", ROUND_KEY)
+# each job `repeat=1 +sweep_round=<r>`; autotune adds `+autotune_stage=<stage>`.
+MEASUREMENT_KEYS = ("repeat", ROUND_KEY, AUTOTUNE_STAGE)
 
 
 def as_typed(overrides: Any) -> list[str]:

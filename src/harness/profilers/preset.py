@@ -23,6 +23,9 @@ a preset later in the list may not have offered its part yet):
 - `timed_from_step` (offered by the preset that times steps, speed): its first measured
   training step; None without it. Read by diagnose (its communication window ends before
   it) and by `BatchObserver`.
+- `cautions` (offered by the preset that times steps, speed): its thresholds and wording for
+  the `contended` and `noisy` flags it decides (harness.profilers.speed_flags.Cautions); None
+  without it. Read by diagnose, whose findings word those flags.
 - `between_steps` (offered by whoever has slow work that must not land in a timed step, such
   as a logger's flush to its store): run by the preset that times steps just before its
   clock restarts (after each validation, at each training epoch's end, after predict);
@@ -74,6 +77,7 @@ class Report:
     metrics: dict[str, Any] = field(default_factory=dict)  # result.json metrics: flat, unit in the name
     flags: list[str] = field(default_factory=list)  # result.json flags: cautions about the figures
     tables: list[Any] = field(default_factory=list)  # rich renderables or lines for the terminal
+    clocks: dict[str, str] = field(default_factory=dict)  # result.json clocks: metric -> its clock
 
 
 # -- what presets share ------------------------------------------------------------------------
@@ -111,6 +115,7 @@ class RunShared:
 
     batches: BatchCounts = field(default_factory=BatchCounts)
     timed_from_step: int | None = None  # None: no preset times steps
+    cautions: Any = None  # speed_flags.Cautions of the preset that times steps
     between_steps: list[Callable[[], None]] = field(default_factory=list)
 
     def run_between_steps(self) -> None:

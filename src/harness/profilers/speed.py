@@ -1,10 +1,17 @@
 """The `speed` preset: end-to-end throughput of training, validation and inference.
 
-Clock: harness.profilers.step_timer.now (perf_counter after a device synchronise on CUDA).
-Warm-up steps (compilation, allocator and cache warm-up) are recorded but left out of every
-figure. The preset times steps for the whole run (harness.profilers.preset.RunShared): it
-counts each batch's examples inside the step, and runs the run's between-steps work (a
-logger's flush) just before its clock restarts.
+Clock: time.perf_counter on a CPU; on CUDA `sync` picks it (harness.profilers.event_timer:
+CUDA events per step by default, a synchronise per step with `step`, the measured window
+alone with `window`). Warm-up steps (compilation, allocator and cache warm-up) are recorded
+but left out of every figure. The preset times steps for the whole run
+(harness.profilers.preset.RunShared): it counts each batch's examples inside the step, and
+runs the run's between-steps work (a logger's flush) just before its clock restarts.
+
+Beside the clock, over each phase's measured window (its measured steps, paused while another
+phase runs): who else used the machine (harness.contention: the CPUs, and the GPU where NVML
+tells), flagged `contended:<phase>` above `contended_above`; how much the steps vary, flagged
+`noisy:<phase>`; the peak memory increase over the phase's start (harness.memory_peaks). Each
+flag is said in one line beside the speed table, with what to do.
 
 Multi-process runs (DDP): every rank times its own steps; at the end of fit and of predict
 the ranks' step records are gathered on every rank, so rank 0 can report each rank's figures
@@ -16,6 +23,7 @@ reports/speed.json's fields are explained in docs/presets/speed.md (its "doc" ke
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +33,29 @@ from lightning.pytorch.callbacks import Callback
 from rich.table import Table
 from typing_extensions import override
 
-from harness.config.checks import non_negative_int, positive_int
+from harness import memory_peaks
+from harness.config.checks import non_negative_int, one_of, positive_int, positive_number
+from harness.contention import CpuWindow, GpuWindow
 from harness.launch.ranks import rank_path
 from harness.measured import PHASES
 from harness.profilers.all_ranks import gather
+from harness.profilers.event_timer import (
+    FLUSH_EVERY,
+    SYNC_MODES,
+    EventPhaseTimer,
+    clock_legend,
+    clocks,
+)
+from harness.profilers.nvml import Nvml
 from harness.profilers.preset import Preset, Report, RunShared
+from harness.profilers.speed_flags import Cautions
 from harness.profilers.step_timer import (
     PhaseTimer,
     StepRecord,
-    clock_name,
     now,
     rank_figures,
     total_examples_per_second,
+    window_figures,
 )
 from harness.reports.files import write_csv, write_report
 
@@ -55,20 +74,35 @@ EXAMPLES_RATE_METRIC = {
 }
 # Per-phase figures copied into result.json's metrics as <phase>_<figure>.
 HEADLINE = ("seconds_per_iteration", "examples_per_second", "median_step_s", "p90_step_s",
-            "between_steps_share", "first_step_s", "measured_steps")
+            "between_steps_share", "first_step_s", "measured_steps", "mad_step_s",
+            "median_between_s")
+CONTENTION = ("other_cpu_share", "run_delay_share")  # and, on CUDA, gpu_other_sm_share
+GPU_CLOCKS = ("window_seconds_per_iteration", "events_over_window")  # CUDA only
 
 
 class SpeedPreset(Preset, Callback):
     """Times every step of every phase and writes reports/speed.{json,csv}."""
 
     def __init__(self, warmup_steps: int = 5, log_rates: bool = True, batch_size: int = 1,
-                 min_measured_steps: int = 10) -> None:
+                 min_measured_steps: int = 10, sync: str = "events",
+                 contended_above: float = 0.10, noisy_above: float = 0.25,
+                 noisy_mean_over_median: float = 1.5) -> None:
         self.warmup_steps = non_negative_int("profiler.speed.warmup_steps", warmup_steps, 5)
         self.min_measured_steps = positive_int("profiler.speed.min_measured_steps",
                                                min_measured_steps, 10)
+        self.sync = one_of("profiler.speed.sync", sync, SYNC_MODES, "events")
+        self.contended_above = positive_number("profiler.speed.contended_above",
+                                               contended_above, 0.10, "a share > 0")
+        self.noisy_above = positive_number("profiler.speed.noisy_above", noisy_above, 0.25,
+                                           "a share > 0")
+        self.noisy_mean_over_median = positive_number(
+            "profiler.speed.noisy_mean_over_median", noisy_mean_over_median, 1.5, "a ratio > 0")
         self.log_rates = log_rates
         self.batch_size = batch_size
-        self.timers = {phase: PhaseTimer(phase, warmup_steps) for phase in PHASES}
+        self.timers: dict[str, PhaseTimer | EventPhaseTimer] = {
+            phase: PhaseTimer(phase, self.warmup_steps) for phase in PHASES}
+        self.clock = "host"  # the clock in force: host (a CPU), step, events or window
+        self.cuda: Any = torch.cuda  # the CUDA boundary the event timers use (tests fake it)
         self.shared = RunShared(timed_from_step=self.warmup_steps)  # alone until linked
         self.world_size = 1
         self.device: torch.device | None = None
@@ -76,6 +110,13 @@ class SpeedPreset(Preset, Callback):
         self.rank = 0
         # phase -> rank -> that rank's step records, once gathered at the end of the phase
         self.rank_steps: dict[str, dict[int, list[StepRecord]]] = {}
+        # who else used the machine over each phase's measured window (harness.contention);
+        # under DDP every rank's own CPU time, gathered: the ranks on this host are ours
+        self.cpu_windows = {phase: CpuWindow() for phase in PHASES}
+        self.rank_cpu: dict[str, list[dict[str, Any]]] = {}
+        self.nvml: Any = None  # an open Nvml on CUDA; None elsewhere or without NVML
+        self.gpu_windows: dict[str, GpuWindow] = {}
+        self.memory: dict[str, dict[str, int | None]] = {}  # phase -> its memory figures
         # per phase: the logger step of each record (global_step for training), and how many
         # records' rates the loggers have had
         self._rate_steps: dict[str, list[int]] = {phase: [] for phase in PHASES}
@@ -85,6 +126,7 @@ class SpeedPreset(Preset, Callback):
     def link(self, shared: RunShared) -> None:
         super().link(shared)
         shared.timed_from_step = self.warmup_steps
+        shared.cautions = self._cautions()
 
     # -- Lightning hooks ---------------------------------------------------------
     @override
@@ -92,16 +134,78 @@ class SpeedPreset(Preset, Callback):
         self.world_size = trainer.world_size
         self.rank = trainer.global_rank
         self.device = trainer.strategy.root_device
+        self._choose_clock()
+
+    def _choose_clock(self) -> None:
+        """Once, when the device is known (setup runs for fit and again for predict)."""
+        if self.device is None or self.device.type != "cuda" or self.clock != "host":
+            return
+        self.clock = self.sync
+        if self.sync != "step":
+            self.timers = {phase: EventPhaseTimer(phase, self.warmup_steps, self.cuda, self.sync,
+                                                  clock=self._now) for phase in PHASES}
+        self.nvml = Nvml()
+        gpus = [] if self.nvml.unavailable else self.nvml.gpus
+        index = self.device.index or 0
+        if index < len(gpus):
+            self.gpu_windows = {phase: GpuWindow(self.nvml.module, gpus[index].handle)
+                                for phase in PHASES}
+
+    def _now(self) -> float:
+        """The host's clock; with sync=step, once the device has finished its queued work."""
+        return now(self.device) if self.clock == "step" else time.perf_counter()
 
     def _received(self, phase: str, batch: Any) -> None:
-        arrived = now(self.device)  # the batch is here: counting it is part of the step
+        arrived = self._now()  # the batch is here: counting it is part of the step
         examples = self.shared.batches.count(phase, batch)
         self.timers[phase].batch_received(arrived, examples or self.batch_size)
 
     def _done(self, phase: str, trainer: pl.Trainer) -> None:
-        record = self.timers[phase].step_done(now(self.device))
-        if record is not None and self.log_rates:
+        record = self.timers[phase].step_done(self._now())
+        if record is None:
+            return
+        if self.log_rates:
             self._rate_steps[phase].append(trainer.global_step if phase == "train" else record.index)
+        if record.index + 1 == self.warmup_steps:
+            self._open_window(phase)  # warm-up is over: the measured window starts
+        elif self.gpu_windows and record.index % FLUSH_EVERY == FLUSH_EVERY - 1:
+            self.gpu_windows[phase].read()  # NVML keeps a short buffer of samples
+
+    # -- the measured window: measured steps, paused while another phase runs ----------------
+    def _restart(self, phase: str) -> None:
+        """A new epoch, or a return from another phase: the next iteration starts now."""
+        if self.timers[phase].measuring:
+            self._open_window(phase)
+        else:
+            self.timers[phase].restart(self._now())
+
+    def _open_window(self, phase: str) -> None:
+        """Measured steps start: the machine's counters, then the clock's window (on CUDA a
+        synchronise), then the next step's origin, so neither costs a timed step anything."""
+        timer = self.timers[phase]
+        if not timer.window_open:
+            self.cpu_windows[phase].open()
+            if phase in self.gpu_windows:
+                self.gpu_windows[phase].open()
+            timer.open_window(self._now())
+        timer.restart(self._now())
+
+    def _close_window(self, phase: str) -> None:
+        """Measured steps stop: the clock's window first, then the counters."""
+        timer = self.timers[phase]
+        if not timer.window_open:
+            return
+        timer.close_window(self._now())
+        self.cpu_windows[phase].close()
+        if phase in self.gpu_windows:
+            self.gpu_windows[phase].close()
+
+    def _finish(self, phase: str) -> None:
+        """The phase is over: its window closes and (events) every step is read back."""
+        self._close_window(phase)
+        timer = self.timers[phase]
+        if isinstance(timer, EventPhaseTimer):
+            timer.finish()
 
     def _between_steps(self, trainer: pl.Trainer, *phases: str) -> None:
         """What must not land in a timed step, at a moment none is timed (after validation,
@@ -115,9 +219,10 @@ class SpeedPreset(Preset, Callback):
         self.shared.run_between_steps()
 
     def _log_rates(self, trainer: pl.Trainer, phase: str) -> None:
-        steps = self.timers[phase].steps
+        steps = self.timers[phase].steps  # with events: those read back so far
         done = self._rates_logged[phase]
-        for record, step in zip(steps[done:], self._rate_steps[phase][done:], strict=True):
+        for record in steps[done:]:
+            step = self._rate_steps[phase][record.index]
             if record.step_s > 0:
                 rates = {RATE_METRIC[phase]: 1.0 / record.step_s,
                          EXAMPLES_RATE_METRIC[phase]:
@@ -127,8 +232,16 @@ class SpeedPreset(Preset, Callback):
         self._rates_logged[phase] = len(steps)
 
     @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        memory_peaks.phase_start("train", self.device)
+
+    @override
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        memory_peaks.phase_start("inference", self.device)
+
+    @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.timers["train"].restart(now(self.device))
+        self._restart("train")
 
     @override
     def on_train_batch_start(
@@ -146,7 +259,8 @@ class SpeedPreset(Preset, Callback):
     @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self.timers["validation"].restart(now(self.device))
+            self._close_window("train")  # validation inside training is no training step
+            self._restart("validation")
 
     @override
     def on_validation_batch_start(
@@ -166,19 +280,24 @@ class SpeedPreset(Preset, Callback):
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._between_steps(trainer, *(() if trainer.sanity_checking else ("train", "validation")))
+        if trainer.sanity_checking:  # before training: its epoch start restarts its clock
+            self._between_steps(trainer)
+            return
+        self._close_window("validation")
+        self._between_steps(trainer, "train", "validation")
         # Training resumes after validation: its next iteration starts now, so
         # validation time is never charged to a training step.
-        self.timers["train"].restart(now(self.device))
+        self._restart("train")
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close_window("train")  # before the epoch's end work and any pass at the fit's end
         self._between_steps(trainer, "train")  # the next epoch's first iteration starts after this
 
     @override
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.inference_mode = torch.is_inference_mode_enabled()
-        self.timers["inference"].restart(now(self.device))
+        self._restart("inference")
 
     @override
     def on_predict_batch_start(
@@ -194,9 +313,16 @@ class SpeedPreset(Preset, Callback):
     ) -> None:
         self._done("inference", trainer)
 
+    @override
+    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close_window("inference")  # before any pass at predict's end
+
     # Every rank runs these hooks, so the collective inside cannot hang.
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for phase in ("train", "validation"):
+            self._finish(phase)
+        self.memory["train"] = memory_peaks.phase_end("train", self.device)
         self._gather_ranks(("train", "validation"))
         if self.log_rates:
             for phase in ("train", "validation"):
@@ -204,6 +330,8 @@ class SpeedPreset(Preset, Callback):
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._finish("inference")
+        self.memory["inference"] = memory_peaks.phase_end("inference", self.device)
         self._gather_ranks(("inference",))
         self._between_steps(trainer, "inference")
 
@@ -216,11 +344,14 @@ class SpeedPreset(Preset, Callback):
                 self._log_rates(trainer, phase)
 
     def _gather_ranks(self, phases: tuple[str, ...]) -> None:
+        """Every rank's step records, and its own CPU time over the window (one collective)."""
         if self.world_size <= 1:
             return
-        gathered = gather({phase: list(self.timers[phase].steps) for phase in phases})
+        gathered = gather({phase: (list(self.timers[phase].steps), self.cpu_windows[phase].own())
+                           for phase in phases})
         for phase in phases:
-            self.rank_steps[phase] = {rank: steps[phase] for rank, steps in enumerate(gathered)}
+            self.rank_steps[phase] = {rank: mine[phase][0] for rank, mine in enumerate(gathered)}
+            self.rank_cpu[phase] = [mine[phase][1] for mine in gathered]
 
     def _steps_by_rank(self, phase: str) -> dict[int, list[StepRecord]]:
         """Each rank's steps of `phase`; only this rank's own when the ranks were not
@@ -234,57 +365,97 @@ class SpeedPreset(Preset, Callback):
         Step-time figures are this rank's (rank 0 when reports are written);
         `examples_per_second` is the whole run's: the sum of every rank's own
         examples / measured time, or this rank's x world_size when the other
-        ranks' figures could not be collected (`ranks_measured` < world_size).
+        ranks' figures could not be collected (`ranks_measured` < world_size) or came from
+        the measured window (`clocks`).
         """
         summaries = {}
+        cautions = self._cautions()
         for phase, timer in self.timers.items():
-            if not timer.steps:
+            if not timer.recorded:
                 continue
             figures: dict[str, Any] = timer.summary(self.world_size)
+            if "clocks" not in figures:  # the host's clock (a CPU, or sync=step)
+                figures["clocks"] = clocks(self.clock)
+                if self.clock == "step":
+                    figures.update(window_figures(timer.segments))
             per_rank = [rank_figures(rank, steps)
                         for rank, steps in sorted(self._steps_by_rank(phase).items())]
-            if len(per_rank) == self.world_size:
+            if len(per_rank) == self.world_size and (
+                    figures["clocks"]["examples_per_second"] != "window"):
                 figures["examples_per_second"] = total_examples_per_second(per_rank)
             figures["ranks_measured"] = len(per_rank)
             figures["thin"] = figures["measured_steps"] < self.min_measured_steps
+            figures.update(cautions.noise(figures))
+            figures["contention"] = self._contention(phase)
+            figures["memory"] = self.memory.get(phase)
             figures["per_rank"] = per_rank
             summaries[phase] = figures
         return summaries
 
-    def _flags(self, phases: dict[str, dict[str, Any]]) -> list[str]:
-        """result.json flags, each said once on the terminal: thin:<phase> (fewer measured
-        steps than min_measured_steps), warmup_swallowed:<phase> (every step was warm-up)."""
-        found = []
-        for phase, figures in phases.items():
-            steps = figures["measured_steps"] + figures["warmup_steps"]
-            if figures["measured_steps"] == 0:
-                found.append(f"warmup_swallowed:{phase}")
-                log.warning("speed: all %d %s steps were warm-up (profiler.speed.warmup_steps=%d):"
-                            " no %s figures. Fix: lower warmup_steps or run more %s batches",
-                            steps, phase, self.warmup_steps, phase, phase)
-            elif figures["thin"]:
-                found.append(f"thin:{phase}")
-                log.info("speed: %s figures rest on %d measured steps, fewer than"
-                         " profiler.speed.min_measured_steps=%d: read them as rough (thin)",
-                         phase, figures["measured_steps"], self.min_measured_steps)
+    def _cautions(self) -> Cautions:
+        return Cautions(self.warmup_steps, self.min_measured_steps, self.contended_above,
+                        self.noisy_above, self.noisy_mean_over_median)
+
+    def _contention(self, phase: str) -> dict[str, Any] | None:
+        """Who else used the CPUs (and, on CUDA where NVML tells, the GPU) in the phase's
+        measured window; None when it never opened."""
+        found = self.cpu_windows[phase].figures(self.contended_above, self.rank_cpu.get(phase))
+        gpu = self.gpu_windows.get(phase)
+        if found is None or gpu is None:
+            return found
+        gpu.own_pids |= {r["pid"] for r in self.rank_cpu.get(phase, [])}
+        found.update(gpu.figures(self.contended_above))
+        if found["gpu_contended"]:
+            found["contended"] = True
         return found
+
+    def _clock_title(self) -> str:
+        """The clock in force, as the table's title and speed.json's `clock` say it."""
+        if self.clock == "host":
+            return "time.perf_counter"
+        if self.clock == "step":
+            return "time.perf_counter after torch.cuda.synchronize at every step"
+        if self.clock == "events":
+            return ("CUDA events per step, checked against the measured window (torch.cuda."
+                    "synchronize at its ends)")
+        return "the measured window alone (torch.cuda.synchronize at its ends)"
+
+    def _sync_note(self) -> str | None:
+        if self.clock == "host":
+            return (f"profiler.speed.sync={self.sync} is ignored on {self.device_type()}: no"
+                    " device queue to wait for, every figure is time.perf_counter's")
+        return None
+
+    def device_type(self) -> str:
+        return "cpu" if self.device is None else self.device.type
 
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         phases = self.phase_summaries()
-        flags = self._flags(phases)
+        flags = self._cautions().flags(phases)
+        if self.nvml is not None:
+            self.nvml.close()
+        used = {phase: figures["clocks"] for phase, figures in phases.items()}
         payload = {
             "report": "speed",
             "doc": DOC,
-            "clock": clock_name(self.device),
+            "clock": self._clock_title(),
+            "sync": self.sync,
+            "sync_note": self._sync_note(),
+            "clocks": clock_legend(used),
             "warmup_steps_excluded": self.warmup_steps,
             "min_measured_steps": self.min_measured_steps,
+            "contended_above": self.contended_above,
+            "noisy_above": self.noisy_above,
+            "noisy_mean_over_median": self.noisy_mean_over_median,
             "world_size": self.world_size,
             "inference_mode": self.inference_mode,
             "phases": phases,
         }
-        # the CSV keeps one row per phase; per-rank figures are in the JSON
-        rows = [{"phase": phase, **{k: v for k, v in figures.items() if k != "per_rank"}}
+        # the CSV keeps one row per phase; per-rank figures, clocks, contention and memory
+        # are in the JSON
+        nested = ("per_rank", "clocks", "contention", "memory")
+        rows = [{"phase": phase, **{k: v for k, v in figures.items() if k not in nested}}
                 for phase, figures in phases.items()]
         write_report(reports_dir, "speed", payload, rows)
         write_csv(reports_dir / "speed_steps.csv", self.step_rows(self.rank))
@@ -292,9 +463,27 @@ class SpeedPreset(Preset, Callback):
             ranks = sorted({r for phase in PHASES for r in self._steps_by_rank(phase)})
             for rank in ranks:
                 write_csv(rank_path(reports_dir / "speed_steps.csv", rank), self.step_rows(rank))
-        metrics = {f"{phase}_{key}": figures[key]
-                   for phase, figures in phases.items() for key in HEADLINE}
-        return Report(metrics, flags, [self._table(phases), *self._rank_tables(phases)])
+        metrics = self._metrics(phases)
+        figure_clocks = {f"{phase}_{figure}": clock for phase, figures in phases.items()
+                         for figure, clock in figures["clocks"].items()
+                         if f"{phase}_{figure}" in metrics}
+        return Report(metrics, flags, [self._table(phases), *self._rank_tables(phases)],
+                      clocks=figure_clocks)
+
+    def _metrics(self, phases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """result.json's metrics: per phase the headline, the contention shares, the memory
+        increase and, on CUDA, the window's clock (docs/running.md lists them)."""
+        metrics: dict[str, Any] = {}
+        cuda = self.device_type() == "cuda"
+        for phase, figures in phases.items():
+            metrics.update({f"{phase}_{key}": figures[key] for key in HEADLINE})
+            found = figures["contention"] or {}
+            for key in (*CONTENTION, *(("gpu_other_sm_share",) if cuda else ())):
+                metrics[f"{phase}_{key}"] = found.get(key)
+            if cuda:
+                metrics.update({f"{phase}_{key}": figures.get(key) for key in GPU_CLOCKS})
+            metrics.update(figures["memory"] or {})
+        return metrics
 
     def step_rows(self, rank: int = 0) -> list[dict[str, Any]]:
         """One row per step of every phase of one rank: its rates over time."""
@@ -317,7 +506,7 @@ class SpeedPreset(Preset, Callback):
     def _table(self, phases: dict[str, dict[str, Any]]) -> Table:
         """One row per phase; a thin phase (too few measured steps) says so beside its steps."""
         table = Table(title=f"Speed (warm-up of {self.warmup_steps} steps excluded;"
-                            f" {clock_name(self.device)})")
+                            f" {self._clock_title()})")
         for column in ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s",
                        "between steps"):
             table.add_column(column, justify="left" if column == "phase" else "right")

@@ -1,8 +1,10 @@
-"""Per-phase step timing: the clock, and the arithmetic behind the speed report (no Lightning).
+"""Per-phase step timing on the host's clock, and the arithmetic behind the speed report (no
+Lightning).
 
-The clock every preset times steps with (the speed preset, the diagnose preset's passes) is
+The clock the diagnose preset's passes and the speed preset's `sync=step` time steps with is
 `time.perf_counter`, read after `torch.cuda.synchronize()` when the device is a GPU, so a
-step's time includes the kernels it queued and not only their launch.
+step's time includes the kernels it queued and not only their launch. (The speed preset's
+other GPU clocks, without a synchronise per step, are in harness.profilers.event_timer.)
 
 An iteration is one whole loop step as the user experiences it: from the end
 of the previous step (or the start of the phase) to the end of this one, so
@@ -28,11 +30,15 @@ def now(device: torch.device | None) -> float:
     return time.perf_counter()
 
 
-def clock_name(device: torch.device | None) -> str:
-    """The clock `now` reads on `device`, as the reports state it."""
-    if device is not None and device.type == "cuda":
-        return "time.perf_counter after torch.cuda.synchronize"
-    return "time.perf_counter"
+# Which clock made a figure (speed.json `clocks`, result.json `clocks`); docs/presets/speed.md.
+CLOCKS = {
+    "host": "time.perf_counter (no device queue: a CPU run)",
+    "step": "time.perf_counter after torch.cuda.synchronize at every step boundary",
+    "events": "CUDA events on the current stream at the step boundaries (no host wait)",
+    "window": "time.perf_counter over the measured window, one torch.cuda.synchronize at each"
+              " end of each of its segments",
+    "dispatch": "time.perf_counter without a synchronise: the host's dispatch time",
+}
 
 
 @dataclass
@@ -45,15 +51,79 @@ class StepRecord:
 
 
 @dataclass
+class Segment:
+    """One stretch of a phase's measured window: from the moment measured steps start (the end
+    of warm-up, a return from another phase) to the moment they stop."""
+
+    start_s: float  # host clock (after a synchronise on a GPU)
+    first_step: int  # index of the first step that began in it
+    end_s: float | None = None
+    steps: int = 0
+
+
+def window_figures(segments: list[Segment]) -> dict[str, float | int | None]:
+    """The measured window timed as a whole: its closed segments that held steps."""
+    closed = [s for s in segments if s.end_s is not None and s.steps > 0]
+    window_s = float(sum(s.end_s - s.start_s for s in closed))  # type: ignore[operator]
+    steps = sum(s.steps for s in closed)
+    return {"window_s": window_s, "window_steps": steps, "window_segments": len(closed),
+            "window_seconds_per_iteration": window_s / steps if steps else None}
+
+
+def step_figures(steps: list[StepRecord], world_size: int) -> dict[str, float | int | None]:
+    """Figures over the measured (non-warm-up) steps; None where nothing was measured."""
+    measured = [s for s in steps if not s.warmup]
+    times = np.array([s.step_s for s in measured], dtype=float)
+    waits = np.array([s.between_s for s in measured], dtype=float)
+    total = float(times.sum()) if len(times) else 0.0
+    between = float(waits.sum()) if len(waits) else 0.0
+    examples = sum(s.examples for s in measured) * world_size
+    median = float(np.median(times)) if len(times) else None
+    return {
+        "measured_steps": len(measured),
+        "warmup_steps": len(steps) - len(measured),
+        "measured_time_s": total,
+        "seconds_per_iteration": total / len(times) if len(times) else None,
+        "median_step_s": median,
+        # the median absolute deviation: how far a typical step lies from the median
+        "mad_step_s": float(np.median(np.abs(times - median))) if median is not None else None,
+        "p90_step_s": float(np.percentile(times, 90)) if len(times) else None,
+        "examples_per_second": examples / total if total > 0 else None,
+        "iterations_per_second": len(times) / total if total > 0 else None,
+        "between_steps_s": between,
+        "between_steps_share": between / total if total > 0 else None,
+        "median_between_s": float(np.median(waits)) if len(waits) else None,
+        "first_step_s": steps[0].step_s if steps else None,
+        "warmup_time_s": float(sum(s.step_s for s in steps if s.warmup)),
+    }
+
+
+@dataclass
 class PhaseTimer:
-    """Collects step records for one phase (train, validation or inference)."""
+    """Collects step records for one phase (train, validation or inference) on the host clock
+    the caller reads (`now`), and the segments of its measured window."""
 
     name: str
     warmup_steps: int
     steps: list[StepRecord] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     _origin: float | None = None  # end of the previous step, or the start of the phase
     _batch_at: float | None = None
     _examples: int = 0
+
+    @property
+    def recorded(self) -> int:
+        """Steps done so far, warm-up included."""
+        return len(self.steps)
+
+    @property
+    def measuring(self) -> bool:
+        """Warm-up is over: the steps from here on are measured."""
+        return self.recorded >= self.warmup_steps
+
+    @property
+    def window_open(self) -> bool:
+        return bool(self.segments) and self.segments[-1].end_s is None
 
     def restart(self, now: float) -> None:
         """A new epoch or a return from another phase: the next iteration starts here."""
@@ -81,33 +151,25 @@ class PhaseTimer:
         self._batch_at = None
         return record
 
+    def open_window(self, now: float) -> None:
+        """Measured steps start: a segment of the measured window opens at `now`."""
+        if not self.window_open:
+            self.segments.append(Segment(now, first_step=self.recorded))
+
+    def close_window(self, now: float) -> None:
+        """Measured steps stop (another phase runs, or the phase ends)."""
+        if self.window_open:
+            segment = self.segments[-1]
+            segment.end_s, segment.steps = now, self.recorded - segment.first_step
+
     def summary(self, world_size: int) -> dict[str, float | int | None]:
         """Figures over the measured (non-warm-up) steps; None where nothing was measured."""
-        measured = [s for s in self.steps if not s.warmup]
-        times = np.array([s.step_s for s in measured], dtype=float)
-        total = float(times.sum()) if len(times) else 0.0
-        between = float(sum(s.between_s for s in measured))
-        examples = sum(s.examples for s in measured) * world_size
-        first = self.steps[0].step_s if self.steps else None
-        return {
-            "measured_steps": len(measured),
-            "warmup_steps": len(self.steps) - len(measured),
-            "measured_time_s": total,
-            "seconds_per_iteration": total / len(times) if len(times) else None,
-            "median_step_s": float(np.median(times)) if len(times) else None,
-            "p90_step_s": float(np.percentile(times, 90)) if len(times) else None,
-            "examples_per_second": examples / total if total > 0 else None,
-            "iterations_per_second": len(times) / total if total > 0 else None,
-            "between_steps_s": between,
-            "between_steps_share": between / total if total > 0 else None,
-            "first_step_s": first,
-            "warmup_time_s": float(sum(s.step_s for s in self.steps if s.warmup)),
-        }
+        return step_figures(self.steps, world_size)
 
 
 def rank_figures(rank: int, steps: list[StepRecord]) -> dict[str, float | int | None]:
     """One rank's own figures: its measured steps, time and examples (no world-size factor)."""
-    figures = PhaseTimer("rank", 0, steps=steps).summary(world_size=1)
+    figures = step_figures(steps, world_size=1)
     measured = [s for s in steps if not s.warmup]
     return {
         "rank": rank,

@@ -25,7 +25,7 @@ STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
 OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
             "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis",
-            "torch_settings")
+            "torch_settings", "clocks")
 
 
 PHASE_PREFIXES = ("train_", "validation_", "inference_")
@@ -78,7 +78,7 @@ class Observed(_Record):
 class Finding(_Record):
     kind: str = Field(description="data-bound, host-bound, communication-bound, low-mfu,"
                       " compute-bound, precision, graph-breaks, memory-headroom, memory-limit,"
-                      " thin, noisy")
+                      " contended, thin, noisy")
     score: float | None = Field(description="the share of the step it costs (0..1), what"
                                 " ranks the step's findings; null for findings about the run,"
                                 " which follow them")
@@ -91,10 +91,13 @@ class Diagnosis(_Record):
     shares, the passes' rates, FLOPs, FLOP/s and MFU."""
 
     bound_by: Literal["data", "compute", "host", "communication", "unknown"] = Field(
-        description="the largest share of a training step")
-    verdict: str = Field(description="one line: the bound and its evidence")
-    train_data_share: float | None = Field(None, description="of a training step, waiting for"
-                                           " data the input pipeline explains")
+        description="the largest share of a training step; unknown when the step was not"
+        " split, or its noise exceeds the gap between the largest share and the next")
+    verdict: str = Field(description="one line: the bound and its evidence; `contended: ...`"
+                         " first for a contended run, `no verdict: noisy: ...` when the"
+                         " run's noise exceeds the gap between the two largest shares")
+    train_data_share: float | None = Field(None, description="of the median training step,"
+                                           " waiting for data the input pipeline explains")
     train_compute_share: float | None = Field(None, description="the model alone")
     train_compute_share_range: list[float] | None = Field(
         None, description="the compute share with the model pass's quickest and slowest step:"
@@ -104,8 +107,10 @@ class Diagnosis(_Record):
                                            " logging, launch overhead")
     train_flops_per_step: int | None = Field(None, description="FLOPs of one training step on"
                                              " one rank (forward + backward)")
-    train_flop_per_s: float | None = Field(None, description="FLOPs per step / measured s/it,"
-                                           " per device")
+    train_flop_per_s: float | None = Field(None, description="FLOPs per step / the median"
+                                           " iteration (train_median_step_s), per device")
+    train_step_noise: float | None = Field(None, description="the run's spread of a training"
+                                           " step: 1.4826 x MAD / median")
     train_mfu: float | None = Field(None, description="train_flop_per_s / the device's dense"
                                     " peak (null without a peak)")
     inference_data_share: float | None = None
@@ -167,7 +172,13 @@ class RunResult(_Record):
     flags: list[str] = Field(
         default_factory=list, description="cautions about the figures: thin:<phase> (fewer"
         " measured steps than min_measured_steps), warmup_swallowed:<phase> (every step was"
-        " warm-up), nonfinite_loss (a training loss was NaN or infinite)")
+        " warm-up), contended:<phase> (other processes took the machine during the phase's"
+        " measured window, above profiler.speed.contended_above), noisy:<phase> (its step"
+        " times vary too much for its figures to be read as precise), nonfinite_loss (a"
+        " training loss was NaN or infinite)")
+    clocks: dict[str, str] | None = Field(
+        None, description="metric -> the clock that made it: host, step, events, window or"
+        " dispatch (the speed preset; docs/presets/speed.md#clocks)")
     phase_errors: dict[str, str] = Field(
         default_factory=dict, description="phase -> why it has no figures (status partial)")
     sweep_round: int | None = Field(

@@ -36,6 +36,8 @@ def write_reports(presets: dict[str, Preset], record: RunRecord, diagnose: bool 
             continue
         result.metrics.update(report.metrics)
         result.flags = sorted(set(result.flags) | set(report.flags))
+        if report.clocks:
+            result.clocks = {**(result.clocks or {}), **report.clocks}
         for table in report.tables:
             show(table)
     if diagnose:

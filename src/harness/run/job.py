@@ -23,6 +23,7 @@ from harness.result.schema import RunResult
 from harness.run.record import RunRecord
 from harness.terminal import show
 from harness.tracking.run_logging import log_finished_run
+from harness.tracking.tracker import start_tracker
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
     if relaunched is not None:
         return relaunched
     record.result.slurm = slurm_metadata()
+    if global_rank() == 0:
+        start_tracker(cfg)  # logger=mlflow: MLflow loads in its own process, beside the checks
     logger: Any = None
     started_with: dict[str, Any] | None = None
     with job_scope() as signals:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.overrides import MEASUREMENT_KEYS, parse_overrides
+from harness.autotune.job import SET_BY_AUTOTUNE
+from harness.config.overrides import AUTOTUNE_STAGE, MEASUREMENT_KEYS, parse_overrides
 from harness.errors import HarnessError
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, load_result
@@ -57,8 +58,12 @@ class Collection:
 
 
 def settings_of(overrides: list[str]) -> dict[str, str]:
-    """The point a job measured: its overrides without how it was measured (repeat, round)."""
-    return {k: v for k, v in parse_overrides(overrides).items() if k not in MEASUREMENT_KEYS}
+    """The point a job measured: its overrides without how it was measured (repeat, round;
+    in an autotune sweep also the mode and steps it set, so that a point's probe, halving
+    rounds and confirm rounds pool into one cell)."""
+    settings = parse_overrides(overrides)
+    how = (*MEASUREMENT_KEYS, *SET_BY_AUTOTUNE) if AUTOTUNE_STAGE in settings else MEASUREMENT_KEYS
+    return {k: v for k, v in settings.items() if k not in how}
 
 
 def _natural_key(path: Path) -> list[Any]:

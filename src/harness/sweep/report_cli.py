@@ -61,6 +61,7 @@ def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None 
             if png:
                 written.append(png)
         show("[bold]comparison:[/bold] " + ", ".join(str(p) for p in written))
+    _autotune_verdict(sweep_dir, write)
     return comparison
 
 
@@ -126,6 +127,14 @@ def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
         log.info("the table as the sweep set it (multirun.yaml): %s.%s; %s %s",
                  SETTINGS_KEY, said, flags, "change them" if len(used) > 1 else "changes it")
     return rows, baseline, chosen
+
+
+def _autotune_verdict(sweep_dir: Path, write: bool) -> None:
+    """An autotune sweep: every point it tried and its verdict, rebuilt from the jobs, after
+    the table (autotune.json rewritten unless write=False)."""
+    from harness.autotune.report import rebuild
+
+    rebuild(sweep_dir, write=write)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """A Lightning logger that records a run into MLflow without ever slowing or ending it.
 
-Built on Lightning's public `Logger` API and MLflow's `MlflowClient`, for three reasons:
+Built on Lightning's public `Logger` API; MLflow's `MlflowClient` runs in the job's tracker
+process (harness.tracking.tracker), so the job never imports MLflow. For three reasons:
 - the run is created when the logger is built, under a file lock for a local sqlite
   store, so parallel jobs never race to create the database;
 - per-step metrics are buffered and sent in one batch, at most every `flush_every_s`,
@@ -30,16 +31,15 @@ from harness.config.checks import parsed_number
 from harness.config.overrides import as_typed
 from harness.errors import ConfigError, HarnessError
 from harness.tracking import store_access
-from harness.tracking.experiments import PARENT_TAG, experiment_for, sweep_info
+from harness.tracking.experiments import sweep_info
 from harness.tracking.run_facts import MAX_PARAM_CHARS, flatten
 
-MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
-MAX_PARAMS_PER_BATCH = 100
 _NOT_A_METRIC_CHAR = re.compile(r"[^a-zA-Z0-9_/. -]+")
 
 
-def _from_hydra_job() -> tuple[str, str | None]:
-    """(run name, parent run id its sweep left in the sweep dir) of the current Hydra job.
+def _from_hydra_job() -> tuple[str, str | None, bool]:
+    """(run name, parent run id its sweep left in the sweep dir, whether it is a sweep's job) of
+    the current Hydra job.
 
     The name is the job's overrides; in a sweep only what tells the children apart, short
     ("bs=8 bf16 r1"): the UI's runs table shows about 14 characters of a child's name.
@@ -50,14 +50,14 @@ def _from_hydra_job() -> tuple[str, str | None]:
     from harness.config.sweep_keys import run_name
 
     if not HydraConfig.initialized():
-        return "harness", None
+        return "harness", None, False
     job = HydraConfig.get()
     overrides = as_typed(job.overrides.task)  # a ${...} in an override stays as written
     if job.mode != RunMode.MULTIRUN:
-        return ",".join(overrides)[:250] or "harness", None
+        return ",".join(overrides)[:250] or "harness", None, False
     sweep = sweep_info(Path(str(job.sweep.dir)))
     name = run_name(overrides, sweep.get("swept_keys") or [])
-    return name[:250] or "harness", sweep.get("parent_run_id")
+    return name[:250] or "harness", sweep.get("parent_run_id"), True
 
 
 class HarnessMLFlowLogger(Logger):
@@ -79,7 +79,6 @@ class HarnessMLFlowLogger(Logger):
         tags: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        store_access.route_mlflow_logs()
         if importlib.util.find_spec("mlflow") is None:
             raise HarnessError("logger=mlflow needs the mlflow package."
                                " Fix: pip install 'mlflow>=3', or run with logger=none")
@@ -97,12 +96,12 @@ class HarnessMLFlowLogger(Logger):
             "logger.flush_every_s", flush_every_s, allow_zero=True)
         self.probe_timeout_s = parsed_number(
             "logger.probe_timeout_s", probe_timeout_s)
-        store_access.configure_http(
+        self.http = (
             parsed_number("logger.http_timeout_s", http_timeout_s, integer=True),
             parsed_number("logger.http_max_retries", http_max_retries,
                           integer=True, allow_zero=True),
         )
-        default_name, sweep_parent = _from_hydra_job()
+        default_name, sweep_parent, self.in_sweep = _from_hydra_job()
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.run_name = run_name or default_name
@@ -113,7 +112,7 @@ class HarnessMLFlowLogger(Logger):
         self._run_id: str | None = None
         self.failure: str | None = None  # why tracking stopped, once it has
         self.not_logged: list[str] = []  # what the store did not get because of it
-        self._pending: list[Any] = []  # mlflow Metric objects not yet sent
+        self._pending: list[tuple[str, float, int, int]] = []  # (key, value, ms, step) not sent
         self._last_flush = time.monotonic()
         if rank_zero_only.rank != 0:
             return
@@ -128,24 +127,14 @@ class HarnessMLFlowLogger(Logger):
             self.fail("the whole run", err)
 
     def _start_run(self, artifact_location: str | None, tags: dict[str, Any]) -> None:
-        # Imported before the lock, so the lock is held for store work only.
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-        from mlflow import MlflowClient
+        # The job started its tracker when it began (run.job): MLflow's import and the store's
+        # opening are done by now, beside the job's Lightning import.
+        from harness.tracking.tracker import tracker_for
 
-        if self.parent_run_id:
-            tags[PARENT_TAG] = self.parent_run_id
-        # MlflowClient opens (and, the first time, creates) a sqlite store right away:
-        # under the lock, so parallel jobs never create it twice.
-        with store_access.creation_lock(self.tracking_uri):
-            self.client = MlflowClient(self.tracking_uri)
-            if self.parent_run_id:
-                # A child run lives in its parent's experiment, or the UI cannot nest it.
-                experiment_id = self.client.get_run(self.parent_run_id).info.experiment_id
-            else:
-                experiment_id = experiment_for(self.client, self.experiment_name, artifact_location)
-            run = self.client.create_run(experiment_id, run_name=self.run_name,
-                                         tags={k: str(v) for k, v in tags.items()})
-        self._experiment_id, self._run_id = experiment_id, run.info.run_id
+        self.client = tracker_for(self.tracking_uri, *self.http)
+        self._experiment_id, self._run_id = self.client.start_run(
+            self.experiment_name, artifact_location, self.parent_run_id, self.run_name,
+            {k: str(v) for k, v in tags.items()})
 
     # -- what the run is --------------------------------------------------------------------
     @property
@@ -168,7 +157,8 @@ class HarnessMLFlowLogger(Logger):
 
     @property
     def experiment(self) -> Any:
-        """MLflowClient of the run (a do-nothing stand-in once tracking failed)."""
+        """The run's MlflowClient, its methods run in the tracker process (a do-nothing
+        stand-in once tracking failed)."""
         if self.client is None or self._run_id is None:
             return DummyExperiment()
         return self.client
@@ -192,31 +182,21 @@ class HarnessMLFlowLogger(Logger):
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         if not self.active:
             return
-        from mlflow.entities import Param
-
         values = flatten(vars(params) if isinstance(params, Namespace) else dict(params))
-        batch = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in values.items()]
-        try:
-            for start in range(0, len(batch), MAX_PARAMS_PER_BATCH):
-                self.client.log_batch(self._run_id, params=batch[start:start + MAX_PARAMS_PER_BATCH])
-        except Exception as err:
-            self.fail("the module's hyperparameters and everything after them", err)
+        self._write("the module's hyperparameters and everything after them",
+                    params=[(k, str(v)[:MAX_PARAM_CHARS]) for k, v in values.items()])
 
     @override
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.active:
             return
-        from mlflow.entities import Metric
-
         timestamp_ms = store_access.now_ms()
         for key, value in metrics.items():
             if isinstance(value, str):
                 continue
             self._pending.append(
-                Metric(key=_NOT_A_METRIC_CHAR.sub("", key), value=float(value),
-                       timestamp=timestamp_ms, step=step or 0)
-            )
+                (_NOT_A_METRIC_CHAR.sub("", key), float(value), timestamp_ms, step or 0))
         if self.flush_every_s == 0:  # asked for: a store write per step, inside the step
             self.flush()
 
@@ -231,14 +211,17 @@ class HarnessMLFlowLogger(Logger):
         if not self.active or not self._pending:
             return
         pending, self._pending = self._pending, []
-        try:
-            for start in range(0, len(pending), MAX_METRICS_PER_BATCH):
-                self.client.log_batch(self._run_id,
-                                      metrics=pending[start:start + MAX_METRICS_PER_BATCH])
-        except Exception as err:
-            first_step = min(m.step for m in pending)
-            self.fail(f"per-step metrics from step {first_step} on", err)
+        self._write(f"per-step metrics from step {min(m[3] for m in pending)} on",
+                    metrics=pending)
         self._last_flush = time.monotonic()
+
+    def _write(self, what: str, **batch: Any) -> None:
+        """One batch to the tracker, sent, not waited for: the job pays a pipe write, and a
+        failure comes back, named `what`, when the run's end is checked (run_logging)."""
+        try:
+            self.client.log_batch(self._run_id, step=what, **batch)
+        except Exception as err:  # the tracker process has ended
+            self.fail(what, err)
 
     @override
     def save(self) -> None:

@@ -9,6 +9,9 @@ closed. A sweep that stops before its end never reaches it: `harness.cli` calls
 `end_parent_run` on the sweep directory, which logs what there is and closes the parent
 KILLED (interrupted) or FAILED. A parent already closed is left as it is.
 
+The calls go through this process's tracker (harness.tracking.tracker): the jobs that Hydra's
+basic launcher runs in this process log through the same one.
+
 Importing this module is cheap: Hydra loads it at start-up of every run.
 """
 
@@ -24,19 +27,19 @@ from omegaconf import DictConfig
 from typing_extensions import override
 
 from harness.tracking import store_access
-from harness.tracking.experiments import experiment_for, sweep_info, write_sweep_info
+from harness.tracking.experiments import sweep_info, write_sweep_info
+from harness.tracking.tracker import (
+    HTTP_DEFAULTS,
+    LOGGER_TARGET,
+    http_settings,
+    mlflow_settings,
+    tracker_for,
+)
 
 log = logging.getLogger(__name__)
-LOGGER_TARGET = "harness.tracking.mlflow_logger.HarnessMLFlowLogger"
+__all__ = ["LOGGER_TARGET", "ParentRunCallback", "end_parent_run", "log_sweep_files"]
 COMPARISON_FILES = ("comparison.md", "comparison.csv", "comparison.json", "comparison.png")
 SWEEP_FILES = ("multirun.yaml",)
-
-
-def _mlflow_settings(config: DictConfig) -> DictConfig | None:
-    node = config.get("logger")
-    if isinstance(node, DictConfig) and node.get("_target_") == LOGGER_TARGET:
-        return node
-    return None
 
 
 class ParentRunCallback(Callback):
@@ -44,17 +47,14 @@ class ParentRunCallback(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        settings = _mlflow_settings(config)
+        settings = mlflow_settings(config)
         if settings is None:
             return
         from harness.tracking import run_logging, store_access
 
-        store_access.route_mlflow_logs()
         sweep_dir = Path(str(config.hydra.sweep.dir))
         tracking_uri = str(settings.tracking_uri)
         try:
-            store_access.configure_http(int(settings.http_timeout_s),
-                                        int(settings.http_max_retries))
             reason = store_access.probe(tracking_uri, float(settings.probe_timeout_s))
             if reason:
                 raise ConnectionError(reason)
@@ -68,17 +68,19 @@ class ParentRunCallback(Callback):
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        settings = _mlflow_settings(config)
+        settings = mlflow_settings(config)
         if settings is not None:
             end_parent_run(Path(str(config.hydra.sweep.dir)), "FINISHED",
-                           shown_uri=str(settings.tracking_uri))
+                           shown_uri=str(settings.tracking_uri), http=http_settings(settings))
 
 
-def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None) -> None:
+def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None,
+                   http: tuple[int, int] = HTTP_DEFAULTS) -> None:
     """Log the sweep's files into the parent run of `sweep_dir` and give it its end `status`
     (FINISHED; KILLED when the sweep was interrupted, FAILED when it stopped otherwise). No
     parent (logger=none, tracking failed), or one already closed: nothing to do. The line
-    that says where to look names the store as `shown_uri` (as configured)."""
+    that says where to look names the store as `shown_uri` (as configured). The calls go
+    through the tracker that created the parent; `http` bounds a new one's requests."""
     info = sweep_info(sweep_dir)
     parent_run_id, tracking_uri = info.get("parent_run_id"), info.get("tracking_uri")
     if not parent_run_id or not tracking_uri:
@@ -87,14 +89,14 @@ def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None) -
     from harness.tracking.run_logging import where_to_look
 
     try:
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri)
-        run = client.get_run(parent_run_id)
-        if run.info.status != "RUNNING":
+        client = tracker_for(tracking_uri, *http)
+        client.confirm()  # the last jobs' runs, logged without waiting: their failures first
+        experiment_id, run_status = client.run_info(parent_run_id)
+        if run_status != "RUNNING":
             return  # closed already (the end was interrupted after it)
         log_sweep_files(client, parent_run_id, sweep_dir, status)
-        show(where_to_look(shown_uri or tracking_uri, run.info.experiment_id, parent_run_id,
+        client.check(parent_run_id)
+        show(where_to_look(shown_uri or tracking_uri, experiment_id, parent_run_id,
                            what="sweep run"))
     except Exception as err:
         log.warning("MLflow: the sweep's comparison files were not logged to parent run %s"
@@ -105,33 +107,25 @@ def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None) -
 def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) -> None:
     """The parent run, named by what the sweep varies ('bs x precision (sweep)'), with its
     settings as params ('batch_size': '2,4'): the children's param columns read the same."""
-    from mlflow import MlflowClient
-    from mlflow.entities import Param
-
     from harness.config.overrides import as_typed, parse_overrides
     from harness.config.sweep_keys import sweep_run_name, swept_values_of
     from harness.tracking import store_access
     from harness.tracking.sweep_summary import sweep_params
 
     uri = str(settings.tracking_uri)
-    client = MlflowClient(uri)
+    # The sweep's tracker: the jobs that run in this process log through it too.
+    client = tracker_for(uri, *http_settings(settings))
     task = as_typed(config.hydra.overrides.task)  # a ${...} in an override stays as written
     swept = swept_values_of(config)
     named = parse_overrides(task).get("sweep")
-    with store_access.creation_lock(uri):
-        experiment_id = experiment_for(client, str(settings.experiment_name),
-                                       settings.get("artifact_location"))
-        run = client.create_run(
-            experiment_id,
-            run_name=sweep_run_name(swept, named)[:250],
-            tags={"sweep_dir": str(sweep_dir.resolve()), "sweep_overrides": " ".join(task),
-                  "harness.kind": "sweep"},
-        )
-    params = [Param(k, v) for k, v in sweep_params(task, swept).items()]
-    for start in range(0, len(params), 100):
-        client.log_batch(run.info.run_id, params=params[start:start + 100])
+    experiment_id, run_id = client.start_run(
+        str(settings.experiment_name), settings.get("artifact_location"), None,
+        sweep_run_name(swept, named)[:250],
+        {"sweep_dir": str(sweep_dir.resolve()), "sweep_overrides": " ".join(task),
+         "harness.kind": "sweep"})
+    client.log_batch(run_id, params=list(sweep_params(task, swept).items()), step="params")
     write_sweep_info(sweep_dir, {
-        "parent_run_id": run.info.run_id,
+        "parent_run_id": run_id,
         "experiment_id": experiment_id,
         "tracking_uri": store_access.absolute_uri(uri),
         "swept_keys": list(swept),
@@ -142,9 +136,6 @@ def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
                     status: str = "FINISHED") -> None:
     """Comparison table and plot, the best and baseline figures, the table as the run's
     description, the sweep definition, job counts, then the end `status`."""
-    from mlflow.entities import Metric, RunTag
-
-    from harness.tracking.run_logging import read_table
     from harness.tracking.sweep_summary import NOTE_TAG, best_and_baseline, note
 
     for name in (*COMPARISON_FILES, *SWEEP_FILES):
@@ -152,9 +143,8 @@ def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
         if path.is_file():
             client.log_artifact(parent_run_id, str(path))
     table = sweep_dir / "comparison.csv"
-    frame = read_table(table) if table.is_file() else None
-    if frame is not None:
-        client.log_table(parent_run_id, frame, "tables/comparison.json")
+    if table.is_file():
+        client.log_table_csv(parent_run_id, str(table), "tables/comparison.json")
     tags: dict[str, str] = {}
     summary = sweep_dir / "comparison.json"
     if summary.is_file():
@@ -162,8 +152,7 @@ def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
         metrics, tags = best_and_baseline(comparison)
         tags["baseline"] = str(comparison.get("baseline"))
         now_ms = store_access.now_ms()
-        client.log_batch(parent_run_id, metrics=[Metric(k, v, now_ms, 0)
-                                                 for k, v in metrics.items()])
+        client.log_batch(parent_run_id, metrics=[(k, v, now_ms, 0) for k, v in metrics.items()])
     markdown = sweep_dir / "comparison.md"
     if markdown.is_file():
         tags[NOTE_TAG] = note(markdown.read_text())
@@ -171,7 +160,7 @@ def log_sweep_files(client: Any, parent_run_id: str, sweep_dir: Path,
     tags.update({f"jobs_{job_status}": str(sum(s == job_status for s in statuses))
                  for job_status in sorted(set(statuses))})
     tags["jobs"] = str(len(statuses))
-    client.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    client.log_batch(parent_run_id, tags=list(tags.items()))
     client.set_terminated(parent_run_id, status)
 
 

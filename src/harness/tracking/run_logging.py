@@ -3,10 +3,14 @@
 `log_finished_run` is the one call the job makes (rank zero, after result.json
 is written). It never raises: a store that fails leaves the run on disk and
 logs one warning line naming what is missing and the command that uploads it.
+The calls go to the job's tracker process (harness.tracking.tracker), which reports a
+failure by the step it belonged to when the job checks; `harness-mlflow-upload` makes the
+same calls on a store of its own (harness.tracking.store_ops), where a failure raises at once.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,6 @@ UPLOAD_COMMAND = "harness-mlflow-upload"
 TRACE_MARKERS = ("trace",)  # a file whose name holds one of these is a profiler trace
 TABLES_DIR = "tables"  # artifact folder of the reports as MLflow tables (UI comparison)
 SYSTEM_REPORT = "system.csv"
-SYSTEM_METRIC_PREFIX = "system/"
 MIB = 1024 * 1024
 # MLflow's end status of a run: partial measured a phase; anything else (failed, oom,
 # invalid: not what the knobs say) is FAILED.
@@ -70,7 +73,9 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
     """Log the finished run into the MLflow run `logger` opened (no-op for other loggers).
 
     Sets `result.tracking` and rewrites result.json with it before logging it as an
-    artifact, so the file in MLflow says where it is tracked too.
+    artifact, so the file in MLflow says where it is tracked too. A single run waits until
+    the store has all of it; a sweep's job does not (the next job's run waits for it, see
+    harness.tracking.tracker): a failure found later rewrites the job's result.json the same.
     """
     from harness.tracking.mlflow_logger import HarnessMLFlowLogger
 
@@ -98,19 +103,57 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
             log_run_dir(logger.client, logger.run_id, run_dir, config, result,
                         trace_cap_mb=logger.trace_size_cap_mb, with_artifacts=logger.log_artifacts,
                         done=done)
-            logger.client.set_terminated(logger.run_id, END_STATUS.get(result.status, "FAILED"))
+            logger.client.set_terminated(logger.run_id, END_STATUS.get(result.status, "FAILED"),
+                                         step="end status")
+            done.append("end status")
+            if logger.in_sweep:
+                logger.client.check_later(logger.run_id, functools.partial(
+                    _not_all_logged, logger, result, run_dir, tracking, done))
+            else:
+                logger.client.check(logger.run_id)  # all of it is in the store, or it raises
             show(where_to_look(uri, logger.experiment_id, logger.run_id))
             return
     except Exception as err:
+        _not_all_logged(logger, result, run_dir, tracking, done, err)
+        return
+    _not_all_logged(logger, result, run_dir, tracking, done, None)
+
+
+def _not_all_logged(logger: Any, result: RunResult, run_dir: Path, tracking: Tracking,
+                    done: list[str], err: Exception | None) -> None:
+    """Say what the store lacks (one warning) and record it in result.json. `done`: the end's
+    steps sent; `err`: why (None: tracking had stopped before the run's end)."""
+    if err is not None:
+        _undo_after(err, done, logger)
         logger.fail(_missing(done), err)
     if "the whole run" not in logger.not_logged:  # e.g. the last metrics' flush failed
         logger.fail(_missing(done), logger.failure or "unknown")
     _report_failure(logger, result, run_dir, tracking)
 
 
+STEPS = ["params", "tags", "final metrics", "system metrics", "artifacts", "end status"]
+
+
+def _undo_after(err: Exception, done: list[str], logger: Any) -> None:
+    """The steps of `done` that a failure in the tracker undid. It names the step whose call
+    failed and skipped every later call of the run: that step and the ones after it are not
+    in the store. A step from before the run's end (the module's hyperparameters, per-step
+    metrics) is said first, and none of the end's steps went in; so with a tracker that ended
+    before it said anything."""
+    from harness.tracking.tracker import TrackerError
+
+    if not isinstance(err, TrackerError):
+        return  # raised here, at the step it names by `done`
+    if err.step in STEPS:
+        del done[STEPS.index(err.step):]
+        return
+    if err.step:
+        logger.fail(err.step, err)
+    done.clear()
+
+
 def _missing(done: list[str]) -> str:
-    steps = ["params", "tags", "final metrics", "system metrics", "artifacts", "end status"]
-    return ", ".join(s for s in steps if s not in done)
+    return ", ".join(s for s in STEPS if s not in done)
 
 
 def _report_failure(logger: Any, result: RunResult, run_dir: Path, tracking: Tracking) -> None:
@@ -132,30 +175,27 @@ def log_run_dir(
     client: Any, run_id: str, run_dir: Path, config: dict[str, Any], result: RunResult,
     trace_cap_mb: float, with_artifacts: bool = True, done: list[str] | None = None,
 ) -> list[str]:
-    """Log a run directory's params, tags, final metrics and files into `run_id`.
+    """Log a run directory's params, tags, final metrics and files into `run_id` through
+    `client` (the tracker, or harness.tracking.store_ops.StoreOps), each call named by its step.
 
     Returns the files left out for their size. `done` collects the steps that
-    went through, so a failure can say what is missing.
+    went through (with the tracker: that were sent), so a failure can say what is missing.
     """
-    from mlflow.entities import Metric, Param, RunTag
-
     done = [] if done is None else done
-    existing = client.get_run(run_id).data.params
-    # A param cannot change value once set (Lightning logs the module's hparams).
-    new_params = [Param(k, v) for k, v in run_facts.params(config, result).items()
-                  if k not in existing]
-    for start in range(0, len(new_params), 100):
-        client.log_batch(run_id, params=new_params[start:start + 100])
+    # A param cannot change value once set: the store keeps what Lightning logged already.
+    client.log_new_params(run_id, list(run_facts.params(config, result).items()), step="params")
     done.append("params")
     tags = (result.tracking.tags if result.tracking else None) or run_facts.tags(result, Path.cwd())
-    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    client.log_batch(run_id, tags=list(tags.items()), step="tags")
     done.append("tags")
     logged_ms = store_access.now_ms()
-    metrics = [Metric(k, v, logged_ms, 0) for k, v in run_facts.final_metrics(result).items()]
-    for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+    client.log_batch(run_id, metrics=[(k, v, logged_ms, 0) for k, v in
+                                      run_facts.final_metrics(result).items()],
+                     step="final metrics")
     done.append("final metrics")
-    _log_system_series(client, run_id, run_dir)
+    system = run_dir / "reports" / SYSTEM_REPORT  # the system preset's samples, as series
+    if system.is_file():
+        client.log_system_series(run_id, str(system), step="system metrics")
     done.append("system metrics")
     skipped: list[str] = []
     if with_artifacts:
@@ -164,50 +204,8 @@ def log_run_dir(
     return skipped
 
 
-def _log_system_series(client: Any, run_id: str, run_dir: Path) -> None:
-    """System metrics over time from reports/system.csv, one MLflow metric per column.
-
-    The system preset writes one row per sample, stamped `timestamp_s` (Unix s), with a
-    numeric column for each measured quantity.
-    """
-    path = run_dir / "reports" / SYSTEM_REPORT
-    if not path.is_file():
-        return
-    import pandas as pd
-    from mlflow.entities import Metric
-
-    frame = read_table(path)
-    if frame is None:
-        return
-    start_ms = store_access.now_ms()
-    if "timestamp_s" in frame:  # when each sample was taken
-        stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
-    else:
-        stamps = [start_ms] * len(frame)
-    metrics = []
-    for column in frame.select_dtypes("number").columns:
-        if column in ("timestamp_s", "t_s", "segment", "step"):
-            continue
-        for step, (value, stamp) in enumerate(zip(frame[column], stamps, strict=True)):
-            if pd.notna(value):
-                metrics.append(Metric(f"{SYSTEM_METRIC_PREFIX}{column}", float(value), stamp, step))
-    for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
-
-
 def is_trace(path: Path) -> bool:
     return any(marker in path.name.lower() for marker in TRACE_MARKERS)
-
-
-def read_table(path: Path) -> Any:
-    """A report CSV as a DataFrame, or None when it has no rows (a run that stopped early)."""
-    import pandas as pd
-
-    try:
-        frame = pd.read_csv(path)
-    except pd.errors.EmptyDataError:  # a report with no columns: written before any step
-        return None
-    return None if frame.empty else frame
 
 
 def _log_files(client: Any, run_id: str, run_dir: Path, trace_cap_mb: float) -> list[str]:
@@ -219,21 +217,19 @@ def _log_files(client: Any, run_id: str, run_dir: Path, trace_cap_mb: float) -> 
         if is_trace(path) and path.stat().st_size > trace_cap_mb * MIB:
             skipped.append(f"{relative} ({path.stat().st_size / MIB:.0f} MiB)")
             continue
-        client.log_artifact(run_id, str(path), str(relative.parent))
+        client.log_artifact(run_id, str(path), str(relative.parent), step="artifacts")
         if path.suffix == ".csv":
             # The table view lets the UI compare the same report across runs.
-            frame = read_table(path)
-            if frame is not None:
-                client.log_table(run_id, frame, f"{TABLES_DIR}/{path.stem}.json")
+            client.log_table_csv(run_id, str(path), f"{TABLES_DIR}/{path.stem}.json",
+                                 step="artifacts")
     for extra in (".hydra", "error.log"):
         source = run_dir / extra
         if source.is_dir():
-            client.log_artifacts(run_id, str(source), "config")
+            client.log_artifacts(run_id, str(source), "config", step="artifacts")
         elif source.is_file():
-            client.log_artifact(run_id, str(source))
+            client.log_artifact(run_id, str(source), step="artifacts")
     if skipped:
-        from mlflow.entities import RunTag
-
-        client.log_batch(run_id, tags=[RunTag("artifacts_left_on_disk", "; ".join(skipped))])
-    client.log_artifact(run_id, str(run_dir / RESULT_FILE))
+        client.log_batch(run_id, tags=[("artifacts_left_on_disk", "; ".join(skipped))],
+                         step="artifacts")
+    client.log_artifact(run_id, str(run_dir / RESULT_FILE), step="artifacts")
     return skipped

@@ -121,6 +121,11 @@ def creation_lock(uri: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class StoreError(RuntimeError):
+    """A store call that failed elsewhere (the tracker process): its message is already the
+    one-line reason."""
+
+
 # The database driver's own line inside MLflow's message: "(sqlite3.OperationalError) ...".
 _DRIVER_LINE = re.compile(r"\((\w+\.\w+Error)\) ([^\n\[]+)")
 
@@ -129,6 +134,8 @@ def short_reason(err: BaseException) -> str:
     """One line about a tracking failure, without MLflow's multi-line detail: the database's
     own error when there is one (MLflow's first line is often about SQLAlchemy's autoflush)."""
     text = str(err).strip()
+    if isinstance(err, StoreError):
+        return text
     driver = _DRIVER_LINE.search(text)
     if driver:
         why = driver[2].strip()

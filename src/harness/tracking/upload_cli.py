@@ -103,24 +103,21 @@ def _env_uri() -> str | None:
 
 def upload(uri: str, results: dict[Path, RunResult], sweep_dir: Path | None, experiment: str,
            parent_run_id: str | None, trace_cap_mb: float) -> list[str]:
-    """Create one run per directory (children of a new sweep run for a sweep)."""
-    from mlflow import MlflowClient
-
-    from harness.tracking.experiments import experiment_for
+    """Create one run per directory (children of a new sweep run for a sweep), through the
+    store operations a job's tracker runs (harness.tracking.store_ops), here in this process."""
     from harness.tracking.parent_run import log_sweep_files
+    from harness.tracking.store_ops import StoreOps
 
-    store_access.configure_http(10, 2)
     reason = store_access.probe(uri, 5)
     if reason:
         raise ConnectionError(reason)
-    client = MlflowClient(uri)
-    with store_access.creation_lock(uri):
-        experiment_id = experiment_for(client, experiment, None)
+    client = StoreOps()
+    client.open(uri, 10, 2)
+    experiment_id = client.experiment_id_for(experiment, None)
     lines = []
     if sweep_dir is not None and parent_run_id is None:
-        parent = client.create_run(experiment_id, run_name=f"sweep {sweep_dir.name} (uploaded)",
-                                   tags={"sweep_dir": str(sweep_dir), "harness.kind": "sweep"})
-        parent_run_id = parent.info.run_id
+        parent_run_id = client.create_run(experiment_id, f"sweep {sweep_dir.name} (uploaded)",
+                                          {"sweep_dir": str(sweep_dir), "harness.kind": "sweep"})
         lines.append(f"{sweep_dir} -> parent run {parent_run_id}")
     for run_dir, result in results.items():
         run_id = upload_run_dir(client, experiment_id, run_dir, result, parent_run_id,
@@ -133,16 +130,10 @@ def upload(uri: str, results: dict[Path, RunResult], sweep_dir: Path | None, exp
 
 def upload_run_dir(client: Any, experiment_id: str, run_dir: Path, result: RunResult,
                    parent_run_id: str | None, trace_cap_mb: float) -> str:
-    """One run directory as a new MLflow run; returns its id. A run whose upload breaks
-    off is ended FAILED, never left RUNNING."""
-    from harness.tracking.experiments import PARENT_TAG
-
-    tags = {"harness.uploaded_from": str(run_dir)}
-    if parent_run_id:
-        tags[PARENT_TAG] = parent_run_id
-    run = client.create_run(experiment_id,
-                            run_name=(",".join(result.overrides) or run_dir.name)[:250], tags=tags)
-    run_id = run.info.run_id
+    """One run directory as a new MLflow run (`client`: a StoreOps); returns its id. A run
+    whose upload breaks off is ended FAILED, never left RUNNING."""
+    run_id = client.create_run(experiment_id, (",".join(result.overrides) or run_dir.name)[:250],
+                               {"harness.uploaded_from": str(run_dir)}, parent_run_id)
     try:
         _log_step_rates(client, run_id, run_dir, result)
         run_logging.log_run_dir(client, run_id, run_dir, _config(run_dir), result, trace_cap_mb)
@@ -184,9 +175,10 @@ def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: RunResult) 
     import datetime as dt
 
     import pandas as pd
-    from mlflow.entities import Metric
 
-    frame = run_logging.read_table(steps_file)
+    from harness.tracking.store_ops import read_table
+
+    frame = read_table(steps_file)
     if frame is None:
         return
     try:
@@ -204,13 +196,12 @@ def _log_step_rates(client: Any, run_id: str, run_dir: Path, result: RunResult) 
             if pd.notna(row[column]):
                 # The live run steps training_rate by global_step, which counts from 1.
                 step = int(row["step"]) + (1 if phase == "train" else 0)
-                metrics.append(Metric(column, float(row[column]), start_ms + int(offset), step))
+                metrics.append((column, float(row[column]), start_ms + int(offset), step))
                 if "examples" in row and pd.notna(row["examples"]):
                     examples = float(row[column]) * float(row["examples"]) * world
-                    metrics.append(Metric(column.replace("_rate", "_examples_rate"), examples,
-                                          start_ms + int(offset), step))
-    for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+                    metrics.append((column.replace("_rate", "_examples_rate"), examples,
+                                    start_ms + int(offset), step))
+    client.log_batch(run_id, metrics=metrics)
 
 
 if __name__ == "__main__":

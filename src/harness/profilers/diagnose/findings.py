@@ -1,6 +1,8 @@
 """From a run's measured figures to why it is slow: the step's shares, the bound, ranked findings.
 
-A training (or inference) step of T seconds splits into
+A training (or inference) step of T seconds (the median iteration: a few stalled steps, a
+busy machine's or a garbage collector's, move the mean and would read as host time) splits
+into
 - data: waiting for the next batch, as far as the input pipeline explains it: the speed
   preset's measured wait, capped at what the loader alone needs per batch (a wait the loader
   does not explain is Lightning's loop between steps: host);
@@ -8,18 +10,23 @@ A training (or inference) step of T seconds splits into
   what is left of T);
 - communication: in multi-process runs, collectives not hidden behind compute;
 - host: the rest, Lightning's loop, callbacks, logging and host-side launch overhead.
-The largest share names what the step is bound by.
+The largest share names what the step is bound by, unless the run's own noise (its steps'
+spread, 1.4826 x MAD / median) is larger than the gap between that share and the next: then
+there is no verdict (`bound_by` unknown), and the line says so with what to do. A run the speed
+preset flagged contended says so first; its `noisy` and `contended` findings read the speed
+preset's flags (harness.profilers.speed_flags: one rule, one place).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from harness.measured import MAIN_PHASES
+from harness.profilers.speed_flags import CONTENDED_FIX, NOISY_FIX
 from harness.result.schema import Finding
 
 BOUNDS = ("data", "compute", "communication", "host")
 MIN_SHARE = 0.25  # a share this large gets its own finding
-NOISY = 1.5  # a p90 (or mean) step this many times the median makes the run `noisy`
 
 
 def _finding(kind: str, score: float | None, message: str, next_step: str) -> Finding:
@@ -45,6 +52,19 @@ def bound_by(found: dict[str, float] | None) -> str:
     if not found or model_missing(found):
         return "unknown"
     return max(BOUNDS, key=lambda b: found[b])
+
+
+def noise_beats_gap(phase: dict[str, Any]) -> tuple[str, str] | None:
+    """(the largest share, the runner-up) when the shares worked out with the step `step_noise`
+    shorter and longer (`noise_ranges`) overlap: the run's noise is larger than the gap between
+    them, so either could bound the step. None when the gap stands."""
+    part, ranges = phase.get("shares"), phase.get("noise_ranges")
+    if not part or not ranges or model_missing(part):
+        return None
+    first, second = sorted(BOUNDS, key=lambda b: -part[b])[:2]
+    if part[second] > 0 and ranges[second][1] >= ranges[first][0]:
+        return first, second
+    return None
 
 
 def model_missing(found: dict[str, float]) -> bool:
@@ -172,29 +192,60 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
             found.append(_finding(
                 "memory-limit", None, f"the peak uses {_pct(share)} of the device's memory",
                 "close to out of memory: a smaller batch, bf16, or activation checkpointing"))
-    thin = [f.split(":", 1)[1] for f in context.get("flags", []) if f.startswith("thin:")]
+    flagged = _flagged(context.get("flags", []))
+    for phase in flagged.get("contended", []):
+        found.append(_finding(
+            "contended", None, f"other processes took the machine while {_name(phase)} was"
+            f" measured ({contention_said(context.get('contention', {}).get(phase, {}))}): its"
+            " figures and shares measure the machine as much as the run", CONTENDED_FIX))
+    thin = flagged.get("thin", [])
     if thin:
         found.append(_finding(
             "thin", None, f"few measured steps in {', '.join(thin)}: the figures are rough",
             "more batches (data.*_batches / trainer.limit_*_batches) or fewer warm-up steps"))
-    spread, skew = context.get("p90_over_median"), context.get("mean_over_median")
-    varied = [f"the p90 is {spread:.1f}x the median"] if spread and spread > NOISY else []
-    next_step = "repeat=3 (rounds in a sweep) to measure the spread; a quieter machine"
-    if skew and skew > NOISY:  # a few slow steps: the p90 misses them, every figure has them
-        varied.append(f"the mean is {skew:.1f}x the median: a few slow steps weigh on every"
-                      " figure")
-        next_step += ("; reports/speed_steps.csv names the slow steps (if they come first:"
-                      " more profiler.speed.warmup_steps)")
-    if varied:
-        found.append(_finding("noisy", None, "training step times vary: " + "; ".join(varied),
-                             next_step))
+    for phase in flagged.get("noisy", []):
+        said = context.get("noise_said", {}).get(phase) or ["see reports/speed.json"]
+        found.append(_finding("noisy", None, f"{_name(phase)} step times vary: "
+                              + "; ".join(said), NOISY_FIX))
     return found
 
 
-def verdict(bound: str, phase: dict[str, Any], phase_name: str = "train") -> str:
+def _flagged(flags: list[str]) -> dict[str, list[str]]:
+    """result.json's `<kind>:<phase>` flags: kind -> the phases, main phases only for the
+    kinds the diagnosis words (thin keeps every phase)."""
+    found: dict[str, list[str]] = {}
+    for flag in flags:
+        kind, _, phase = flag.partition(":")
+        if phase and (kind == "thin" or phase in MAIN_PHASES):
+            found.setdefault(kind, []).append(phase)
+    return found
+
+
+def _name(phase: str) -> str:
+    return {"train": "training", "inference": "inference"}.get(phase, phase)
+
+
+def contention_said(c: dict[str, Any]) -> str:
+    """The contention figures of a phase, in words."""
+    said = []
+    if c.get("other_cpu_share") is not None:
+        said.append(f"others used {_pct(c['other_cpu_share'])} of its CPUs")
+    if c.get("run_delay_share") is not None:
+        said.append(f"its threads waited for a CPU {_pct(c['run_delay_share'])} of the time")
+    if c.get("gpu_other_sm_share"):
+        said.append(f"others used {_pct(c['gpu_other_sm_share'])} of the GPU's SM time")
+    return ", ".join(said) or "see reports/speed.json"
+
+
+def verdict(bound: str, phase: dict[str, Any], phase_name: str = "train",
+            contended: str | None = None) -> str:
     """One line on what the phase's step is bound by, with its evidence, and the share within
-    the model pass's noise of it when there is one (the bound could be either)."""
+    the model pass's noise of it when there is one (the bound could be either); `contended`:
+    what the speed preset measured of other processes in this phase, said first."""
     line = _verdict(bound, phase, phase_name)
+    if contended:
+        line = (f"contended ({contended}; result.json flags: contended:{phase_name}), so the"
+                f" shares measure the machine as much as the run: {line}")
     ranges = phase.get("share_ranges") or {}
     if bound not in ranges:
         return line
@@ -226,4 +277,13 @@ def _verdict(bound: str, phase: dict[str, Any], phase_name: str) -> str:
     if bound == "communication":
         return (f"bound by communication: {_share(phase, 'communication')} of each {name} step"
                 " is collectives not hidden behind compute")
+    gap = noise_beats_gap(phase)
+    if gap:
+        first, second = gap
+        return (f"no verdict: noisy: the {name} step varies by {_pct(phase['step_noise'])}"
+                f" (1.4826 x MAD / median of its steps), more than the gap between {first}"
+                f" ({_pct(phase['shares'][first])}) and {second}"
+                f" ({_pct(phase['shares'][second])}). Next: rerun on a quieter machine (the"
+                " run's contention figures say who else ran) or with more steps; repeat=3"
+                " shows the spread")
     return "no verdict: " + (phase.get("note") or f"the {name} step was not measured")

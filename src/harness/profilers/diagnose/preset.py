@@ -38,6 +38,7 @@ from harness.profilers.diagnose.communication import CommWindow
 from harness.profilers.diagnose.peak_flops import dense_peak_tflops, matmul_dtype
 from harness.profilers.flops import CONVENTION
 from harness.profilers.preset import Preset, RunShared
+from harness.profilers.speed_flags import robust_cv
 from harness.reports.files import write_json, write_text
 from harness.result.schema import Diagnosis, RunResult
 
@@ -212,15 +213,32 @@ class DiagnosePreset(Preset, Callback):
     def phase_figures(self, phase: str, metrics: dict[str, Any], peak: float | None
                       ) -> dict[str, Any]:
         """Shares, rates, FLOPs and MFU of one phase, from the passes and the speed figures
-        (`metrics`: result.json's figures); `peak`: the device's dense peak TFLOP/s, if known."""
+        (`metrics`: result.json's figures); `peak`: the device's dense peak TFLOP/s, if known.
+
+        The step is the median iteration, like the passes' own figures (a few stalled steps
+        move the mean and would read as host time); results without it fall back to s/it.
+        The loop cannot iterate faster than the loader alone delivers a batch: where the
+        median step is shorter (workers that deliver in bursts: most steps find a batch
+        waiting, every few wait for the next burst), the step is the loader's pace, at most
+        the mean step, and the difference is time spent waiting for data."""
         found = self.passes.get(phase)
-        step_s = metrics.get(f"{phase}_seconds_per_iteration")
+        median, mean = (metrics.get(f"{phase}_median_step_s"),
+                        metrics.get(f"{phase}_seconds_per_iteration"))
+        step_s = median or mean
         if not found:
             return {"note": f"no {phase} passes ran"}
         loader, model = found["loader"], found["model"]
-        between = metrics.get(f"{phase}_between_steps_share")
+        between_s = metrics.get(f"{phase}_median_between_s")
+        if between_s is None:
+            between = metrics.get(f"{phase}_between_steps_share")
+            between_s = between * step_s if between is not None and step_s else None
+        if median and mean and loader.step_s and between_s is not None:
+            paced = min(mean, loader.step_s)
+            if paced > median:
+                step_s, between_s = paced, between_s + paced - median
         comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
-        between_s = between * step_s if between is not None and step_s else None
+        noise = robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
+                           "median_step_s": metrics.get(f"{phase}_median_step_s")})
         notes = [n for n in (loader.note, model.note) if n]
         # Without the model alone the step cannot be split: its compute would read as host.
         part = (rules.shares(step_s, between_s, loader.step_s, model.step_s, comm)
@@ -230,12 +248,16 @@ class DiagnosePreset(Preset, Callback):
         # The shares again with the model pass's quickest and slowest step: their noise.
         ends = [rules.shares(step_s, between_s, loader.step_s, model_s, comm)
                 for model_s in (model.fastest_s, model.slowest_s) if model_s is not None]
+        # And with the run's own noise: a step one robust deviation shorter and longer.
+        spread = [rules.shares(step_s * factor, between_s, loader.step_s, model.step_s, comm)
+                  for factor in (max(1 - noise, 0.05), 1 + noise)] if part and noise else []
         world = self.context.get("world_size", 1)
         flop_per_s = model.flops / step_s if model.flops and step_s else None
         return {
             "shares": part,
-            "share_ranges": {bound: [min(e[bound] for e in ends), max(e[bound] for e in ends)]
-                             for bound in rules.BOUNDS} if part and ends and all(ends) else None,
+            "share_ranges": _ranges(ends) if part else None,
+            "noise_ranges": _ranges(spread) if part else None,
+            "step_noise": noise,
             "loader_step_s": loader.step_s,
             "loader_examples_per_second": _total(loader.examples_per_second(), world),
             "model_step_s": model.step_s,
@@ -256,21 +278,27 @@ class DiagnosePreset(Preset, Callback):
         phases = {phase: self.phase_figures(phase, metrics, peak)
                   for phase in MAIN_PHASES if phase in self.passes}
         main = "train" if "train" in phases else "inference"
-        bound = rules.bound_by(phases.get(main, {}).get("shares"))
+        # the run's noise larger than the gap between the two largest shares: no bound, so a
+        # sweep's majority bound does not count this run
+        bound = ("unknown" if rules.noise_beats_gap(phases.get(main, {}))
+                 else rules.bound_by(phases.get(main, {}).get("shares")))
+        contention = {phase: {key: metrics.get(f"{phase}_{key}") for key in
+                              ("other_cpu_share", "run_delay_share", "gpu_other_sm_share")}
+                      for phase in MAIN_PHASES}
         self.context.update(
             precision_note=result.precision_note, flags=list(result.flags),
             graph_breaks=metrics.get("graph_breaks"),
             peak_device_reserved_bytes=metrics.get("peak_device_reserved_bytes"),
-            p90_over_median=_ratio(metrics.get("train_p90_step_s"),
-                                   metrics.get("train_median_step_s")),
-            mean_over_median=_ratio(metrics.get("train_seconds_per_iteration"),
-                                    metrics.get("train_median_step_s")))
+            contention=contention,
+            noise_said={phase: self._noise_said(phase, metrics) for phase in MAIN_PHASES})
         ranked = rules.ranked([f for phase, figures in phases.items()
                                for f in rules.phase_findings(phase, figures, self.context)],
                               rules.run_findings(self.context))
+        contended = (rules.contention_said(contention[main])
+                     if f"contended:{main}" in result.flags else None)
         diagnosis = Diagnosis.model_validate({
             "bound_by": bound,
-            "verdict": rules.verdict(bound, phases.get(main, {}), main),
+            "verdict": rules.verdict(bound, phases.get(main, {}), main, contended),
             **{f"{phase}_{key}": value for phase, figures in phases.items()
                for key, value in _flat(figures).items()},
             "peak_source": peak_source if peak else None,
@@ -282,6 +310,16 @@ class DiagnosePreset(Preset, Callback):
         })
         self._write(reports_dir, diagnosis)
         return diagnosis
+
+    def _noise_said(self, phase: str, metrics: dict[str, Any]) -> list[str]:
+        """What made `phase` noisy, as the speed preset that flagged it words it."""
+        if self.shared.cautions is None:
+            return []
+        return self.shared.cautions.noise_said({
+            "robust_cv": robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
+                                    "median_step_s": metrics.get(f"{phase}_median_step_s")}),
+            "mean_over_median": _ratio(metrics.get(f"{phase}_seconds_per_iteration"),
+                                       metrics.get(f"{phase}_median_step_s"))})
 
     def _write(self, reports_dir: Path, diagnosis: Diagnosis) -> None:
         found = diagnosis.model_dump(mode="json")
@@ -303,10 +341,21 @@ def _ratio(a: Any, b: Any) -> float | None:
     return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
 
 
+def _ranges(ends: list[dict[str, float] | None]) -> dict[str, list[float]] | None:
+    """Per bound, the lowest and highest share over `ends` (the shares worked out again),
+    capped at 100% (a wait longer than a shortened step is the whole step)."""
+    if not ends or not all(ends):
+        return None
+    return {bound: [min(min(e[bound] for e in ends), 1.0),  # type: ignore[index]
+                    min(max(e[bound] for e in ends), 1.0)]  # type: ignore[index]
+            for bound in rules.BOUNDS}
+
+
 def _flat(figures: dict[str, Any]) -> dict[str, Any]:
     """`shares` spread into <bound>_share keys, `share_ranges` into <bound>_share_range;
-    everything else as it is."""
-    out = {k: v for k, v in figures.items() if k not in ("shares", "share_ranges")}
+    everything else as it is (`noise_ranges` only feeds the verdict)."""
+    out = {k: v for k, v in figures.items()
+           if k not in ("shares", "share_ranges", "noise_ranges")}
     for bound, share in (figures.get("shares") or {}).items():
         out[f"{bound}_share"] = share
     for bound, ends in (figures.get("share_ranges") or {}).items():

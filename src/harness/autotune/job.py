@@ -1,0 +1,94 @@
+"""One job of the search as overrides: the command's fixed overrides, the candidate's values,
+and how autotune measures it (mode, steps, stage, round).
+
+The keys autotune sets say how a point was measured, not which point: harness.sweep.collect
+leaves them out of a job's settings when the job carries `autotune_stage`, so a point's
+probe, its halving rounds and its confirm rounds pool into one cell of the table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.autotune.knowledge import Job
+from harness.autotune.settings import Settings
+from harness.config.overrides import AUTOTUNE_STAGE, ROUND_KEY, parse_overrides
+
+MODES = {"training": "train", "inference": "inference", "both": "both"}
+# Every key a job's overrides may get from autotune (beside repeat, the round and the stage).
+SET_BY_AUTOTUNE = ("mode", "trainer.max_steps", "trainer.max_epochs", "trainer.limit_val_batches",
+                   "trainer.limit_predict_batches", "profiler.speed.warmup_steps",
+                   "data.train_batches", "data.predict_batches")
+ACCUMULATE = "trainer.accumulate_grad_batches"
+
+
+WORKERS, PREFETCH = "data.num_workers", "data.prefetch_factor"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the sweep's config says about every job: the data config's batch counts (None
+    where it has no such key), its loader workers and prefetch depth, and the gradient
+    accumulation of the config."""
+
+    train_batches: int | None = None
+    predict_batches: int | None = None
+    accumulate: int = 1
+    workers: int = 0
+    prefetch: int = 2  # DataLoader's default prefetch_factor
+
+
+def warmup_steps(job: Job, shape: Shape) -> int:
+    """The job's warm-up: autotune.warmup_steps, plus the batches loader workers fetched
+    ahead before the first step (workers x prefetch_factor), so that a short probe does not
+    measure a prefetch buffer instead of the loader's pace."""
+    workers = _int(job.candidate.get(WORKERS), shape.workers)
+    prefetch = _int(job.candidate.get(PREFETCH), shape.prefetch)
+    return job.warmup_steps + workers * prefetch
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> list[str]:
+    """The job's override list: `fixed` (less the keys autotune sets here), the candidate,
+    then how it is measured."""
+    warmup = warmup_steps(job, shape)
+    steps = warmup + job.measured_steps
+    measuring = {"mode": MODES[settings.objective], "profiler.speed.warmup_steps": warmup,
+                 "trainer.max_epochs": -1, "trainer.limit_val_batches": 0}
+    if settings.objective in ("training", "both"):
+        accumulate = _int(job.candidate.get(ACCUMULATE) or job.candidate.get(f"+{ACCUMULATE}"),
+                          shape.accumulate)
+        # max_steps counts optimizer steps; the speed preset times each batch
+        measuring["trainer.max_steps"] = math.ceil(steps / max(accumulate, 1))
+        if shape.train_batches is not None and shape.train_batches < steps:
+            measuring["data.train_batches"] = steps  # one epoch: no loader restart mid-measure
+    if settings.objective in ("inference", "both"):
+        measuring["trainer.limit_predict_batches"] = steps
+        if shape.predict_batches is not None and shape.predict_batches < steps:
+            measuring["data.predict_batches"] = steps
+    kept = [o for o in fixed if _bare(o) not in measuring]
+    return [*kept, *job.candidate.overrides(), *(f"{k}={v}" for k, v in measuring.items()),
+            "repeat=1", f"+{ROUND_KEY}={job.round}", f"+{AUTOTUNE_STAGE}={job.stage}"]
+
+
+def _bare(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def stage_and_round(job_overrides: list[str]) -> tuple[str, int] | None:
+    """(stage, round) of a job of an autotune sweep, from its overrides; None for another."""
+    settings = parse_overrides(job_overrides)
+    stage = settings.get(AUTOTUNE_STAGE)
+    if stage is None:
+        return None
+    try:
+        return stage, int(settings.get(ROUND_KEY, "0"))
+    except ValueError:
+        return None

@@ -1,0 +1,104 @@
+"""A sweep directory read back into a Search: autotune_space.json says what was searched and
+how, and the job directories answer the waves again, in order, through the same reading as
+the sweep's (harness.autotune.reading), so the same decisions follow. Where the disk stops
+answering (the sweep was interrupted, or is still running) the replay stops, interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.autotune.job import stage_and_round
+from harness.autotune.outcome import Outcome
+from harness.autotune.reading import OVERRIDES_FILE, elapsed, job_overrides, outcome_of
+from harness.autotune.search import Search
+from harness.autotune.settings import Settings
+from harness.autotune.space import ABSENT, Candidate, Space
+from harness.config.overrides import parse_overrides
+from harness.errors import HarnessError
+from harness.reports.files import write_json
+from harness.result.store import RESULT_FILE
+
+SPACE_FILE = "autotune_space.json"  # written when the sweep starts
+SUMMARY_FILE = "autotune.json"  # written after every wave, and rebuilt at the end
+SPACE_SCHEMA = 1
+
+
+@dataclass
+class Setup:
+    """What the sweep searched and how: autotune_space.json."""
+
+    space: Space
+    settings: Settings
+    fixed: list[str] = field(default_factory=list)  # the command's other overrides
+    started_at: float = 0.0  # seconds since the epoch
+    notes: list[str] = field(default_factory=list)
+    launcher: str | None = None
+
+    def write(self, sweep_dir: Path) -> Path:
+        return write_json(Path(sweep_dir) / SPACE_FILE, {
+            "schema_version": SPACE_SCHEMA, "space": self.space.as_list(),
+            "settings": self.settings.as_dict(), "fixed": self.fixed,
+            "started_at": self.started_at, "notes": self.notes, "launcher": self.launcher})
+
+    @classmethod
+    def read(cls, sweep_dir: Path) -> Setup:
+        path = Path(sweep_dir) / SPACE_FILE
+        try:
+            raw = json.loads(path.read_text())
+            return cls(Space.from_list(raw["space"]), Settings.from_mapping(raw["settings"]),
+                       list(raw.get("fixed") or []), float(raw.get("started_at") or 0.0),
+                       list(raw.get("notes") or []), raw.get("launcher"))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise HarnessError(f"{path}: not an autotune space ({err}). Fix: harness-report"
+                               " rebuilds the table without it; the verdict needs it") from None
+
+
+def _natural(path: Path) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path.name)]
+
+
+def job_dirs(sweep_dir: Path, space: Space) -> dict[tuple[Candidate, str, int], list[Path]]:
+    """The sweep's autotune jobs by (candidate of `space`, stage, round), each key's
+    directories in job order."""
+    found: dict[tuple[Candidate, str, int], list[Path]] = {}
+    dirs = {p.parent for p in Path(sweep_dir).glob(f"*/{RESULT_FILE}")}
+    dirs |= {p.parent.parent for p in Path(sweep_dir).glob(f"*/{OVERRIDES_FILE}")}
+    for job_dir in sorted(dirs, key=_natural):
+        overrides = job_overrides(job_dir)
+        where = stage_and_round(overrides) if overrides else None
+        if where is None:
+            continue
+        settings = parse_overrides(overrides)  # type: ignore[arg-type]
+        candidate = Candidate(tuple((k.name, settings.get(k.name.lstrip("+~"), ABSENT))
+                                    for k in space.keys))
+        found.setdefault((candidate, *where), []).append(job_dir)
+    return found
+
+
+def replay(sweep_dir: Path) -> tuple[Search, Setup]:
+    """The sweep's search, its waves answered by the job directories on disk."""
+    setup = Setup.read(sweep_dir)
+    jobs = job_dirs(sweep_dir, setup.space)
+    search = Search(setup.space, setup.settings)
+    seen: list[Outcome] = []
+    wave = search.start()
+    while wave is not None:
+        dirs = []
+        for job in wave.jobs:
+            matching = jobs.get((job.candidate, job.stage, job.round)) or []
+            if not matching:
+                break
+            dirs.append(matching.pop(0))
+        if len(dirs) < len(wave.jobs):
+            search.interrupt(f"the jobs on disk end at stage {wave.stage} (the sweep was"
+                             " interrupted, or is still running)")
+            break
+        outcomes = [outcome_of(d, setup.settings.objective) for d in dirs]
+        seen += outcomes
+        wave = search.advance(outcomes, elapsed(setup.started_at, seen), [d.name for d in dirs])
+    return search, setup

@@ -1,0 +1,252 @@
+"""The space autotune searches: keys, their values as typed, roles, and what "simpler" means.
+
+Values stay strings as the command line types them (`batch_size=32`, `precision=bf16`,
+booleans lower-case), so a candidate's overrides and autotune.json's `best` read like the
+command line. An integer `interval(lo,hi)` is kept as its bounds: the batch ladder walks it
+by doubling and bisection; for any other key, and for the grid it is compared with, it
+stands for lo, the powers of two above it, and hi.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import product
+
+BATCH, PRECISION, COMPILE, LOADER, OTHER = "batch", "precision", "compile", "loader", "other"
+ROLES = (BATCH, PRECISION, COMPILE, LOADER, OTHER)
+# Simplest first; a value not listed ranks after these, in the order typed.
+PRECISION_ORDER = ("fp32", "32-true", "32", "bf16", "bf16-mixed", "bf16-true", "fp16", "16",
+                   "16-mixed", "16-true", "fp64", "64", "64-true")
+COMPILE_ORDER = ("false", "true", "default", "reduce-overhead", "max-autotune-no-cudagraphs",
+                 "max-autotune")
+ABSENT = "(default)"  # a `+key`'s value in the default configuration: not set at all
+# Which key's simplicity counts first when two candidates are tied: no compile, then fp32,
+# then fewer loader workers, then the smaller batch, then the other keys' defaults.
+_ROLE_PRIORITY = {COMPILE: 0, PRECISION: 1, LOADER: 2, BATCH: 3, OTHER: 4}
+
+
+def as_number(value: str) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def normal(value: object) -> str:
+    """A value as the command line types it: booleans lower-case, integral floats of an
+    interval as integers."""
+    text = str(value)
+    return text.lower() if text in ("True", "False") else text
+
+
+@dataclass(frozen=True)
+class Key:
+    """One searched key: its values (or integer interval), its role, and its config value."""
+
+    name: str
+    role: str
+    default: str  # the config's value: the default configuration (may lie outside the space)
+    values: tuple[str, ...] = ()  # discrete values, as typed
+    interval: tuple[int, int] | None = None  # integer interval(lo, hi), bounds included
+
+    def __post_init__(self) -> None:
+        if not self.values and self.interval is None:
+            raise ValueError(f"{self.name}: no values")
+        if self.role not in ROLES:
+            raise ValueError(f"{self.name}: unknown role {self.role!r}")
+
+    @property
+    def numeric(self) -> bool:
+        return self.interval is not None or all(as_number(v) is not None for v in self.values)
+
+    def listed(self) -> tuple[str, ...]:
+        """The values a grid would run: the discrete values, or an interval at lo, the powers
+        of two above it, and hi."""
+        if self.interval is None:
+            return self.values
+        lo, hi = self.interval
+        found = [lo]
+        power = 1
+        while power < hi:
+            if power > lo:
+                found.append(power)
+            power *= 2
+        if found[-1] != hi:
+            found.append(hi)
+        return tuple(str(v) for v in found)
+
+    def sorted_numbers(self) -> list[int]:
+        return sorted({int(float(v)) for v in self.listed()})
+
+    def contains(self, value: str) -> bool:
+        if self.interval is not None:
+            number = as_number(value)
+            return number is not None and number == int(number) and (
+                self.interval[0] <= number <= self.interval[1])
+        return value in self.values
+
+    def between(self, low: int, high: int) -> list[int]:
+        """Batch sizes of the space strictly between two (every integer of an interval)."""
+        if self.interval is not None:
+            return list(range(max(low + 1, self.interval[0]), min(high, self.interval[1] + 1)))
+        return [v for v in self.sorted_numbers() if low < v < high]
+
+    def start(self) -> str:
+        """Where the search starts: the default if the space holds it, else the nearest value
+        (in log space for numbers), else the first value."""
+        if self.contains(self.default):
+            return str(int(float(self.default))) if self.interval is not None else self.default
+        number = as_number(self.default)
+        if self.numeric and number is not None:
+            target = math.log(max(number, 1e-9))
+            nearest = min(self.sorted_numbers(),
+                          key=lambda v: (abs(math.log(max(v, 1e-9)) - target), v))
+            return str(nearest) if self.interval is not None else next(
+                v for v in self.listed() if int(float(v)) == nearest)
+        return self.listed()[0]
+
+    def simplicity(self, value: str) -> tuple[float, ...]:
+        """Smaller is simpler: no compile, fp32, fewer workers, a smaller batch; other keys:
+        the default first, then the order typed."""
+        lowered = value.lower()
+        if self.role == COMPILE:
+            return (_rank(lowered, COMPILE_ORDER, self.listed()),)
+        if self.role == PRECISION:
+            return (_rank(lowered, PRECISION_ORDER, self.listed()),)
+        if self.role in (LOADER, BATCH) and as_number(value) is not None:
+            return (float(value),)
+        if self.role == LOADER:
+            return (_rank(lowered, ("false", "true"), self.listed()),)
+        if value == self.default:
+            return (-1.0,)
+        listed = self.listed()
+        return (float(listed.index(value)) if value in listed else float(len(listed)),)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "role": self.role, "default": self.default,
+                "values": list(self.values), "interval": list(self.interval)
+                if self.interval else None}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Key:
+        interval = raw.get("interval")
+        return cls(raw["name"], raw["role"], raw["default"], tuple(raw.get("values") or ()),
+                   (int(interval[0]), int(interval[1])) if interval else None)
+
+
+def _rank(value: str, order: tuple[str, ...], listed: tuple[str, ...]) -> float:
+    if value in order:
+        return float(order.index(value))
+    return float(len(order) + (listed.index(value) if value in listed else len(listed)))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the space: (key, value) pairs in the space's key order."""
+
+    items: tuple[tuple[str, str], ...]
+
+    def __getitem__(self, key: str) -> str:
+        for name, value in self.items:
+            if name == key:
+                return value
+        raise KeyError(key)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def with_(self, key: str, value: str) -> Candidate:
+        return Candidate(tuple((k, value if k == key else v) for k, v in self.items))
+
+    def overrides(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.items if v != ABSENT]
+
+    def label(self) -> str:
+        return " ".join(self.overrides())
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.items)
+
+
+@dataclass(frozen=True)
+class Space:
+    keys: tuple[Key, ...]
+
+    def key(self, name: str) -> Key:
+        return next(k for k in self.keys if k.name == name)
+
+    @property
+    def names(self) -> list[str]:
+        return [k.name for k in self.keys]
+
+    @property
+    def batch(self) -> Key | None:
+        return next((k for k in self.keys if k.role == BATCH), None)
+
+    def grid_points(self) -> int:
+        """The exhaustive grid's size (an interval counted as its listed values)."""
+        return math.prod(len(k.listed()) for k in self.keys)
+
+    def grid(self) -> list[Candidate]:
+        return [Candidate(tuple(zip(self.names, values, strict=True)))
+                for values in product(*(k.listed() for k in self.keys))]
+
+    def default(self) -> Candidate:
+        """The default configuration: every key at its config value ("harness" with no
+        overrides), in or out of the space."""
+        return Candidate(tuple((k.name, k.default) for k in self.keys))
+
+    def start(self) -> Candidate:
+        return Candidate(tuple((k.name, k.start()) for k in self.keys))
+
+    def simplicity(self, candidate: Candidate) -> tuple[float, ...]:
+        ordered = sorted(self.keys, key=lambda k: (_ROLE_PRIORITY[k.role], self.keys.index(k)))
+        return tuple(part for k in ordered for part in k.simplicity(candidate[k.name]))
+
+    def memory_twin(self, a: Candidate, b: Candidate) -> bool:
+        """Same device memory apart from the batch: every key but the batch and the loader
+        keys (loader workers are other processes) equal."""
+        return all(a[k.name] == b[k.name] for k in self.keys if k.role not in (BATCH, LOADER))
+
+    def as_list(self) -> list[dict[str, object]]:
+        return [k.as_dict() for k in self.keys]
+
+    @classmethod
+    def from_list(cls, raw: list[dict]) -> Space:
+        return cls(tuple(Key.from_dict(k) for k in raw))
+
+
+def role_of(name: str, loader_keys: tuple[str, ...]) -> str:
+    if name == "batch_size":
+        return BATCH
+    if name == "precision":
+        return PRECISION
+    if name == "compile":
+        return COMPILE
+    if name in loader_keys:
+        return LOADER
+    return OTHER
+
+
+def check_space(space: Space) -> None:
+    """Bad input before any compute: ValueError with one line (the sweeper makes it a
+    ConfigError, exit 2)."""
+    for key in space.keys:
+        if key.interval is not None and key.interval[0] > key.interval[1]:
+            lo, hi = key.interval
+            raise ValueError(f"{key.name}=interval({lo},{hi}): the low end is above the high."
+                             f" Fix: {key.name}=interval({hi},{lo})")
+        if key.role == BATCH:
+            bad = [v for v in key.listed() if as_number(v) is None or float(v) < 1
+                   or float(v) != int(float(v))]
+            if bad:
+                raise ValueError(f"batch_size={bad[0]}: batch sizes are positive integers."
+                                 " Fix: batch_size=16,32,64")
+    if space.grid_points() < 2:
+        listed = ", ".join(f"{k.name}={k.listed()[0]}" for k in space.keys) or "no key"
+        raise ValueError(f"the space holds one point ({listed}): nothing to search. Fix: give"
+                         " a key several values, e.g. batch_size=16,32,64")

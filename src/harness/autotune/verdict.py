@@ -1,0 +1,193 @@
+"""autotune.json's body and the one verdict line, from a Search at any point of its life
+(done, stopped by the budget, interrupted, or with nothing feasible)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.autotune.knowledge import CONFIRM, FINAL, PROBE_STAGES, Knowledge, stage_rank
+from harness.autotune.space import Candidate
+from harness.autotune.stats import Estimate
+
+SCHEMA_VERSION = 1
+TIE_RULE = "within spread: the simplest wins (no compile, fp32, fewer workers, smaller batch)"
+
+
+def duration(seconds: float) -> str:
+    """'3 min 10 s', '42 s'."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def _est(e: Estimate | None) -> dict[str, Any] | None:
+    return e.as_dict() if e is not None else None
+
+
+def speedup(search: Knowledge) -> dict[str, Any] | None:
+    """The winner over the default configuration: from the confirm stage, else (stopped
+    before it) from the deepest stage that measured both."""
+    confirm, winner, default = search.confirm or {}, search.winner, search.space.default()
+    if confirm.get("same_as_default"):
+        return {"value": 1.0, "low": 1.0, "high": 1.0, "confirmed": True, "within_spread": True,
+                "trusted": search.winner_trusted,
+                "note": "the default configuration is the best"}
+    w, d = confirm.get("winner"), confirm.get("default")
+    confirmed = w is not None and d is not None
+    if not confirmed and winner is not None and default in search.tried():
+        w, d = search.latest(winner), search.latest(default)
+    if w is None or d is None:
+        return None
+    value, low, high = w.ratio(d)
+    return {"value": value, "low": low, "high": high, "confirmed": confirmed,
+            "within_spread": low <= 1.0 <= high, "trusted": w.trusted and d.trusted}
+
+
+def in_the_running(search: Knowledge) -> tuple[list[dict[str, Any]], str | None]:
+    """Stopped early: every candidate still in the running, with the winner's ratio over it,
+    and whether the winner is beyond the spread of each ('sure')."""
+    if search.status not in ("budget", "interrupted") or search.winner is None:
+        return [], None
+    mine, found = search.latest(search.winner), []
+    for c in dict.fromkeys([*search.pool, *search.left_out]):
+        if c == search.winner or search.infeasible(c):
+            continue
+        theirs = search.latest(c)
+        if theirs is None:
+            found.append({"candidate": c.as_dict(), "separated": False,
+                          "note": "never measured: the budget left it out"})
+        elif mine is not None:
+            value, low, high = mine.ratio(theirs)
+            found.append({"candidate": c.as_dict(), "winner_over_it": value, "low": low,
+                          "high": high, "separated": not low <= 1.0 <= high
+                          and mine.trusted and theirs.trusted})
+    unsure = [Candidate(tuple(r["candidate"].items())).label() for r in found
+              if not r["separated"]]
+    sure = ("sure: beyond the spread of every candidate still in the running" if not unsure
+            else "not sure: " + "; ".join(unsure) + " within spread of the best so far")
+    return found, sure
+
+
+def points(search: Knowledge) -> list[dict[str, Any]]:
+    """Every point tried, with the deepest stage that measured it and its figure there."""
+    found = []
+    for c in search.tried():
+        records = [r for r in search.records if r.job.candidate == c]
+        stages = sorted({r.job.stage for r in records}, key=stage_rank)
+        deepest = stages[-1]
+        figure = (search.estimate(c, (CONFIRM,)) if deepest == CONFIRM else None) or search.latest(c)
+        reason = search.infeasible(c)
+        found.append({
+            "candidate": c.as_dict(), "stage": deepest, "stages": stages, "jobs": len(records),
+            "job_dirs": [r.name for r in records if r.name],
+            "status": reason.split(":", 1)[0] if reason else (
+                "ok" if figure is not None else records[-1].outcome.status),
+            "reason": reason.split(": ", 1)[1] if reason and ": " in reason else None,
+            "figure": _est(figure),
+            "in_probe_stages": any(r.job.stage in PROBE_STAGES for r in records),
+        })
+    return found
+
+
+def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """autotune.json's body (`extra`: what the driver adds: the command's fixed overrides
+    under `fixed`, the sweep directory)."""
+    extra = dict(extra or {})
+    space, winner, default = search.space, search.winner, search.space.default()
+    confirm = search.confirm or {}
+    running, sure = in_the_running(search)
+    failures = {c.label(): why for c in search.tried() if (why := search.infeasible(c))}
+    names = {r.job.stage: [] for r in search.records}
+    for r in search.records:
+        names[r.job.stage].append(r.name)
+    # a stage the budget stopped before it ran has decisions but no jobs
+    unlaunched = [name for name in dict.fromkeys(d.stage for d in search.decisions)
+                  if name not in {s["name"] for s in search.stages} and name != FINAL]
+    stages = [{**s, "job_dirs": [n for n in names.get(s["name"], []) if n],
+               "decisions": [d.__dict__ for d in search.decisions if d.stage == s["name"]]}
+              for s in [*search.stages, *({"name": n, "jobs": 0} for n in unlaunched),
+                        {"name": FINAL, "jobs": 0}]]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": search.status,  # running, done, budget, interrupted, infeasible
+        "stopped": search.stop_reason,
+        "objective": search.settings.objective,
+        "best": winner.as_dict() if winner else None,
+        "best_trusted": search.winner_trusted if winner else None,
+        "default": default.as_dict(),
+        "speedup": speedup(search),
+        "tie": {"with": [c.as_dict() for c in search.tied_with], "rule": TIE_RULE}
+        if search.tied_with else None,
+        "confirm": {"winner": _est(confirm.get("winner")), "default": _est(confirm.get("default")),
+                    "default_failed": confirm.get("default_failed"),
+                    "measured_steps": confirm.get("steps"), "rounds": confirm.get("rounds")}
+        if confirm and not confirm.get("same_as_default") else None,
+        "largest_batch_that_fits": search.largest_fit,
+        "first_oom_batch": search.first_oom,
+        "jobs": search.jobs_launched,
+        "job_budget": search.job_cap,
+        "points_tried": len(search.tried()),
+        "grid_points": space.grid_points(),
+        "job_seconds": sum(r.outcome.job_seconds for r in search.records),
+        "wall_seconds": search.elapsed_s,
+        "noise": search.sigma(),
+        "in_the_running": running,
+        "sure": sure,
+        "command": run_command(winner, default, extra.get("fixed", [])) if winner else None,
+        "space": space.as_list(),
+        "settings": search.settings.as_dict(),
+        "infeasible": failures,
+        "points": points(search),
+        "stages": stages,
+        **{k: v for k, v in extra.items() if k != "fixed"},
+    }
+
+
+def run_command(winner: Candidate, default: Candidate, fixed: list[str]) -> str:
+    """`harness <the command's own overrides> <the winner's values that differ from the
+    default>`: the run to do next."""
+    changed = [f"{k}={v}" for k, v in winner.items if default.get(k) != v]
+    return " ".join(["harness", *fixed, *changed])
+
+
+def line(body: dict[str, Any]) -> str:
+    """The terminal verdict."""
+    where = (f"in {body['jobs']} jobs ({body['points_tried']} of {body['grid_points']} points),"
+             f" {duration(body['wall_seconds'] or body['job_seconds'])}")
+    if body["best"] is None:
+        if body["status"] == "interrupted":
+            return f"autotune: interrupted {where} before any candidate was measured"
+        why = "; ".join(f"{k}: {v}" for k, v in body["infeasible"].items()) or "no job measured"
+        untried = (" (the start point failed at every batch size tried, so no other value was:"
+                   " fix that failure, or search without it)"
+                   if body["points_tried"] < body["grid_points"] else "")
+        return f"autotune: no candidate is feasible {where}: {why}{untried}"
+    best = " ".join(f"{k}={v}" for k, v in body["best"].items())
+    s = body["speedup"]
+    if s is None:
+        ratio = "no speed-up: the default configuration was not measured"
+        failed = (body.get("confirm") or {}).get("default_failed")
+        if failed:
+            ratio = f"the default configuration fails ({failed})"
+    elif s.get("note"):
+        ratio = s["note"]
+    else:
+        ratio = f"{s['value']:.2f}x the default ({s['low']:.2f}-{s['high']:.2f}x)"
+        if s["within_spread"]:
+            ratio += ", within noise"
+        if not s["confirmed"]:
+            ratio += ", not confirmed"
+    notes = []
+    if body["tie"]:
+        notes.append("a tie: the simplest of the ones within spread")
+    if not body.get("best_trusted", True):
+        notes.append("on untrusted figures only (thin, noisy or contended jobs): not a verdict")
+    elif s is not None and not s.get("trusted", True):
+        notes.append("the confirm stage's figures are untrusted")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    stopped = f" [{body['stopped']}; {body['sure']}]" if body["status"] in ("budget",
+                                                                            "interrupted") else ""
+    head = "best so far" if body["status"] == "interrupted" else "best"
+    return f"{head}: {best}: {ratio}{note} {where}{stopped}; run it: {body['command']}"

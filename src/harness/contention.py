@@ -1,0 +1,422 @@
+"""Who else used the machine while a phase was measured, read from the kernel's counters.
+
+A measured window is one or more segments (a phase's measured steps, paused while another
+phase runs); each segment costs one `snapshot()` at each end, a handful of small /proc reads
+and no scan of the process table (docs/presets/speed.md gives its measured cost). Over the
+window's segments:
+
+- `other_cpu_share`: CPU time the *other* processes spent on the CPUs this process may run on,
+  as a share of those CPUs over the window's wall time. From /proc/stat's per-CPU lines, only
+  the CPUs of our affinity mask (a container pinned to a cpuset sees the host's other CPUs
+  there too, and they do not compete with us), minus this process tree's own CPU time: its
+  threads, its reaped children and its live descendants (DataLoader workers, the other DDP
+  ranks it started), found through /proc/<pid>/task/*/children. A VM's steal time (its vCPU
+  given to another guest) counts as other use.
+- `run_delay_share`: the time this process's threads spent runnable but waiting for a CPU
+  (schedstat's run_delay), as a share of the time they ran or waited. For a CPU-bound thread
+  it is the throughput lost to waiting.
+- `cpus`: the CPUs we may use, the affinity mask capped by a CFS quota (cgroup v2 cpu.max,
+  v1 cpu.cfs_quota_us). Below the visible CPUs, /proc/stat's idle time is not ours to take,
+  so the rule rests on run_delay_share alone (`basis: run_delay`).
+
+The rule (`contended`): both shares above the threshold (profiler.speed.contended_above). We
+waited for a CPU *and* someone else used them; waiting while nobody else ran is our own
+threads oversubscribing the CPUs (say, DataLoader workers beyond the CPUs): a finding about
+the run, not about the machine. A counter this system lacks (not Linux, a kernel without
+schedstat) makes its share None and the verdict None (unknown), never a false "quiet".
+
+`GpuWindow` does the same for one GPU through NVML: other processes' SM utilisation.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# The counters this module reads; what a system lacks is said once, by name.
+COUNTERS = {"cpu": "/proc/stat", "run_delay": "/proc/self/task/*/schedstat",
+            "children": "/proc/self/task/*/children"}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode()
+    except OSError:
+        return None
+
+
+def affinity() -> set[int] | None:
+    """The CPUs this process may run on, None where the OS does not tell."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
+    """(busy, steal) clock ticks summed over `cpus`, from /proc/stat's per-CPU lines; busy is
+    user+nice+system+irq+softirq (a guest's time is inside user). None without /proc/stat."""
+    text = _read("/proc/stat")
+    if text is None:
+        return None
+    busy = steal = seen = 0
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            continue
+        name, *values = line.split()
+        if int(name[3:]) not in cpus:
+            continue
+        v = [int(x) for x in values] + [0] * 8
+        busy += v[0] + v[1] + v[2] + v[5] + v[6]
+        steal += v[7]
+        seen += 1
+    return (busy, steal) if seen else None
+
+
+def _children(pid: int | str) -> list[int] | None:
+    """Direct children of `pid` (CONFIG_PROC_CHILDREN), None where the kernel does not list them."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # the process is gone
+    found: list[int] = []
+    for tid in tasks:
+        text = _read(f"/proc/{pid}/task/{tid}/children")
+        if text is None:
+            if os.path.exists(f"/proc/{pid}/task/{tid}"):
+                return None  # the thread is there, its children file is not: no CONFIG_PROC_CHILDREN
+            continue
+        found += [int(x) for x in text.split()]
+    return found
+
+
+def _process_cpu_s(pid: int) -> float:
+    """utime + stime of a live process (its reaped children are in its parent's os.times())."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text:
+        return 0.0
+    fields = text.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _descendants() -> list[int] | None:
+    """PIDs of this process's live descendants, None where they cannot be listed cheaply."""
+    found: list[int] = []
+    pending = _children("self")
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        more = _children(pid)
+        if more is None:
+            return None
+        pending += more
+    return None if pending is None else found
+
+
+def own_cpu_seconds() -> tuple[float, frozenset[int]]:
+    """(CPU seconds of this process, its reaped children and its live descendants; the
+    descendants' PIDs). Without CONFIG_PROC_CHILDREN the descendants come from psutil, which
+    scans every process (about 3 ms instead of a fraction of one)."""
+    times = os.times()
+    total = times.user + times.system + times.children_user + times.children_system
+    tree = _descendants()
+    if tree is None:
+        import psutil
+
+        tree = [child.pid for child in psutil.Process().children(recursive=True)]
+    return total + sum(_process_cpu_s(pid) for pid in tree), frozenset(tree)
+
+
+def run_delay() -> tuple[int, int] | None:
+    """(ns run, ns waited while runnable) summed over this process's threads (schedstat), None
+    where the kernel keeps no schedstat (CONFIG_SCHED_INFO off, not Linux)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    ran = waited = 0
+    seen = False
+    for tid in tasks:
+        text = _read(f"/proc/self/task/{tid}/schedstat")
+        if text:
+            parts = text.split()
+            ran += int(parts[0])
+            waited += int(parts[1])
+            seen = True
+    return (ran, waited) if seen else None
+
+
+def _cgroup_dirs() -> list[Path]:
+    """The cgroup directories of this process that may hold a CPU quota, innermost first."""
+    found: list[Path] = []
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            root = Path("/sys/fs/cgroup")  # v2 (unified)
+        elif "cpu" in controllers.split(","):
+            root = Path("/sys/fs/cgroup") / controllers  # v1
+            if not root.exists():
+                root = Path("/sys/fs/cgroup/cpu")
+        else:
+            continue
+        here = root / path.lstrip("/")
+        while True:
+            found.append(here)
+            if here == root:
+                break
+            here = here.parent
+    return found
+
+
+def quota_cpus() -> float | None:
+    """CPUs a CFS quota allows this process (the tightest of its cgroups'), None without one."""
+    quotas = []
+    for directory in _cgroup_dirs():
+        v2 = _read(str(directory / "cpu.max"))
+        if v2:
+            quota, period = (v2.split() + ["100000"])[:2]
+            if quota != "max":
+                quotas.append(int(quota) / int(period))
+            continue
+        quota_us = _read(str(directory / "cpu.cfs_quota_us"))
+        period_us = _read(str(directory / "cpu.cfs_period_us"))
+        if quota_us and period_us and int(quota_us) > 0:
+            quotas.append(int(quota_us) / int(period_us))
+    return min(quotas) if quotas else None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The counters at one moment."""
+
+    wall: float  # time.monotonic()
+    ticks: tuple[int, int] | None  # (busy, steal) over our CPUs; None: no /proc/stat
+    own_s: float  # CPU seconds of this process tree
+    sched: tuple[int, int] | None  # (ns ran, ns waited) over our threads; None: no schedstat
+    tree: frozenset[int] = frozenset()  # live descendants at this moment
+
+
+def snapshot(cpus: set[int] | None) -> Snapshot:
+    """Read every counter once (the cost docs/presets/speed.md gives is this call's)."""
+    own, tree = own_cpu_seconds()
+    return Snapshot(time.monotonic(), cpu_ticks(cpus) if cpus else None, own, run_delay(),
+                    tree)
+
+
+@dataclass
+class Totals:
+    """The counters' differences summed over a window's closed segments."""
+
+    wall_s: float = 0.0
+    busy_s: float | None = 0.0  # None once a segment lacked /proc/stat
+    steal_s: float | None = 0.0
+    own_s: float = 0.0
+    ran_ns: int | None = 0  # None once a segment lacked schedstat
+    waited_ns: int | None = 0
+    segments: int = 0
+    tree: set[int] = field(default_factory=set)  # every descendant seen
+
+    def add(self, a: Snapshot, b: Snapshot) -> None:
+        self.wall_s += b.wall - a.wall
+        self.own_s += b.own_s - a.own_s
+        if a.ticks is None or b.ticks is None or self.busy_s is None or self.steal_s is None:
+            self.busy_s = self.steal_s = None
+        else:
+            self.busy_s += (b.ticks[0] - a.ticks[0]) / CLK_TCK
+            self.steal_s += (b.ticks[1] - a.ticks[1]) / CLK_TCK
+        if a.sched is None or b.sched is None or self.ran_ns is None or self.waited_ns is None:
+            self.ran_ns = self.waited_ns = None
+        else:
+            self.ran_ns += b.sched[0] - a.sched[0]
+            self.waited_ns += b.sched[1] - a.sched[1]
+        self.segments += 1
+        self.tree |= a.tree | b.tree
+
+
+class CpuWindow:
+    """A measured window's contention, segment by segment: `open()` when measured steps
+    start, `close()` when they stop (another phase runs, or the phase ends)."""
+
+    def __init__(self, cpus: set[int] | None = None) -> None:
+        self.cpus = cpus if cpus is not None else affinity()
+        self.totals = Totals()
+        self._open: Snapshot | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._open is not None
+
+    def open(self) -> None:
+        if self._open is None:
+            self._open = snapshot(self.cpus)
+
+    def close(self) -> None:
+        if self._open is not None:
+            self.totals.add(self._open, snapshot(self.cpus))
+            self._open = None
+
+    def own(self) -> dict[str, Any]:
+        """What another rank needs to count this process as ours: host, PID, its tree's CPU
+        seconds over the window and the PIDs of its descendants (gathered under DDP)."""
+        return {"host": os.uname().nodename if hasattr(os, "uname") else None,
+                "pid": os.getpid(), "own_s": self.totals.own_s, "tree": sorted(self.totals.tree)}
+
+    def figures(self, above: float, ranks: list[dict[str, Any]] | None = None
+                ) -> dict[str, Any] | None:
+        """The window's shares and verdict, None when no segment closed. `ranks`: every
+        rank's `own()` (DDP): the ranks on this host are ours too, not other processes."""
+        t = self.totals
+        if t.segments == 0 or t.wall_s <= 0:
+            return None
+        visible = len(self.cpus) if self.cpus else None
+        quota = quota_cpus()
+        cpus = min(visible, quota) if visible and quota else (visible or quota)
+        own_s = ours_on_this_host(self.own(), ranks) if ranks else t.own_s
+        found: dict[str, Any] = {"window_s": t.wall_s, "segments": t.segments, "cpus": cpus,
+                                 "cpus_visible": visible, "quota_cpus": quota,
+                                 "own_cpu_s": own_s,
+                                 "own_cpu_share": own_s / (t.wall_s * cpus) if cpus else None,
+                                 "other_cpu_share": None, "steal_share": None}
+        if t.busy_s is not None and t.steal_s is not None and visible:
+            other = max(t.busy_s - own_s, 0.0) + t.steal_s
+            found["other_cpu_share"] = min(other / (t.wall_s * visible), 1.0)
+            found["steal_share"] = t.steal_s / (t.wall_s * visible)
+        runnable = (t.ran_ns or 0) + (t.waited_ns or 0)
+        found["run_delay_share"] = (t.waited_ns / runnable if t.waited_ns is not None
+                                    and runnable > 0 else None)
+        found["basis"] = "run_delay" if quota and visible and quota < visible else "cpu"
+        found["contended_above"] = above
+        found["contended"] = contended(found, above)
+        found["unknown"] = missing_counters(t)
+        return found
+
+
+def ours_on_this_host(mine: dict[str, Any], ranks: list[dict[str, Any]]) -> float:
+    """CPU seconds of every rank's process tree on this host, each counted once: a rank that is
+    a descendant of another (Lightning starts ranks > 0 as children of rank 0) is already in
+    that rank's tree."""
+    here = [r for r in ranks if r.get("host") == mine.get("host")]
+    inside = {pid for r in here for pid in r.get("tree", ())}
+    roots = [r for r in here if r.get("pid") not in inside]
+    return float(sum(r.get("own_s", 0.0) for r in roots))
+
+
+def missing_counters(totals: Totals) -> list[str]:
+    """The counters this system lacks, by the path read (said once on the terminal)."""
+    missing = []
+    if totals.busy_s is None:
+        missing.append(COUNTERS["cpu"])
+    if totals.ran_ns is None:
+        missing.append(COUNTERS["run_delay"])
+    return missing
+
+
+def contended(found: dict[str, Any], above: float) -> bool | None:
+    """Both shares above `above`; on the run_delay basis (a CFS quota) the wait alone. None when
+    a counter needed is missing and the known one does not already rule contention out."""
+    delay, other = found.get("run_delay_share"), found.get("other_cpu_share")
+    waited = None if delay is None else delay > above
+    if found.get("basis") == "run_delay":
+        return waited
+    used = None if other is None else other > above
+    if waited is False or used is False:
+        return False
+    if waited and used:
+        return True
+    return None
+
+
+# -- the GPU: other processes on our device, where NVML tells --------------------------------
+@dataclass
+class GpuWindow:
+    """Other processes on one GPU over a window, from NVML (the `pynvml` module, or a fake).
+
+    `open()` and `close()` at each segment's ends, `read()` now and then in between: the
+    compute processes on the device (nvmlDeviceGetComputeRunningProcesses) and their SM
+    utilisation samples since the last read (nvmlDeviceGetProcessUtilization; the driver
+    keeps only a short buffer, and samples from before a segment opened are dropped). None of
+    these calls waits on the device. In a container NVML names the host's PIDs, which match
+    none of ours: then the processes beyond `own_count` are the others, and their SM share is
+    unknown (the run is `gpu_shared`, not contended: an idle notebook holding memory must not
+    flag every run).
+    """
+
+    nvml: Any
+    handle: Any
+    own_pids: set[int] = field(default_factory=lambda: {os.getpid()})
+    own_count: int = 1  # our processes on this device (one rank per GPU)
+    clock_us: Any = field(default=lambda: int(time.time() * 1e6))
+    others: set[int] = field(default_factory=set)
+    most_processes: int = 0
+    pids_seen: set[int] = field(default_factory=set)
+    samples: dict[tuple[int, int], int] = field(default_factory=dict)  # (pid, t_us) -> SM %
+    util_supported: bool | None = None
+    _last_us: int = 0
+
+    def _call(self, name: str, *args: Any) -> Any:
+        try:
+            return getattr(self.nvml, name)(*args)
+        except Exception:  # NVMLError: NotSupported, NotFound (no new sample), ... : unknown
+            return None
+
+    def open(self) -> None:
+        """A segment of the window opens: samples from before it are dropped."""
+        self.read(keep=False)
+
+    def close(self) -> None:
+        self.read()
+
+    def read(self, keep: bool = True) -> None:
+        """The processes on the device now, and (`keep`) the SM samples since the last read."""
+        procs = self._call("nvmlDeviceGetComputeRunningProcesses", self.handle)
+        if procs is not None:
+            pids = {int(p.pid) for p in procs}
+            self.most_processes = max(self.most_processes, len(pids))
+            self.pids_seen |= pids
+        if not self._last_us:
+            self._last_us = self.clock_us()
+        now = self.clock_us()
+        util = self._call("nvmlDeviceGetProcessUtilization", self.handle, self._last_us)
+        if util is None:
+            if self.util_supported is None:
+                self.util_supported = self._supported()
+        else:
+            self.util_supported = True
+            for s in util if keep else ():
+                if int(s.timeStamp) > self._last_us:
+                    self.samples[(int(s.pid), int(s.timeStamp))] = int(s.smUtil)
+        self._last_us = now
+
+    def _supported(self) -> bool:
+        try:
+            self.nvml.nvmlDeviceGetProcessUtilization(self.handle, self._last_us)
+        except Exception as err:  # NotFound: supported, only no sample since the timestamp
+            return "not found" in str(err).lower()
+        return True
+
+    def figures(self, above: float) -> dict[str, Any]:
+        """`gpu_other_processes`, `gpu_other_sm_share` (others' mean SM utilisation over the
+        samples read while the window was open, 0..1; None where NVML does not tell),
+        `gpu_contended` and `gpu_shared`."""
+        # Our namespace's PIDs: NVML names processes as we see them, and the others by PID.
+        named = bool(self.pids_seen & self.own_pids) or any(
+            pid in self.own_pids for pid, _ in self.samples)
+        ticks = {t for _, t in self.samples}
+        share = None
+        if named and ticks:
+            other = sum(sm for (pid, _), sm in self.samples.items() if pid not in self.own_pids)
+            share = other / 100 / len(ticks)
+        others = (len(self.pids_seen - self.own_pids) if named
+                  else max(self.most_processes - self.own_count, 0))
+        return {"gpu_other_processes": others, "gpu_other_sm_share": share,
+                "gpu_util_per_process": self.util_supported,
+                "gpu_contended": None if share is None else share > above,
+                "gpu_shared": others > 0}

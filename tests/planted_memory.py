@@ -1,0 +1,31 @@
+"""The built-in model holding a planted allocation through each training step: `mib_per_example`
+MiB per example of the batch, every page written (so resident), freed at the step's end.
+
+Plug in with `model._target_=planted_memory.PlantedMemory` (tests/ on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from typing_extensions import override
+
+from harness.workload.model import TransformerModule
+
+
+class PlantedMemory(TransformerModule):
+    def __init__(self, *args: Any, mib_per_example: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.mib_per_example = mib_per_example
+        self.held: torch.Tensor | None = None
+
+    @override
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        floats = int(self.mib_per_example * 2**20) // 4
+        self.held = torch.ones(batch[0].shape[0], floats)  # held through backward and step
+        return super().training_step(batch, batch_idx)
+
+    @override
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.held = None

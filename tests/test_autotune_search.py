@@ -1,0 +1,287 @@
+"""autotune's search core against planted landscapes (tests/autotune_landscape.py): no Hydra,
+no torch, milliseconds a search. The real jobs are tests/test_autotune.py's."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from autotune_landscape import DEFAULTS, GRID, PLANTED_BEST, Landscape, drive
+
+from harness.autotune.search import Search
+from harness.autotune.settings import Budget, SettingError, Settings, job_budget
+from harness.autotune.space import Key, Space, check_space, role_of
+from harness.autotune.verdict import line, summary
+
+CORE = ("space", "settings", "outcome", "stats", "knowledge", "fit", "screen", "halving", "search",
+        "verdict")
+
+
+def space(**values: str) -> Space:
+    keys = []
+    for name, typed in values.items():
+        role = role_of(name, Settings().loader_keys)
+        if typed.startswith("interval("):
+            lo, hi = typed[len("interval("):-1].split(",")
+            keys.append(Key(name, role, DEFAULTS[name], interval=(int(lo), int(hi))))
+        else:
+            keys.append(Key(name, role, DEFAULTS[name], values=tuple(typed.split(","))))
+    return Space(tuple(keys))
+
+
+def run(settings: Settings | None = None, grid: dict | None = None, **planted):  # noqa: ANN201
+    search = Search(space(**(grid or GRID)), settings or Settings())
+    land = Landscape(**planted)
+    body, waves = drive(search, land)
+    return body, waves, land, search
+
+
+def decisions(body: dict) -> list[dict]:
+    return [d for s in body["stages"] for d in s["decisions"]]
+
+
+def test_the_core_imports_only_the_standard_library_and_itself():
+    root = Path(__file__).resolve().parent.parent / "src" / "harness" / "autotune"
+    for name in CORE:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert node.module == "__future__" or node.module.startswith(
+                    "harness.autotune.") or node.module.split(".")[0] in (
+                    "collections", "dataclasses", "itertools", "math", "statistics", "typing"), (
+                    name, node.module)
+                if node.module.startswith("harness.autotune."):
+                    assert node.module.rsplit(".", 1)[1] in CORE, (name, node.module)
+            elif isinstance(node, ast.Import):
+                assert all(a.name in ("math", "statistics") for a in node.names), name
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_names_the_planted_best_in_a_third_of_the_grid(seed):
+    body, _, _, _ = run(seed=seed)
+    assert body["best"] == PLANTED_BEST
+    assert body["jobs"] <= body["grid_points"] / 3, body["jobs"]
+    assert body["largest_batch_that_fits"] == 128 and body["first_oom_batch"] == 256
+    assert body["speedup"]["confirmed"] and body["speedup"]["low"] > 1.5
+    assert body["command"] == "harness batch_size=64 precision=bf16 data.num_workers=2"
+    assert body["status"] == "done"  # within the budget (auto: a third of the grid)
+    assert body["best_trusted"] and body["speedup"]["trusted"]
+
+
+def test_never_launches_above_a_known_oom():
+    _, _, land, search = run()
+    for i, job in enumerate(land.launched):
+        for earlier in search.records[:i]:
+            if earlier.outcome.oom and search.space.memory_twin(earlier.job.candidate,
+                                                                job.candidate):
+                assert int(job.candidate["batch_size"]) < int(earlier.job.candidate["batch_size"])
+
+
+def test_every_decision_says_why():
+    body, *_ = run()
+    assert all(d["why"] for d in decisions(body))
+    dropped = [d for d in decisions(body) if d["action"] == "dropped"]
+    assert dropped and all("slower" in d["why"] or "spread" in d["why"] for d in dropped)
+
+
+def test_the_confirm_stage_alternates_winner_and_default_in_fresh_jobs():
+    _, waves, *_ = run()
+    confirm = waves[-1]
+    assert confirm.stage == "confirm"
+    assert [j.candidate["batch_size"] for j in confirm.jobs] == ["64", "32", "32", "64", "64", "32"]
+    assert [j.round for j in confirm.jobs] == [0, 0, 1, 1, 2, 2]
+
+
+def test_loader_keys_that_do_not_matter_cost_no_job():
+    body, _, land, _ = run(fetch_scale=0.0)  # no fetch cost: the step is the model's alone
+    assert not any(j.candidate["data.num_workers"] != "0" for j in land.launched)
+    assert body["best"]["data.num_workers"] == "0"
+    assert any(d["action"] == "collapsed" and "does not matter" in d["why"]
+               for d in decisions(body))
+
+
+@pytest.mark.parametrize(("planned", "expect"), [(100, "false"), (1_000_000, "true")])
+def test_compile_is_charged_its_compile_time_over_the_planned_steps(planned, expect):
+    # compiled steps are 20% quicker, but compiling takes 30 s
+    body, *_ = run(Settings(planned_steps=planned), compile_gain=0.8, compile_s=30.0)
+    assert body["best"]["compile"] == expect
+
+
+def test_an_invalid_value_never_wins():
+    body, *_ = run(invalid={"precision=bf16"})
+    assert body["best"]["precision"] == "fp32"
+    assert any(why.startswith("invalid") for why in body["infeasible"].values())
+
+
+def test_every_candidate_infeasible_names_why():
+    body, *_ = run(max_fit=0)
+    assert body["status"] == "infeasible" and body["best"] is None
+    verdict = line(body)
+    assert verdict.startswith("autotune: no candidate is feasible")
+    assert "batch_size=4 " in verdict and "out of memory" in verdict
+
+
+def test_a_warm_up_job_keeps_a_cold_first_job_out_of_the_figures():
+    # in one process the first job pays the cold start; here it runs 10x slower
+    body, waves, *_ = run(Settings(warmup_job=True), cold_first=10.0)
+    assert waves[0].stage == "warmup" and waves[1].jobs[0].candidate == waves[0].jobs[0].candidate
+    assert body["best"] == PLANTED_BEST and body["noise"] < 0.05
+    assert body["jobs"] <= body["grid_points"] / 3
+    cold, *_ = run(Settings(warmup_job=False), cold_first=10.0)
+    assert cold["noise"] > 0.3  # the calibration reads the cold start as job-to-job noise
+
+
+def test_a_start_that_does_not_fit_walks_the_batch_down():
+    body, waves, *_ = run(max_fit=20)
+    fit = [j.candidate["batch_size"] for w in waves if w.stage == "fit" for j in w.jobs]
+    assert fit[:3] == ["32", "16", "32"] or fit[:2] == ["32", "16"]
+    assert body["largest_batch_that_fits"] == 16 and body["first_oom_batch"] == 32
+    assert body["best"]["batch_size"] in ("8", "16")
+
+
+def test_a_noisy_candidate_gets_more_steps_never_a_verdict():
+    # the planted best's probe is noisy: an alternate, measured longer, and it still wins
+    body, *_ = run(untrusted={"data.num_workers=2": 1})
+    assert body["best"] == PLANTED_BEST
+    assert any("untrusted probe (noisy)" in d["why"] for d in decisions(body))
+
+
+def test_noise_that_outlasts_the_budget_is_said_not_hidden():
+    body, *_ = run(untrusted={"data.num_workers=2": 4})
+    assert body["best"]["data.num_workers"] != "2"  # never chosen on untrusted figures
+    assert any(d["action"] in ("retry", "dropped") and "noisy" in d["why"]
+               for d in decisions(body))
+
+
+def test_a_candidate_noisy_every_time_is_dropped_not_chosen():
+    body, *_ = run(Settings(budget=Budget(jobs=None)), untrusted={"data.num_workers=2": 99})
+    assert body["best"]["data.num_workers"] != "2"
+    assert any("no verdict can rest on it" in d["why"] for d in decisions(body))
+
+
+def test_every_job_untrusted_gives_no_verdict_and_says_so():
+    body, *_ = run(untrusted={"compile=false": 999, "compile=true": 999})
+    assert body["best_trusted"] is False
+    assert "not a verdict" in line(body)
+
+
+def test_the_budget_is_never_exceeded_and_the_verdict_says_how_sure():
+    body, *_ = run(Settings(budget=Budget(jobs=14)))
+    assert body["jobs"] <= 14
+    assert body["status"] == "budget"
+    assert body["stopped"].startswith("stopped by the budget")
+    assert body["sure"]
+    assert "stopped by the budget" in line(body)
+
+
+def test_a_minutes_budget_stops_before_a_wave_that_would_pass_it():
+    body, *_ = run(Settings(budget=Budget(minutes=0.5)))
+    assert body["wall_seconds"] <= 30
+    assert body["status"] == "budget"
+
+
+def test_interrupted_keeps_the_best_so_far():
+    search = Search(space(**GRID), Settings())
+    land = Landscape()
+    wave = search.start()
+    for _ in range(8):
+        wave = search.advance([land.run(j) for j in wave.jobs])
+    search.interrupt()
+    body = summary(search)
+    assert body["status"] == "interrupted" and body["best"] is not None
+    assert line(body).startswith("best so far: ")
+
+
+def test_a_job_that_did_not_end_stops_the_search_as_interrupted():
+    from harness.autotune.outcome import Outcome
+
+    search = Search(space(**GRID), Settings())
+    land = Landscape()
+    wave = search.start()
+    wave = search.advance([land.run(j) for j in wave.jobs])
+    assert search.advance([Outcome("missing", "no result.json")]) is None
+    assert search.status == "interrupted" and "did not end" in search.stop_reason
+
+
+def test_replaying_the_jobs_gives_the_same_verdict():
+    body, _, _, search = run()
+    recorded = {(r.job.candidate, r.job.stage, r.job.round): r.outcome for r in search.records}
+    again = Search(search.space, search.settings)
+    wave = again.start()
+    while wave is not None:
+        wave = again.advance([recorded[(j.candidate, j.stage, j.round)] for j in wave.jobs],
+                             search.elapsed_s)
+    assert summary(again) == body
+
+
+def test_stage_mode_submits_the_ladder_as_one_wave():
+    body, waves, *_ = run(Settings(probes="stage"))
+    assert body["best"] == PLANTED_BEST
+    assert [(j.candidate["batch_size"], j.round) for j in waves[0].jobs] == [
+        ("32", 0), ("64", 0), ("128", 0), ("256", 0), ("32", 1)]  # the ladder and calibration
+    # each stage one wave (the screen: one per key searched)
+    stages = [w.stage for w in waves]
+    assert stages.count("fit") == 1 and stages.count("recheck") <= 1
+    assert stages.count("screen") <= 3 and stages.count("confirm") == 1
+
+
+def test_interval_batch_sizes_are_searched_as_integers_with_bisection():
+    grid = {**GRID, "batch_size": "interval(8,200)"}
+    body, _, land, _ = run(grid=grid, max_fit=150)
+    assert body["first_oom_batch"] - body["largest_batch_that_fits"] <= 8
+    assert body["largest_batch_that_fits"] <= 150 < body["first_oom_batch"]
+    assert all(str(int(j.candidate["batch_size"])) == j.candidate["batch_size"]
+               for j in land.launched)
+
+
+def test_objective_inference_ranks_by_inference():
+    # inference has no worker cost to hide and a third of the compute: bigger batches pay
+    body, *_ = run(Settings(objective="inference"), knee=512)
+    assert body["objective"] == "inference"
+    assert body["best"]["batch_size"] == "128"
+
+
+def test_objective_both_ranks_by_the_geometric_mean():
+    body, *_ = run(Settings(objective="both"))
+    assert body["objective"] == "both" and body["best"] is not None
+
+
+def test_a_space_of_one_point_is_bad_input():
+    with pytest.raises(ValueError, match="one point"):
+        check_space(space(batch_size="32", precision="fp32"))
+    with pytest.raises(ValueError, match="positive integers"):
+        check_space(space(batch_size="0,8"))
+
+
+def test_settings_refuse_an_unknown_key_or_a_bad_value():
+    with pytest.raises(SettingError, match="autotune.objectiv"):
+        Settings.from_mapping({"objectiv": "training"})
+    with pytest.raises(SettingError, match="autotune.objective"):
+        Settings.from_mapping({"objective": "latency"})
+    with pytest.raises(SettingError, match="autotune.budget.jobs"):
+        Settings.from_mapping({"budget": {"jobs": 3}})
+    with pytest.raises(SettingError, match="autotune.keep"):
+        Settings.from_mapping({"keep": 1.5})
+
+
+def test_the_auto_job_budget_is_a_third_of_the_grid():
+    assert job_budget(Budget(), 84) == 28 and job_budget(Budget(), 30) == 20
+    assert job_budget(Budget(jobs=None), 84) is None
+
+
+def test_exact_ties_go_to_the_simpler_setting():
+    # compile buys exactly nothing and costs almost nothing: at 2% noise the answer is the
+    # simplest of the ties (no compile) every time
+    wins = sum(run(seed=seed, noise=0.02, compile_s=0.01)[0]["best"] == PLANTED_BEST
+               for seed in range(40))
+    assert wins >= 39
+
+
+def test_the_ci_landscape_is_named_at_the_noise_of_a_loaded_machine():
+    right, jobs = 0, []
+    for seed in range(60):
+        body, *_ = run(Settings(planned_steps=300), seed=seed, noise=0.10)
+        right += body["best"] == PLANTED_BEST
+        jobs.append(body["jobs"])
+    assert right >= 58 and max(jobs) <= 28

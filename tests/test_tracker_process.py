@@ -1,0 +1,148 @@
+"""MLflow runs in a tracker process beside the job (harness.tracking.tracker): what the job sends
+is in the store however the job ends (Ctrl-C to the whole process group, the job killed
+outright), and the job's own process never loads MLflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FAST, harness_command
+from step_beacon import beacon, run_env, wait_for_steps
+
+LONG_RUN = ("logger=mlflow", "mode=train", "data.train_batches=100000",
+            "profiler.speed.warmup_steps=2")
+
+
+def _start(cwd: Path, steps: Path) -> subprocess.Popen:
+    # A session of its own: the test signals the job's whole process group, as a terminal does.
+    return subprocess.Popen([*harness_command(), *FAST, *LONG_RUN, *beacon(steps)], cwd=cwd,
+                            env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _only_run(tmp_path: Path, ended_within_s: float = 60):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    deadline = time.monotonic() + ended_within_s
+    while True:
+        (run,) = client.search_runs([client.get_experiment_by_name("harness").experiment_id])
+        if run.info.status != "RUNNING" or time.monotonic() > deadline:
+            return client, run
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_process_group_leaves_the_whole_run_in_the_store(tmp_path, signum):
+    """Ctrl-C in a terminal, or SLURM's SIGTERM: the whole process group gets it."""
+    steps = tmp_path / "steps.txt"
+    proc = _start(tmp_path, steps)
+    wait_for_steps(steps, at_least=6, timeout=180, proc=proc)
+    os.killpg(proc.pid, signum)  # the tracker gets it too, and stays for the job's calls
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 128 + signum, err[-2000:]
+    result = json.loads(next(tmp_path.glob("outputs/*/*/result.json")).read_text())
+    assert result["status"] == "interrupted"
+    assert result["tracking"]["logged"] is True, result["tracking"]
+    client, run = _only_run(tmp_path, ended_within_s=0)  # complete when harness returned
+    assert run.info.status == "KILLED"
+    assert run.data.params["data.train_batches"] == "100000"
+    assert run.data.metrics["train_measured_steps"] == result["metrics"]["train_measured_steps"]
+    assert "result.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_a_killed_job_leaves_its_run_killed_not_running(tmp_path):
+    steps = tmp_path / "steps.txt"
+    proc = _start(tmp_path, steps)
+    wait_for_steps(steps, at_least=6, timeout=180, proc=proc)
+    proc.kill()  # SIGKILL: the job writes nothing more; its tracker sees the pipe close
+    proc.communicate(timeout=60)
+    _, run = _only_run(tmp_path)
+    assert run.info.status == "KILLED"
+
+
+def test_the_job_process_never_imports_mlflow_nor_pandas(tmp_path):
+    """A default run (speed, diagnose, MLflow): MLflow in the tracker, the reports' CSVs through
+    the csv module: the job's process loads neither (issue #22), and the run is in the store."""
+    probe = ("import sys\nfrom harness.cli import main\n"
+             "sys.argv = ['harness'] + sys.argv[1:]\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print('LOADED=' + ','.join(m for m in ('mlflow', 'pandas') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", probe, *FAST, "logger=mlflow"],
+                         cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=600)
+    assert "LOADED=\n" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    client, run = _only_run(tmp_path, ended_within_s=0)
+    assert run.info.status == "FINISHED"
+    result = json.loads(next(tmp_path.glob("outputs/*/*/result.json")).read_text())
+    assert result["tracking"]["logged"] is True and result["tracking"]["run_id"] == run.info.run_id
+    assert {"result.json", "reports", "tables", "config"} <= {
+        a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_a_config_error_leaves_no_store_behind(tmp_path):
+    """The tracker starts before the config checks, but a new store is made only for a run."""
+    done = subprocess.run([*harness_command(), *FAST, "logger=mlflow", "+bacth_size=4"],
+                          cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_a_sweeps_jobs_share_one_tracker(tmp_path):
+    """Hydra's basic launcher runs the jobs in one process: one tracker for the parent run and
+    both children (one MLflow import, one open store)."""
+    probe = ("import sys\nfrom harness.tracking import tracker\n"
+             "started = []\noriginal = tracker.Tracker.__init__\n"
+             "def counted(self, *args):\n    started.append(args[0])\n"
+             "    original(self, *args)\n"
+             "tracker.Tracker.__init__ = counted\n"
+             "from harness.cli import main\nsys.argv = ['harness'] + sys.argv[1:]\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print('TRACKERS=%d' % len(started))\n")
+    out = subprocess.run([sys.executable, "-c", probe, "-m", *FAST, "logger=mlflow", "mode=train",
+                          "seed=0,1"], cwd=tmp_path, env=run_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert "TRACKERS=1\n" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("harness").experiment_id])
+    parent = [r for r in runs if r.data.tags.get("harness.kind") == "sweep"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parent) == 1 and len(children) == 2, [r.info.run_name for r in runs]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert "comparison.md" in {a.path for a in client.list_artifacts(parent[0].info.run_id)}
+    for job in sorted(tmp_path.glob("multirun/*/*/*/result.json")):
+        tracking = json.loads(job.read_text())["tracking"]
+        assert tracking["logged"] is True and tracking["parent_run_id"] == parent[0].info.run_id
+
+
+def test_a_sweep_jobs_late_tracking_failure_still_reaches_its_result_json(tmp_path):
+    """A sweep's job does not wait for its MLflow writes (the next job's run waits for them):
+    when they fail, the job's result.json still ends up saying so, and what to upload. Job 0
+    removes the store when its training ends (job 1 removes a file of no account)."""
+    db, spare = tmp_path / "mlflow.db", tmp_path / "spare.txt"
+    spare.write_text("x")
+    done = subprocess.run(
+        [*harness_command(), "-m", *FAST, "logger=mlflow", "mode=train",
+         "+profiler.breaker._target_=store_breaker.RemoveStore",
+         f"+profiler.breaker.path={db},{spare}"],
+        cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job0, job1 = (json.loads(p.read_text()) for p in
+                  sorted(tmp_path.glob("multirun/*/*/[01]/result.json")))
+    assert job0["status"] == job1["status"] == "ok"
+    for job in (job0, job1):
+        assert job["tracking"]["logged"] is False, job["tracking"]
+        assert "harness-mlflow-upload" in job["tracking"]["upload_command"]
+    assert "end status" in "; ".join(job0["tracking"]["not_logged"])  # its end never went in
+    assert "the whole run" in job1["tracking"]["not_logged"]  # no store to start a run in
+    sweep = next(tmp_path.glob("multirun/*/*"))
+    warned = [x for x in done.stderr.splitlines() if f"Reports are on disk in {sweep}/0." in x]
+    assert len(warned) == 1 and "MLflow tracking" in warned[0], done.stderr[-3000:]
