@@ -18,8 +18,9 @@ Options (shlex words; `N:OPTION` gives an option to the block's N-th command onl
                 it CI only checks that Hydra composes it (`--cfg job`, the first value of each
                 swept key) and the full set runs it
   compose       never run, only composed (too costly for any machine the tests run on)
-  full          a command that is no `harness` run (a `harness-mlflow-upload` of the page's
-                run, `find outputs`): the full set only
+  full          the full set only: a command that is no `harness` run (a
+                `harness-mlflow-upload` of the page's run, `find outputs`), or an error
+                example whose kind another runs in CI (a `harness` command is composed in CI)
   skip="why"    never run: it needs what no test machine has (CUDA, SLURM, Nsight Systems)
                 or stands for the user's own (a placeholder)
   file=PATH     the block is a file of the page's example project: written, not run
@@ -194,7 +195,10 @@ def shrunk(words: list[str], spec: str = "") -> list[str]:
     given.update({k.lstrip("-"): "" for k in spec.split(",") if k.startswith("-")})
     own_data = given.get("data") not in BUILT_IN_DATA or "data._target_" in given or (
         {"-cd", "--config-dir"} & set(words))
-    return words + [s for s in FAST if s.partition("=")[0] not in given
+    def set_by_command(key: str) -> bool:  # `logger.tracking_uri=...` keeps the logger
+        return key in given or any(k.startswith(f"{key}.") for k in given)
+
+    return words + [s for s in FAST if not set_by_command(s.partition("=")[0])
                     and not (own_data and s.startswith("data."))]
 
 
@@ -224,9 +228,9 @@ def plan(block: Block, command: Command, full: bool = FULL) -> Step:
         words = shrunk(words, opts["shrink"])
     before_training = (tool == "harness" and (BEFORE_TRAINING & set(words) or opts.get("exit") == "2")
                        or tool == "harness-report")
-    if before_training or full or "ci" in opts:
+    if full or "ci" in opts or (before_training and "full" not in opts):
         return Step("run", env + words)
-    if tool == "harness" and "full" not in opts:
+    if tool == "harness":
         return Step("compose", env + composed(words), "trains: HARNESS_DOCS=full runs it")
     return Step("full only", env + words, "reads what the page's runs wrote: HARNESS_DOCS=full")
 
@@ -335,14 +339,15 @@ def terminal_problems(stdout: str, stderr: str, verbose: bool, width: int) -> li
 def run_step(block: Block, command: Command, step: Step, page: PageDir) -> None:
     opts = block.options(command.index)
     env_words, words = _split_env(step.words)
-    if "signal" in opts:
+    if "signal" in opts and step.how == "run":
         words += ["+profiler.beacon._target_=step_beacon.StepBeacon",
                   "+profiler.beacon.path=${hydra:runtime.output_dir}/steps"]
     dirs = [w for w in words if PLACEHOLDER.match(w)]  # `A B`, or two dated sweeps: older first
     words = [page.stand_in(w, older=len(dirs) > 1 and w == dirs[0]) if w in dirs else w
              for w in words]
     # `find outputs -type f | sort` as written; else exec: a signal reaches harness itself
-    line = command.text if _shell_line(command) else "exec " + shlex.join(env_words + words)
+    line = command.text if _shell_line(command) else "exec " + shlex.join(
+        (["env", *env_words] if env_words else []) + words)
     timeout = float(opts.get("timeout", 300))
     started, cpu = time.monotonic(), _children_cpu()
     with subprocess.Popen(["bash", "-c", line], cwd=page.path, env=_env(opts), text=True,

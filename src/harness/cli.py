@@ -36,13 +36,16 @@ def _app(cfg: DictConfig) -> None:
     from harness.config.overrides import as_typed
     from harness.run.job import run_job
     from harness.run.record import classify_failure, saved_traceback
+    from harness.terminal import libraries_to_log
 
     job = HydraConfig.get()
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
     _progress_bar(cfg, multirun)
     try:
-        result = run_job(cfg, output_dir, as_typed(job.overrides.task))
+        # torch's C++ lines, TorchDynamo's log lines: the job's log, not the terminal.
+        with libraries_to_log():
+            result = run_job(cfg, output_dir, as_typed(job.overrides.task))
     except HarnessError as err:
         job_log.error("%s", err)
         if not multirun:
@@ -83,7 +86,7 @@ def main() -> None:
     from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
     from harness.sweep.progress import current
-    from harness.terminal import quiet_libraries, use_console
+    from harness.terminal import end_job_log, quiet_libraries, use_console
 
     # Hydra would print its errors with a partial traceback; raised, they are said in one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -105,6 +108,9 @@ def main() -> None:
         register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
         _app()
     except SystemExit as err:
+        # A job that ends the process (interrupted mid-sweep): what follows, the table of
+        # the jobs that finished, is the sweep's (sweep.log), not this job's cli.log.
+        end_job_log()
         _end_unfinished_sweep(err)
         raise
     except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status

@@ -23,7 +23,7 @@ through logging: torch's C++ side (kineto's `USDT:... profiler_start` lines, c10
 `[W... CPUAllocator.cpp:245] ...` warnings), torch's own log handler (TorchDynamo's
 `W1125 ...` lines, bound to the `sys.stderr` of the moment torch was imported), a library's
 `print(file=sys.stderr)`. For the length of a job (`libraries_to_log`, entered by
-harness.launch.job_scope) file descriptor 2 is the job's log file, and harness's own
+harness.cli) file descriptor 2 is the job's log file, and harness's own
 `harness: ...` lines go to a copy of the terminal's descriptor (`own_stream`). Child
 processes started in the job (Lightning's DDP ranks) inherit the log as their stderr.
 
@@ -55,9 +55,9 @@ _LOG_ONLY = ("py.warnings", "hydra._internal.core_plugins.basic_launcher")
 # The job's own ending ("failed: ..."), which the sweep's line for the job already says.
 _JOB_ENDING = ("harness.cli.job",)
 _SHOWN_MARK = "harness_shown"  # set on a record the console printed (for SweepLogHandler)
-# `log.info(..., extra=ALWAYS_SHOWN)`: printed even while a sweep's job runs. For a job's last
-# words that end the whole sweep (an interruption), which no job line will say.
-ALWAYS_SHOWN = {"harness_always_shown": True}
+# Printed even while a sweep's job runs: a job's interruption (SIGTERM, preemption) ends the
+# whole sweep, and no job line will say it.
+_ALWAYS = ("harness.launch.job_scope",)
 FILE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # as in job_logging
 
 
@@ -103,7 +103,7 @@ def hidden_warnings(reset: bool = False) -> int:
 def shown(record: logging.LogRecord) -> bool:
     """Whether the terminal prints `record` (the log file gets it anyway). While a job of a
     sweep runs, a warning it prints is remembered, and not printed again."""
-    if verbose() or getattr(record, "harness_always_shown", False):
+    if verbose() or _under(record.name, _ALWAYS):
         return True
     if _under(record.name, _LOG_ONLY):
         return False

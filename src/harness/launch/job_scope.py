@@ -1,5 +1,4 @@
-"""The frame around one job: stop cleanly on SIGTERM and preemption, keep the libraries'
-own stderr in the job's log, leave no DDP state behind."""
+"""The frame around one job: stop cleanly on SIGTERM and preemption, leave no DDP state behind."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import os
 import sys
 from collections.abc import Iterator
 
-from harness import terminal
 from harness.launch.ranks import global_rank
 from harness.launch.signals import InterruptionSignals, stop_on_signals
 from harness.result.schema import RunResult
@@ -21,20 +19,13 @@ _DDP_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE
 
 @contextlib.contextmanager
 def job_scope() -> Iterator[InterruptionSignals]:
-    """One job: SIGTERM and the preemption signal stop it cleanly; what torch's C++ side and
-    other libraries write to the process's stderr goes to the job's log, not the terminal
-    (harness.terminal.libraries_to_log; verbose=true prints it); and a DDP job leaves no
+    """One job: SIGTERM and the preemption signal stop it cleanly, and a DDP job leaves no
     process group or rank variables behind for the next job of a sweep run in this process
     (Lightning would otherwise take the next job for an already-started rank)."""
     saved = {name: os.environ.get(name) for name in _DDP_ENV}
     try:
-        with terminal.libraries_to_log(), stop_on_signals() as signals:
+        with stop_on_signals() as signals:
             yield signals
-    except SystemExit:
-        # The job ends the process (interrupted mid-sweep): what the sweep says next, the
-        # table of the jobs that finished, belongs in sweep.log, not in this job's cli.log.
-        terminal.end_job_log()
-        raise
     finally:
         end_process_group()
         for name, value in saved.items():
@@ -68,8 +59,7 @@ def handle_interruption(result: RunResult, output_dir: str, signals: Interruptio
         return False
     result.status, result.reason = "interrupted", reason
     if global_rank() == 0:
-        # Shown even mid-sweep: the interruption ends the sweep, and no job line follows.
-        log.info("%s (in %s)", reason, output_dir, extra=terminal.ALWAYS_SHOWN)
+        log.info("%s (in %s)", reason, output_dir)
     if "SUBMITIT_EXECUTOR" in os.environ:
         return True
     raise SystemExit(signals.exit_status)
