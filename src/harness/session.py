@@ -17,16 +17,19 @@ compile, the logger, repeats) stays the script's: result.json records what the T
 
 A session is never left without its result.json: the `with` block records the script's
 error on the way out, and a script that ends before `finish` (an exception after the fit,
-a forgotten call) has it written at interpreter exit, with the error that ended the script.
+a forgotten call once its Trainer ran) has it written at interpreter exit, with the error
+that ended the script.
 """
 
 from __future__ import annotations
 
 import atexit
 import datetime as dt
+import functools
 import logging
 import os
 import sys
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -152,7 +155,10 @@ class ProfileSession:
         self.result: RunResult = self.record.result
         self.result.isolation = {"peak_rss_reset": memory_peaks.reset()}
         self._finished = False
-        atexit.register(self._at_exit)
+        # A weak reference: a session the script let go of (a notebook cell, a test) is no
+        # business of the interpreter's exit.
+        self._exit_hook = functools.partial(_at_exit, weakref.ref(self))
+        atexit.register(self._exit_hook)
 
     @property
     def callbacks(self) -> list[Callback]:
@@ -221,7 +227,7 @@ class ProfileSession:
 
     def _done(self) -> None:
         self._finished = True
-        atexit.unregister(self._at_exit)
+        atexit.unregister(self._exit_hook)
 
     def _record_failure(self, err: BaseException) -> Path | None:
         """As a failed `harness` job: the reports of what ran, then the error's status and
@@ -240,10 +246,10 @@ class ProfileSession:
         return None
 
     def _at_exit(self) -> None:
-        """The script ended without `finish` (registered with atexit; `finish` and the `with`
-        block take it back). An uncaught exception ended it (Python has printed it, and
-        keeps it as sys.last_value): recorded as the `with` block records it. Else the
-        script forgot the call: `finish` with the Trainer the callbacks ran in."""
+        """The script ended without `finish` (see the module function `_at_exit`). An
+        uncaught exception ended it (Python has printed it, and keeps it as sys.last_value):
+        recorded as the `with` block records it. Else the script forgot the call: `finish`
+        with the Trainer the callbacks ran in, when they ran in one."""
         if self._finished:
             return
         err = getattr(sys, "last_value", None)
@@ -253,12 +259,19 @@ class ProfileSession:
                 if path is not None:
                     log.warning("session: the script stopped before session.finish(); %s"
                                 " records what ran and the error", path)
-            else:
+            elif self._seen.trainer is not None:
                 log.warning("session: the script ended without session.finish(); writing"
                             " result.json now (call finish, or use `with ProfileSession(...)`)")
                 self.finish()
         except Exception as failed:  # noqa: BLE001 - at exit: one line, not a traceback
             log.error("session: %s", failed)
+
+
+def _at_exit(session: weakref.ref[ProfileSession]) -> None:
+    """Registered with atexit for each session, taken back by `finish` and the `with` block."""
+    alive = session()
+    if alive is not None:
+        alive._at_exit()
 
 
 def _refuse_other_processes(trainer: Any) -> None:
