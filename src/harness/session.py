@@ -15,10 +15,10 @@ observed and reported by the same code as a `harness` job (harness.run.build,
 harness.run.observe, harness.run.finish). What the command sets itself (seed, precision,
 compile, the logger, repeats) stays the script's: result.json records what the Trainer ran.
 
-A session is never left without its result.json: the `with` block records the script's
-error on the way out, and a script that ends before `finish` (an exception after the fit,
-a forgotten call once its Trainer ran) has it written at interpreter exit, with the error
-that ended the script.
+A script's session leaves its result.json however the script ends: the `with` block
+records the script's error on the way out, and a script that ends before `finish` (an
+exception after the fit, a forgotten call once its Trainer ran) has it written at
+interpreter exit, with the error that ended the script.
 """
 
 from __future__ import annotations
