@@ -86,7 +86,7 @@ def main() -> None:
     from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
     from harness.sweep.progress import current
-    from harness.terminal import end_job_log, quiet_libraries, use_console
+    from harness.terminal import quiet_libraries, use_console
 
     # Hydra would print its errors with a partial traceback; raised, they are said in one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -108,9 +108,6 @@ def main() -> None:
         register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
         _app()
     except SystemExit as err:
-        # A job that ends the process (interrupted mid-sweep): what follows, the table of
-        # the jobs that finished, is the sweep's (sweep.log), not this job's cli.log.
-        end_job_log()
         _end_unfinished_sweep(err)
         raise
     except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status
@@ -130,10 +127,14 @@ def _end_unfinished_sweep(err: BaseException) -> None:
     a setting refused at its start): the table of the jobs that finished, and the MLflow
     parent run closed, KILLED when interrupted, FAILED otherwise."""
     from harness.sweep.progress import current
+    from harness.terminal import end_job_log
 
     sweep = current()
     if sweep is None or not sweep.running:
         return
+    # The job that ended the process: what follows, the table of the jobs that finished, is
+    # the sweep's (sweep.log), not that job's cli.log.
+    end_job_log()
     interrupted = isinstance(err, KeyboardInterrupt) or (
         isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
     sweep.end_early(interrupted)
