@@ -27,6 +27,8 @@ Options (shlex words; `N:OPTION` gives an option to the block's N-th command onl
   script        a Python block, run as a script in the page's folder (`ci`: in CI too)
   signal=SIG@S[@J]  send SIG once the run (job J of the sweep) did S training steps
                 (tests/step_beacon.py counts them): the Ctrl-C / SIGTERM examples
+  hand-made     `DIR`, `A`, `B` are the hand-made sweeps, even where the page ran its own
+                (two sweeps of the page that share no point: the one compared to is not run)
   columns=N     the terminal's width (default 80)    timeout=S  per command (default 300)
 
 What runs in CI: every command that stops before training (an `exit=2`, `--cfg`, `--help`,
@@ -244,13 +246,14 @@ class PageDir:
         return sorted((p for p in self.path.glob(pattern) if p.is_dir()),
                       key=lambda p: p.stat().st_mtime)
 
-    def stand_in(self, word: str, older: bool = False) -> str:
+    def stand_in(self, word: str, older: bool = False, hand_made: bool = False) -> str:
         """The page's own run or sweep for `outputs/<date>/<time>`, `DIR`, `multirun/...`: its
-        newest; `older`: the one before (`A` of `harness-report A B`)."""
+        newest; `older`: the one before (`A` of `harness-report A B`); `hand_made`: the
+        hand-made pair, whatever the page ran."""
         if word.startswith("outputs/"):
             runs = self.runs("outputs/*/*")
             return str(runs[-1]) if runs else word
-        sweeps = self.runs("multirun/*/*")
+        sweeps = [] if hand_made else self.runs("multirun/*/*")
         if not sweeps:
             sweeps = [_hand_made_sweep(self.path / "hand-made" / name) for name in ("a", "b")]
         return str(sweeps[-2] if older and len(sweeps) > 1 else sweeps[-1])
@@ -343,8 +346,8 @@ def run_step(block: Block, command: Command, step: Step, page: PageDir) -> None:
         words += ["+profiler.beacon._target_=step_beacon.StepBeacon",
                   "+profiler.beacon.path=${hydra:runtime.output_dir}/steps"]
     dirs = [w for w in words if PLACEHOLDER.match(w)]  # `A B`, or two dated sweeps: older first
-    words = [page.stand_in(w, older=len(dirs) > 1 and w == dirs[0]) if w in dirs else w
-             for w in words]
+    words = [page.stand_in(w, older=len(dirs) > 1 and w == dirs[0], hand_made="hand-made" in opts)
+             if w in dirs else w for w in words]
     # `find outputs -type f | sort` as written; else exec: a signal reaches harness itself
     line = command.text if _shell_line(command) else "exec " + shlex.join(
         (["env", *env_words] if env_words else []) + words)
