@@ -76,3 +76,20 @@ def test_a_typo_in_a_key_of_the_users_model_is_matched_against_the_users_model(h
         _fails_clearly(done, "model.num_label is not a key of the config",
                        "Did you mean model.num_labels? Fix: model.num_labels=...")
         assert done.returncode == 2 and "num_heads" not in done.stderr
+
+
+def test_a_config_dir_that_does_not_exist_says_what_it_must_be(harness):
+    done = harness("-cd", "my_conf", "model=tiny", fast=False)
+    assert done.returncode == 2
+    _fails_clearly(done, "my_conf does not exist. Fix: pass the folder that holds")
+
+
+def test_an_accelerator_this_machine_lacks_is_refused_with_a_fix(harness):
+    import torch
+
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("this machine has a GPU: the CPU-only case cannot be planted")
+    done = harness("trainer.accelerator=gpu")
+    assert done.returncode == 2
+    _fails_clearly(done, "trainer.accelerator='gpu' is not valid",
+                   "Fix: trainer.accelerator=auto (or cpu)")

@@ -172,3 +172,43 @@ def test_the_documented_example_script_runs(tmp_path):
     assert last.startswith("ok: ") and last.endswith(f"reports in {run}")
     assert "harness: warning" not in out.stderr and "Exception ignored" not in out.stderr
     assert f"result: {run / 'result.json'}" in out.stdout  # harness's own lines are shown
+
+
+# A script as the docs' first draft had it: the fit runs, then the user's own call raises
+# (Lightning's predict without a predict_dataloader) before `finish`; or `finish` is forgotten.
+_SCRIPT = """
+import sys
+import lightning.pytorch as pl
+from own_loaders import TrainValOnly
+from harness import ProfileSession
+
+session = ProfileSession(["speed"], output_dir="run", overrides=["profiler.speed.warmup_steps=2"])
+trainer = pl.Trainer(max_epochs=1, callbacks=session.callbacks, profiler=session.profiler,
+                     logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, accelerator="cpu")
+module = TrainValOnly(train_examples=24, val_examples=16, batch_size=4)
+trainer.fit(module)
+if sys.argv[1] == "raise":
+    raise RuntimeError("predict_dataloader must be implemented")
+"""
+
+
+@pytest.mark.parametrize("ending", ["raise", "forget"])
+def test_a_script_that_stops_before_finish_still_gets_result_json(tmp_path, ending):
+    (tmp_path / "script.py").write_text(_SCRIPT)
+    out = subprocess.run([sys.executable, "script.py", ending], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])})
+    result = load_result(tmp_path / "run")
+    assert result.metrics["train_measured_steps"] == 4  # what the fit measured is kept
+    if ending == "raise":
+        assert out.returncode == 1
+        assert out.stderr.count("Traceback (most recent call last)") == 1  # Python's own
+        assert result.status == "failed"
+        assert result.reason == "RuntimeError: predict_dataloader must be implemented"
+        assert "session.finish()" in out.stderr.strip().splitlines()[-1]
+    else:
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert result.status == "ok"
+        assert "without session.finish()" in out.stderr

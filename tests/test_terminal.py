@@ -224,3 +224,42 @@ def test_a_single_run_is_short_and_its_log_holds_every_word_it_printed(tmp_path)
     verbose = run_harness(tmp_path, *SMALL, NOISY, "mode=train", "verbose=true")
     assert verbose.returncode == 0, verbose.stderr[-3000:]
     assert WARNING_TEXT in verbose.stdout and INFO_TEXT in verbose.stdout
+
+
+def test_an_interruption_mid_sweep_reaches_the_terminal(logged, tmp_path, capsys):
+    """A sweep job's lines are left to its log, but not the line saying it was interrupted:
+    the interruption ends the whole sweep, and no job line will say it."""
+    sweep = SweepInProgress(tmp_path, log_path=tmp_path / "sweep.log")
+    terminal.follow(sweep)
+    sweep.job_running = True
+    logging.getLogger("harness.profilers.speed").info("speed: thin")
+    logging.getLogger("harness.launch.job_scope").info("interrupted by SIGTERM (in %s)", "x/1")
+    assert capsys.readouterr().err.splitlines() == ["harness: interrupted by SIGTERM (in x/1)"]
+
+
+_NATIVE = '''
+import os
+import sys
+
+from harness.workload.model import TransformerModule
+
+
+class Native(TransformerModule):
+    """Writes to the process's stderr past logging, as torch's C++ side does."""
+
+    def on_train_start(self):
+        os.write(2, b"USDT:2026-11-25 21:08:41 2422:2422 Handler.cpp:52] profiler_start\\n")
+        os.write(2, b"[W1125 21:08:41.031428471 CPUAllocator.cpp:245] Memory block\\n")
+        print("a library's own print to stderr", file=sys.stderr, flush=True)
+'''
+
+
+def test_what_libraries_write_to_stderr_themselves_goes_to_the_log(tmp_path):
+    (tmp_path / "native_noise.py").write_text(_NATIVE)
+    done = run_harness(tmp_path, *SMALL, "model._target_=native_noise.Native", "mode=train")
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout + done.stderr
+    log = next(tmp_path.glob("outputs/*/*/cli.log")).read_text()
+    for line in ("USDT:2026-11-25", "[W1125 21:08:41", "a library's own print to stderr"):
+        assert line not in printed and line in log, line
+    assert "harness: speed: " in done.stderr  # harness's own lines still reach the terminal

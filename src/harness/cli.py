@@ -36,13 +36,16 @@ def _app(cfg: DictConfig) -> None:
     from harness.config.overrides import as_typed
     from harness.run.job import run_job
     from harness.run.record import classify_failure, saved_traceback
+    from harness.terminal import libraries_to_log
 
     job = HydraConfig.get()
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
     _progress_bar(cfg, multirun)
     try:
-        result = run_job(cfg, output_dir, as_typed(job.overrides.task))
+        # torch's C++ lines, TorchDynamo's log lines: the job's log, not the terminal.
+        with libraries_to_log():
+            result = run_job(cfg, output_dir, as_typed(job.overrides.task))
     except HarnessError as err:
         job_log.error("%s", err)
         if not multirun:
@@ -124,10 +127,14 @@ def _end_unfinished_sweep(err: BaseException) -> None:
     a setting refused at its start): the table of the jobs that finished, and the MLflow
     parent run closed, KILLED when interrupted, FAILED otherwise."""
     from harness.sweep.progress import current
+    from harness.terminal import end_job_log
 
     sweep = current()
     if sweep is None or not sweep.running:
         return
+    # The job that ended the process: what follows, the table of the jobs that finished, is
+    # the sweep's (sweep.log), not that job's cli.log.
+    end_job_log()
     interrupted = isinstance(err, KeyboardInterrupt) or (
         isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
     sweep.end_early(interrupted)

@@ -158,6 +158,17 @@ def _null_group() -> str:
     return line + (f" Available options in '{group}': {', '.join(options)}" if options else "")
 
 
+def _missing_config_dir(err: BaseException) -> str | None:
+    """Hydra's "Additional config directory '...' not found" (`-cd my_conf` with no such
+    folder), with what the folder must be."""
+    found = re.search(r"Additional config directory '([^']+)' not found", str(err))
+    if not found:
+        return None
+    return (f"--config-dir {found[1]} does not exist. Fix: pass the folder that holds your"
+            " config groups (DIR/model/*.yaml, DIR/data/*.yaml), relative to the start"
+            " directory or absolute")
+
+
 def describe(err: BaseException) -> tuple[int, str]:
     """(exit status, one line) for an exception that ended the `harness` command."""
     from hydra.errors import (
@@ -184,6 +195,8 @@ def describe(err: BaseException) -> tuple[int, str]:
         override = getattr(err, "override", None)
         where = f"cannot read the override {override!r}: " if override else ""
         return CONFIG_STATUS, f"{where}{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
+    if isinstance(err, HydraException) and (missing := _missing_config_dir(err)):
+        return CONFIG_STATUS, missing
     if isinstance(err, (ConfigCompositionException, HydraException)):
         inner = err.__cause__
         if isinstance(inner, OmegaConfBaseException):

@@ -2,24 +2,34 @@
 
     from harness import ProfileSession
 
-    session = ProfileSession(["speed", "memory"], output_dir="runs/try1")
-    trainer = Trainer(..., callbacks=[*my_callbacks, *session.callbacks],
-                      profiler=session.profiler)
-    trainer.fit(model, datamodule=dm)
-    session.finish(trainer)  # reports/ and result.json, as the `harness` command writes them
+    with ProfileSession(["speed", "memory"], output_dir="runs/try1") as session:
+        trainer = Trainer(..., callbacks=[*my_callbacks, *session.callbacks],
+                          profiler=session.profiler)
+        trainer.fit(model, datamodule=dm)
+    # on the way out: reports/ and result.json, as the `harness` command writes them (or
+    # `session.finish(trainer)` where the script wants the RunResult)
 
 The presets are composed from conf/profiler with Hydra's compose API, so their names and
 options are the command's (`overrides=["profiler.speed.warmup_steps=2"]`), and built,
 observed and reported by the same code as a `harness` job (harness.run.build,
 harness.run.observe, harness.run.finish). What the command sets itself (seed, precision,
 compile, the logger, repeats) stays the script's: result.json records what the Trainer ran.
+
+A script's session leaves its result.json however the script ends: the `with` block
+records the script's error on the way out, and a script that ends before `finish` (an
+exception after the fit, a forgotten call once its Trainer ran) has it written at
+interpreter exit, with the error that ended the script.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
+import functools
 import logging
 import os
+import sys
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,6 +155,10 @@ class ProfileSession:
         self.result: RunResult = self.record.result
         self.result.isolation = {"peak_rss_reset": memory_peaks.reset()}
         self._finished = False
+        # A weak reference: a session the script let go of (a notebook cell, a test) is no
+        # business of the interpreter's exit.
+        self._exit_hook = functools.partial(_at_exit, weakref.ref(self))
+        atexit.register(self._exit_hook)
 
     @property
     def callbacks(self) -> list[Callback]:
@@ -161,7 +175,7 @@ class ProfileSession:
         """Write reports/ and result.json for the Trainer the callbacks ran in; once."""
         if self._finished:
             return self.result
-        self._finished = True
+        self._done()
         trainer = trainer or self._seen.trainer
         try:
             self._record(trainer)
@@ -208,12 +222,18 @@ class ProfileSession:
                  tb: TracebackType | None) -> None:
         if err is None:
             self.finish()
-            return
-        if self._finished:
-            return
-        # As a failed `harness` job: the reports of what ran, then the error's status and
-        # reason; the script's own error is the one raised (not one of ours).
+        elif not self._finished:
+            self._record_failure(err)
+
+    def _done(self) -> None:
         self._finished = True
+        atexit.unregister(self._exit_hook)
+
+    def _record_failure(self, err: BaseException) -> Path | None:
+        """As a failed `harness` job: the reports of what ran, then the error's status and
+        reason; the script's own error is the one raised (not one of ours). The path of
+        result.json, on global rank zero."""
+        self._done()
         trainer = self._seen.trainer
         if trainer is not None:
             try:
@@ -222,7 +242,36 @@ class ProfileSession:
                 log.warning("session: reports after the error incomplete: %s", failed)
         self.record.fail(err)
         if trainer is None or trainer.is_global_zero:
-            self.record.write()
+            return self.record.write()
+        return None
+
+    def _at_exit(self) -> None:
+        """The script ended without `finish` (see the module function `_at_exit`). An
+        uncaught exception ended it (Python has printed it, and keeps it as sys.last_value):
+        recorded as the `with` block records it. Else the script forgot the call: `finish`
+        with the Trainer the callbacks ran in, when they ran in one."""
+        if self._finished:
+            return
+        err = getattr(sys, "last_value", None)
+        try:
+            if isinstance(err, BaseException):
+                path = self._record_failure(err)
+                if path is not None:
+                    log.warning("session: the script stopped before session.finish(); %s"
+                                " records what ran and the error", path)
+            elif self._seen.trainer is not None:
+                log.warning("session: the script ended without session.finish(); writing"
+                            " result.json now (call finish, or use `with ProfileSession(...)`)")
+                self.finish()
+        except Exception as failed:  # noqa: BLE001 - at exit: one line, not a traceback
+            log.error("session: %s", failed)
+
+
+def _at_exit(session: weakref.ref[ProfileSession]) -> None:
+    """Registered with atexit for each session, taken back by `finish` and the `with` block."""
+    alive = session()
+    if alive is not None:
+        alive._at_exit()
 
 
 def _refuse_other_processes(trainer: Any) -> None:

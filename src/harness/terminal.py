@@ -18,6 +18,15 @@ each distinct warning once. The sweep in progress (harness.sweep.progress) is an
 of its own that the terminal follows (`follow`): it says whether a job runs, where its
 sweep.log is, and which warnings were printed.
 
+Libraries that write to the process's stderr file descriptor themselves never pass
+through logging: torch's C++ side (kineto's `USDT:... profiler_start` lines, c10's
+`[W... CPUAllocator.cpp:245] ...` warnings), torch's own log handler (TorchDynamo's
+`W1125 ...` lines, bound to the `sys.stderr` of the moment torch was imported), a library's
+`print(file=sys.stderr)`. For the length of a job (`libraries_to_log`, entered by
+harness.cli) file descriptor 2 is the job's log file, and harness's own
+`harness: ...` lines go to a copy of the terminal's descriptor (`own_stream`). Child
+processes started in the job (Lightning's DDP ranks) inherit the log as their stderr.
+
 Outside Hydra (harness-report, harness-mlflow-upload, a user's own script)
 `use_console()` installs the console handler once. Nothing heavy is imported
 here: rich loads only when a table is shown.
@@ -30,8 +39,9 @@ import io
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 PREFIX = "harness"
 OUTPUT = "harness.output"  # the logger of tables and results
@@ -45,6 +55,9 @@ _LOG_ONLY = ("py.warnings", "hydra._internal.core_plugins.basic_launcher")
 # The job's own ending ("failed: ..."), which the sweep's line for the job already says.
 _JOB_ENDING = ("harness.cli.job",)
 _SHOWN_MARK = "harness_shown"  # set on a record the console printed (for SweepLogHandler)
+# Printed even while a sweep's job runs: a job's interruption (SIGTERM, preemption) ends the
+# whole sweep, and no job line will say it.
+_ALWAYS = ("harness.launch.job_scope",)
 FILE_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # as in job_logging
 
 
@@ -90,7 +103,7 @@ def hidden_warnings(reset: bool = False) -> int:
 def shown(record: logging.LogRecord) -> bool:
     """Whether the terminal prints `record` (the log file gets it anyway). While a job of a
     sweep runs, a warning it prints is remembered, and not printed again."""
-    if verbose():
+    if verbose() or _under(record.name, _ALWAYS):
         return True
     if _under(record.name, _LOG_ONLY):
         return False
@@ -129,7 +142,7 @@ class ConsoleHandler(logging.Handler):
                 _rich_console().print(renderable, soft_wrap=isinstance(renderable, str))
             elif _own(record):
                 level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
-                print(f"{self.prefix}: {level}{record.getMessage()}", file=sys.stderr, flush=True)
+                print(f"{self.prefix}: {level}{record.getMessage()}", file=own_stream(), flush=True)
             elif _under(record.name, _SHOWN) and record.levelno == logging.INFO:
                 print(record.getMessage(), flush=True)
             else:
@@ -164,9 +177,68 @@ class LogFile(logging.FileHandler):
         err = sys.exc_info()[1]
         why = getattr(err, "strerror", None) or err
         print(f"{PREFIX}: warning: cannot write the log file {self.baseFilename} ({why});"
-              " messages from here on reach the terminal only", file=sys.stderr, flush=True)
+              " messages from here on reach the terminal only", file=own_stream(), flush=True)
         with contextlib.suppress(OSError):
             self.close()
+
+
+_terminal: TextIO | None = None  # the terminal's stderr while fd 2 is a job's log
+
+
+def own_stream() -> TextIO:
+    """Where harness's own `harness: ...` lines go: the terminal's stderr, also while a job
+    has pointed file descriptor 2 at its log (`libraries_to_log`)."""
+    return _terminal or sys.stderr
+
+
+def _job_log() -> LogFile | None:
+    """The log file Hydra's job logging gave the root logger (cli.log, ddp_rank<N>.log)."""
+    return next((h for h in logging.getLogger().handlers
+                 if isinstance(h, LogFile) and not h.broken), None)
+
+
+@contextlib.contextmanager
+def libraries_to_log() -> Iterator[None]:
+    """For the block, whatever writes to file descriptor 2 past logging (see the module
+    docstring) appends to the job's log; harness's own lines still reach the terminal. The
+    log is opened O_APPEND like logging's own handle, so the two writers interleave by whole
+    writes. Nothing moves with verbose=true, outside a Hydra job (no job log: a user's own
+    script keeps its stderr) or when fd 2 already points at a log."""
+    global _terminal
+    log_file = _job_log()
+    if verbose() or log_file is None or _terminal is not None:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        log_fd = os.open(log_file.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except (OSError, ValueError):  # no log to write to: the terminal keeps everything
+        yield
+        return
+    saved = os.dup(2)
+    terminal = os.fdopen(saved, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
+                         errors="backslashreplace")
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    _terminal = terminal
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(terminal.fileno(), 2)
+        _terminal = None
+        terminal.close()
+
+
+def end_job_log() -> None:
+    """The job's log file takes no more records: the job ended the process (an interrupted
+    sweep), and what the process says next (the table of the jobs that finished) is the
+    sweep's, for sweep.log. Hydra would drop the handler after a job that returns."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, LogFile)]:
+        root.removeHandler(handler)
+        handler.close()
 
 
 def _strip_newline(record: logging.LogRecord) -> bool:

@@ -41,7 +41,7 @@ class Knobs:
     batch_size: int
     precision: str  # as the user asked for it
     lightning_precision: str  # what is passed to Trainer(precision=...)
-    compile: str | None  # torch.compile mode, None when off
+    compile: str | bool  # torch.compile mode; False when off (result.json records false)
     compile_module: str
     mode: str
     seed: int
@@ -70,15 +70,15 @@ def parse_precision(value: Any) -> str:
     return PRECISIONS[key]
 
 
-def parse_compile(value: Any) -> str | None:
-    """Map the compile knob to a torch.compile mode, or None when off."""
+def parse_compile(value: Any) -> str | bool:
+    """Map the compile knob to a torch.compile mode, or False when off."""
     if value is None or value is False:
-        return None
+        return False
     if value is True:
         return "default"
     text = str(value).strip().lower()
     if text in ("false", "off", "none", "no"):
-        return None
+        return False
     if text in ("true", "on", "yes"):
         return "default"
     if text in COMPILE_MODES:
@@ -139,6 +139,31 @@ def check_trainer_keys(cfg: Any) -> None:
                               f"nothing: harness sets it from {instead.split(':')[0]}",
                               f"remove trainer.{key} and use {instead}")
     check_strategy(trainer.get("strategy"))
+    check_accelerator(trainer.get("accelerator"))
+
+
+def check_accelerator(accelerator: Any) -> None:
+    """Refuse an accelerator this machine does not have (`trainer.accelerator=gpu` on a CPU
+    machine) before anything is built: Lightning would say "No supported gpu backend found!"
+    once the Trainer is built, without a fix. Names Lightning does not know are left to it."""
+    if not isinstance(accelerator, str) or accelerator.lower() in ("auto", "cpu"):
+        return
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    def has(name: str) -> bool:
+        return name in AcceleratorRegistry and bool(
+            AcceleratorRegistry[name]["accelerator"].is_available())
+
+    name = accelerator.lower()
+    if name not in AcceleratorRegistry and name != "gpu":
+        return
+    if has("cuda") or has("mps") if name == "gpu" else has(name):
+        return
+    here = [n for n in AcceleratorRegistry if has(n)]
+    raise ConfigError(
+        "trainer.accelerator", accelerator,
+        f"an accelerator this machine has (here: {', '.join(here) or 'none'})",
+        "trainer.accelerator=auto (or cpu), or run on a machine with that device")
 
 
 # Start methods of Lightning's multiprocessing launcher (ddp_spawn, ddp_fork, ddp_notebook):
