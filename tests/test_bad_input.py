@@ -93,3 +93,22 @@ def test_an_accelerator_this_machine_lacks_is_refused_with_a_fix(harness):
     assert done.returncode == 2
     _fails_clearly(done, "trainer.accelerator='gpu' is not valid",
                    "Fix: trainer.accelerator=auto (or cpu)")
+
+
+def test_a_class_missing_from_a_module_that_imports_names_the_module_and_its_classes(
+        harness, tmp_path):
+    """`mypkg.workload.Net` where mypkg/workload.py imports but defines no Net: the error says
+    the module has no 'Net' and lists what it defines, not "'mypkg.workload' is not a package";
+    a near miss gets the class it meant."""
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "workload.py").write_text("class TinyClassifier:\n    pass\n\n\n"
+                                         "class TinyData:\n    pass\n")
+    done = harness("model._target_=mypkg.workload.Net", fast=False)
+    _fails_clearly(done, "mypkg.workload (", "has no 'Net'",
+                   "Fix: point model._target_ at a class mypkg.workload defines"
+                   " (TinyClassifier, TinyData)")
+    assert done.returncode == 2 and "is not a package" not in done.stderr
+    near = harness("model._target_=mypkg.workload.TinyClasifier", fast=False)
+    _fails_clearly(near, "Fix: model._target_=mypkg.workload.TinyClassifier")

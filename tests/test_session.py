@@ -155,6 +155,7 @@ def test_import_harness_stays_cheap_and_the_session_loads_on_use(tmp_path):
     assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_documented_example_script_runs(tmp_path):
     out = subprocess.run([sys.executable, str(EXAMPLE), "--output-dir", "runs/try1"],
                          capture_output=True, text=True, cwd=tmp_path,

@@ -3,6 +3,9 @@ before a run builds anything."""
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import inspect
 import logging
 import os
 import sys
@@ -96,6 +99,7 @@ def check_targets(cfg: DictConfig) -> list[tuple[str, Any, DictConfig]]:
         try:
             found = get_object(str(target))
         except Exception as err:  # ImportError, AttributeError, or errors raised by user code
+            _check_name_in_module(key, str(target))
             cause = str(err.__cause__ or err).splitlines()[0]
             raise ConfigError(
                 f"{key}._target_", str(target), f"an importable class, but import failed: {cause}",
@@ -105,3 +109,37 @@ def check_targets(cfg: DictConfig) -> list[tuple[str, Any, DictConfig]]:
         _check_kind(key, found)
         targets.append((key, found, node))
     return targets
+
+
+def _check_name_in_module(key: str, target: str) -> None:
+    """`mypkg.workload.Net` where mypkg.workload imports but defines no Net: said as such
+    (Hydra's own cause reads "No module named 'mypkg.workload.Net'; 'mypkg.workload' is not
+    a package"), with the classes it does define. Nothing when the module does not import."""
+    parts = target.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:n])
+        try:
+            found: Any = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name and (module_name + ".").startswith(err.name + "."):
+                continue  # this prefix is not a module: try a shorter one
+            return  # the module imports something missing: the import error says it
+        except Exception:  # noqa: BLE001 - the module's own error: the import error says it
+            return
+        owner = module_name
+        for name in parts[n:]:
+            if not hasattr(found, name):
+                break
+            found, owner = getattr(found, name), f"{owner}.{name}"
+        else:
+            return
+        classes = [c for c, obj in vars(found).items() if inspect.isclass(obj)
+                   and getattr(obj, "__module__", None) == getattr(found, "__name__", None)]
+        close = difflib.get_close_matches(name, classes, n=1)
+        where = getattr(found, "__file__", None)
+        raise ConfigError(
+            f"{key}._target_", target,
+            f"an importable class, but {owner}{f' ({where})' if where else ''} has no {name!r}",
+            f"{key}._target_={owner}.{close[0]}" if close else
+            f"point {key}._target_ at a class {owner} defines"
+            + (f" ({', '.join(sorted(classes)[:8])})" if classes else ""))
