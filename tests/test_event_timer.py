@@ -180,7 +180,7 @@ def test_the_speed_preset_on_a_fake_gpu_synchronises_per_window_not_per_step(syn
     cuda = FakeCuda(clock, max_lead=0.2)
     monkeypatch.setattr(speed.time, "perf_counter", clock)
     monkeypatch.setattr(step_timer.torch.cuda, "synchronize", cuda.synchronize)
-    monkeypatch.setattr(speed, "Nvml", lambda: SimpleNamespace(unavailable="no NVML here",
+    monkeypatch.setattr(speed, "Nvml", lambda uuids=None: SimpleNamespace(unavailable="no NVML here",
                                                                close=lambda: None))
     # torch's CUDA allocator figures do not exist here: memory_peaks is tested on its own
     monkeypatch.setattr(speed, "memory_peaks", SimpleNamespace(
