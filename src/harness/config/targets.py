@@ -133,6 +133,8 @@ def _check_name_in_module(key: str, target: str) -> None:
             found, owner = getattr(found, name), f"{owner}.{name}"
         else:
             return
+        if hasattr(found, "__path__"):
+            return  # a package: the missing name may be a module, which the import error names
         classes = [c for c, obj in vars(found).items() if inspect.isclass(obj)
                    and getattr(obj, "__module__", None) == getattr(found, "__name__", None)]
         close = difflib.get_close_matches(name, classes, n=1)
