@@ -76,6 +76,9 @@ def test_autotune_names_the_planted_best_in_a_third_of_the_grid(tmp_path):
     # a point's jobs of every stage pool into one cell of the table
     assert [stage_and_round(r["overrides"]) for _, _, r in jobs[:2]] == [("warmup", 0), ("fit", 0)]
     assert "trainer.max_steps" not in {k for r in rows for k in r}
+    # points measured unevenly (fit once, the finalists in several rounds): said as such
+    fewest, most = min(int(r["rounds"]) for r in rows), max(int(r["rounds"]) for r in rows)
+    assert fewest < most and f"Points ran in {max(fewest, 1)} to {most} rounds" in out
 
     untrusted = [(n, s) for n, s, r in jobs if _untrusted(r)]
     if body["best"] == PLANTED_BEST or not untrusted:

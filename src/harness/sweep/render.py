@@ -441,10 +441,16 @@ def _pooling_lines(comparison: Comparison) -> list[str]:
             f"Pooled: {pooled} are repeats of each point, not variants ({SETTINGS_KEY}"
             ".repeat_keys; harness-report --repeat-keys): a point's samples are its jobs over"
             " them, and its ± and the verdicts of its speed-ups come from their spread.")
-    if comparison.rounds > 1:
+    fewest = int(comparison.points["rounds"].min()) if len(comparison.points) else 0
+    if comparison.rounds > 1 and fewest == comparison.rounds:
         lines.append(
             f"Each point ran {comparison.rounds} times, in {comparison.rounds} rounds of the"
             " whole sweep (order alternating), so drift between jobs shows as spread."
+        )
+    elif comparison.rounds > 1:  # autotune measures the candidates still in the running longer
+        lines.append(
+            f"Points ran in {max(fewest, 1)} to {comparison.rounds} rounds (not every point ran"
+            " in every round), so a point's ± spans only the rounds it ran in."
         )
     if comparison.repeated:
         lines.append(
