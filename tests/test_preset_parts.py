@@ -304,3 +304,52 @@ def test_an_excluded_pass_leaves_no_cache_under_the_runs_reserved_peak(monkeypat
     figures = memory_peaks.read(device)
     assert figures["peak_device_allocated_bytes"] == 2 * gib
     assert figures["peak_device_reserved_bytes"] == 2 * gib
+
+
+def test_the_mlflow_tracker_child_is_not_counted_as_loader_workers():
+    """The job's MLflow tracker is a child process of the job: the system preset's children's
+    memory (its data loader workers) leaves it out and counts any other child."""
+    import time
+
+    import psutil
+
+    from harness.profilers.system import TRACKER_COMMAND, _children_rss
+
+    me = psutil.Process()
+    before = _children_rss(me)  # the test session's own children (a fork server), if any
+    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
+    tracker = subprocess.Popen([*sleep, TRACKER_COMMAND])
+    worker = subprocess.Popen(sleep)
+    try:
+        time.sleep(0.5)  # both interpreters up
+        tracker_rss = psutil.Process(tracker.pid).memory_info().rss
+        worker_rss = psutil.Process(worker.pid).memory_info().rss
+        counted = _children_rss(me) - before
+        assert abs(counted - worker_rss) < tracker_rss / 2, (counted, worker_rss, tracker_rss)
+    finally:
+        for child in (tracker, worker):
+            child.kill()
+            child.wait()
+
+
+def test_the_machines_cpu_share_holds_at_least_this_process_share_in_every_sample():
+    """Planted: this process keeps one core busy. Every sample after the first (which has no
+    previous reading) reads the machine at least as busy as this process makes it: the
+    sampler thread's first sample and the stage's tail (taken on the caller's thread) too."""
+    import os
+    import time
+
+    from harness.profilers.system import SystemSampler
+
+    sampler = SystemSampler(interval_s=0.25, devices=[])
+    sampler.start("fit")
+    end = time.perf_counter() + 1.2
+    while time.perf_counter() < end:
+        pass  # one core busy
+    sampler.stop()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    first, *rest = sampler.samples
+    assert first["system_cpu_pct"] is None and len(rest) >= 2  # the thread's, the tail
+    for sample in rest:
+        own_share = sample["process_cpu_pct"] / (cpus or 1)
+        assert sample["system_cpu_pct"] >= 0.8 * own_share - 5, (sample, cpus)

@@ -90,6 +90,7 @@ class SystemSampler:
         self._origin = time.perf_counter()
         self._segment_start = 0.0
         self._last: tuple[float, Any] | None = None
+        self._cpu_last = (0.0, 0.0)  # (busy, total) CPU seconds of the machine at the last sample
 
     @property
     def gpus(self) -> list[Any]:
@@ -104,9 +105,9 @@ class SystemSampler:
             return
         self.stage = stage
         self.segments += 1
-        # cpu_percent compares with the previous call: prime both so the first sample is real.
+        # cpu_percent compares with the previous call: primed so the first sample is real.
         self.process.cpu_percent(None)
-        psutil.cpu_percent(None)
+        self._cpu_last = _busy_and_total(psutil.cpu_times())
         self._last = (time.perf_counter(), psutil.disk_io_counters())
         self._segment_start = time.perf_counter()
         self._take(first=True)  # energy and power from the stage's very start
@@ -143,7 +144,7 @@ class SystemSampler:
             "segment": self.segments,
             "stage": self.stage,
             "process_cpu_pct": None if first else self.process.cpu_percent(None),
-            "system_cpu_pct": None if first else psutil.cpu_percent(None),
+            "system_cpu_pct": None if first else self._system_cpu_pct(),
             "rss_bytes": self.process.memory_info().rss,
             "children_rss_bytes": _children_rss(self.process),
             "disk_read_bytes_per_s": None,
@@ -164,6 +165,15 @@ class SystemSampler:
             for key, value in self.nvml.sample(gpu).items():
                 sample[f"gpu{gpu.index}_{key}"] = value
         self.samples.append(sample)
+
+    def _system_cpu_pct(self) -> float | None:
+        """Busy share of all CPUs since the previous sample, in %. Not psutil.cpu_percent:
+        it keeps its previous reading per thread, and the samples come from two threads (the
+        sampler's and, for a stage's tail, the caller's), so its first and last were wrong."""
+        now = _busy_and_total(psutil.cpu_times())
+        (busy, total), self._cpu_last = (
+            (now[0] - self._cpu_last[0], now[1] - self._cpu_last[1]), now)
+        return round(100 * busy / total, 1) if total > 0 else None
 
     # -- figures -----------------------------------------------------------------------
     def gpu_energy(self, index: int) -> tuple[float | None, str]:
@@ -200,11 +210,26 @@ def run_gpus(trainer: pl.Trainer) -> tuple[list[int], list[str] | None]:
     return ids, torch_uuids()
 
 
+def _busy_and_total(times: Any) -> tuple[float, float]:
+    """(busy, total) seconds of psutil.cpu_times(): idle and I/O wait are not busy; guest
+    time is already inside user time on Linux, so it is not counted twice."""
+    fields = times._asdict()
+    total = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
+    return total - fields["idle"] - fields.get("iowait", 0.0), total
+
+
+# harness's own MLflow tracker runs as a child of the job (harness.tracking.tracker): its
+# memory is not the run's, and must not read as its data loader workers'.
+TRACKER_COMMAND = "harness.tracking.tracker_process"
+
+
 def _children_rss(process: psutil.Process) -> int:
     total = 0
     try:
         for child in process.children(recursive=True):
             try:
+                if TRACKER_COMMAND in child.cmdline():
+                    continue
                 total += child.memory_info().rss
             except psutil.Error:  # a worker that just exited
                 continue
