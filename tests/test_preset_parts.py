@@ -129,6 +129,29 @@ def test_two_lightning_profilers_are_refused_naming_both():
         combine_profilers("simple", SimplePreset(), "advanced", AdvancedPreset())
 
 
+def test_a_profiler_clash_is_refused_from_the_classes_before_anything_runs():
+    """check_config's check on check_targets' classes: the same rule as combine_profilers
+    (only pytorch + memory merge, in either order), a ConfigError (exit 2) naming the list."""
+    from harness.profilers.advanced import AdvancedPreset
+    from harness.profilers.preset import check_one_profiler
+    from harness.profilers.simple import SimplePreset
+    from harness.profilers.speed import SpeedPreset
+    from harness.profilers.torch_profiler import MemoryPreset, PytorchPreset
+
+    def targets(**presets):
+        return [(f"profiler.{name}", cls, None) for name, cls in presets.items()]
+
+    check_one_profiler(targets(speed=SpeedPreset, pytorch=PytorchPreset, memory=MemoryPreset))
+    check_one_profiler(targets(memory=MemoryPreset, pytorch=PytorchPreset, speed=SpeedPreset))
+    with pytest.raises(ConfigError, match=r"profiler='\[speed,simple,advanced\]' is not valid"
+                       r".*'simple' and 'advanced' cannot run together.*Fix:") as refused:
+        check_one_profiler(targets(speed=SpeedPreset, simple=SimplePreset,
+                                   advanced=AdvancedPreset))
+    assert refused.value.exit_status == 2
+    with pytest.raises(ConfigError, match="'memory' and 'simple'"):
+        check_one_profiler(targets(memory=MemoryPreset, simple=SimplePreset))
+
+
 def test_window_check_names_the_keys():
     trainer = SimpleNamespace(
         num_training_batches=4, max_epochs=1, max_steps=-1, accumulate_grad_batches=1

@@ -67,7 +67,7 @@ from lightning.pytorch.profilers import Profiler
 from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.measured import PHASES
 from harness.result.schema import Diagnosis, RunResult
 
@@ -190,6 +190,13 @@ class Preset:
         """Offer what this preset offers into `shared` and keep it for what it needs."""
         self.shared = shared
 
+    @classmethod
+    def can_absorb(cls, other: type) -> bool:
+        """Whether a preset of this class can take over the work of one of class `other`,
+        both Lightning Profilers (Lightning takes one): the rule `absorb` follows, known from
+        the classes alone, so a clash is refused before anything runs (`check_one_profiler`)."""
+        return False
+
     def absorb(self, other: Preset) -> bool:
         """Take over `other`'s work when both are Lightning Profilers (Lightning takes one);
         True when this preset now does both."""
@@ -244,16 +251,46 @@ class Presets:
 
 def combine_profilers(first_name: str, first: Any, second_name: str, second: Any
                       ) -> tuple[str, Any]:
-    """The (name, profiler) that does the work of both presets, or a HarnessError."""
+    """The (name, profiler) that does the work of both presets, or a ConfigError."""
     for name, kept, other in ((first_name, first, second), (second_name, second, first)):
         if isinstance(kept, Preset) and kept.absorb(other):
             return name, kept
-    raise HarnessError(
-        f"profiler presets '{first_name}' and '{second_name}' cannot run together: Lightning"
-        " takes one profiler and each of them is one (only pytorch + memory merge)."
-        f" Fix: keep one of them, e.g. profiler=[speed,system,{second_name}], and run the other"
-        " in a second run"
-    )
+    raise _clash(first_name, second_name)
+
+
+def check_one_profiler(targets: list[tuple[str, Any, Any]]) -> None:
+    """Lightning takes one Profiler: presets of which two are one, and neither can take over
+    the other's work, are refused before anything runs (harness.run.job.check_config; the
+    same rule as combine_profilers, on the classes). `targets`: check_targets' (key, class,
+    node) list."""
+    chosen = [key.removeprefix("profiler.") for key, _, _ in targets
+              if key.startswith("profiler.")]
+    kept: tuple[str, type] | None = None
+    for key, found, _ in targets:
+        if not (key.startswith("profiler.") and isinstance(found, type)
+                and issubclass(found, Profiler)):
+            continue
+        name = key.removeprefix("profiler.")
+        if kept is None or _can_absorb(kept[1], found):
+            kept = kept or (name, found)
+        elif _can_absorb(found, kept[1]):
+            kept = (name, found)
+        else:
+            raise _clash(kept[0], name, chosen)
+
+
+def _can_absorb(kept: type, other: type) -> bool:
+    return issubclass(kept, Preset) and kept.can_absorb(other)
+
+
+def _clash(first_name: str, second_name: str, chosen: list[str] | None = None) -> ConfigError:
+    return ConfigError(
+        "profiler", f"[{','.join(chosen or (first_name, second_name))}]",
+        f"at most one Lightning Profiler among the presets: '{first_name}' and"
+        f" '{second_name}' cannot run together (Lightning takes one profiler and each of them"
+        " is one; only pytorch + memory merge)",
+        f"keep one of them, e.g. profiler=[speed,system,{second_name}], and run the other in"
+        " a second run")
 
 
 # -- step windows ------------------------------------------------------------------------------

@@ -152,10 +152,16 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
 
     # -- composition ---------------------------------------------------------------
     @override
+    @classmethod
+    def can_absorb(cls, other: type) -> bool:
+        """The pytorch preset takes over the memory preset. No other pair merges."""
+        return not issubclass(cls, MemoryPreset) and issubclass(other, MemoryPreset)
+
+    @override
     def absorb(self, other: Preset) -> bool:
         """The pytorch preset takes over the memory preset: profile_memory on, its report
-        written from our window. No other pair merges."""
-        if isinstance(self, MemoryPreset) or not isinstance(other, MemoryPreset):
+        written from our window."""
+        if not self.can_absorb(type(other)):
             return False
         memory = other
         self.reports.add("memory")

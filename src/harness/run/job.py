@@ -121,6 +121,10 @@ def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None
     check_trainer_keys(cfg)
     targets = check_targets(cfg)  # each imports; the model is a LightningModule class
     check_arguments(targets)  # each argument fits its constructor's type hints
+    # Here, not at the top: the targets above imported Lightning already; --help does not.
+    from harness.profilers.preset import check_one_profiler
+
+    check_one_profiler(targets)  # Lightning takes one Profiler
     return knobs
 
 
