@@ -508,8 +508,9 @@ class SpeedPreset(Preset, Callback):
         figure_clocks = {f"{phase}_{figure}": clock for phase, figures in phases.items()
                          for figure, clock in figures["clocks"].items()
                          if f"{phase}_{figure}" in metrics}
-        return Report(metrics, flags, [self._table(phases), *self._rank_tables(phases)],
-                      clocks=figure_clocks)
+        # a run stopped before any phase measured a step: no empty table under its error
+        tables = [self._table(phases), *self._rank_tables(phases)] if phases else []
+        return Report(metrics, flags, tables, clocks=figure_clocks)
 
     def _metrics(self, phases: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """result.json's metrics: per phase the headline, the contention shares, the memory

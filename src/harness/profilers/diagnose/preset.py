@@ -350,8 +350,7 @@ class DiagnosePreset(Preset, Callback):
             return f"the {name} step was not measured (no {phase} passes ran)"
         how = ("was interrupted" if isinstance(ended, (KeyboardInterrupt, SystemExit))
                else f"failed ({first_line(ended)[:120]})")
-        return (f"{name} {how} before its end, where the passes that split its step run;"
-                " the speed figures measured before that stand")
+        return f"{name} {how} before its end, where the passes that split its step run"
 
     def _noise_said(self, phase: str, metrics: dict[str, Any]) -> list[str]:
         """What made `phase` noisy, as the speed preset that flagged it words it."""
