@@ -118,6 +118,12 @@ def test_a_conv_nets_fp32_peak_follows_cudnns_tf32_switch(monkeypatch, allow_tf3
     assert preset._peak_tflops("32-true")[0] == expected
 
 
+def _own(verdict: str) -> str:
+    """The verdict without the prefix a busy machine puts first ("contended (...), so the
+    shares measure the machine as much as the run: "): CI runs tests side by side."""
+    return verdict.partition("as much as the run: ")[2] or verdict
+
+
 def _diagnosis(tmp_path, name: str, *overrides: str) -> tuple[dict, float]:
     """The run's diagnosis and its median training step."""
     cwd = tmp_path / name
@@ -203,10 +209,10 @@ def test_a_fit_that_fails_says_so_instead_of_naming_the_inference_step(harness):
     done = harness("mode=train", "model._target_=failing_module.FailAtBatchSize",
                    "+model.fail_at=4")
     assert done.returncode == 1
-    verdict = done.result()["diagnosis"]["verdict"]
+    verdict = _own(done.result()["diagnosis"]["verdict"])
     assert verdict.startswith("no verdict: training failed (RuntimeError: deliberate failure"), (
         verdict)
-    assert "inference" not in verdict and f"diagnosis: {verdict}" in done.stdout
+    assert "inference" not in verdict and verdict in done.stdout
 
 
 @pytest.mark.slow
@@ -541,7 +547,7 @@ def test_true_precisions_get_a_verdict(harness, precision):
     done = harness(f"precision={precision}", "mode=train", "profiler=[speed,diagnose]")
     assert done.returncode == 0, done.stderr[-3000:]
     diagnosis = done.report("diagnosis")
-    assert not diagnosis["verdict"].startswith("no verdict"), diagnosis["verdict"]
+    assert not _own(diagnosis["verdict"]).startswith("no verdict"), diagnosis["verdict"]
     assert diagnosis["train_model_step_s"] > 0 and diagnosis["train_note"] is None
 
 
@@ -648,7 +654,7 @@ def test_a_failed_loader_pass_costs_the_verdict_not_the_run(tmp_path):
     result = done.result()
     assert result["status"] == "ok" and result["metrics"]["train_examples_per_second"] > 0
     diagnosis = done.report("diagnosis")
-    assert diagnosis["verdict"].startswith("no verdict"), diagnosis["verdict"]
+    assert _own(diagnosis["verdict"]).startswith("no verdict"), diagnosis["verdict"]
     assert "the train passes failed: RuntimeError: planted" in diagnosis["train_note"]
 
 
