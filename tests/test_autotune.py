@@ -72,7 +72,9 @@ def test_autotune_names_the_planted_best_in_a_third_of_the_grid(tmp_path):
                 and s["compile"] == settings["compile"]]
             assert not later, f"launched above a known OOM: {later}"
     rows = list(csv.DictReader((root / "comparison.csv").open()))
-    assert [r["status"] for r in rows if r["batch_size"] == "256"] == ["oom"]
+    # every point tried at 256 is an oom cell (bf16 may be probed there too: it could fit)
+    at_256 = [r["status"] for r in rows if r["batch_size"] == "256"]
+    assert at_256 and set(at_256) == {"oom"}, at_256
     # a point's jobs of every stage pool into one cell of the table
     assert [stage_and_round(r["overrides"]) for _, _, r in jobs[:2]] == [("warmup", 0), ("fit", 0)]
     assert "trainer.max_steps" not in {k for r in rows for k in r}
