@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 from harness.autotune.reading import job_overrides, outcome_of
+from harness.autotune.score import job_sample
 from harness.autotune.settings import Settings
-from harness.autotune.stats import job_score
 from harness.autotune.verdict import line
 from harness.config.overrides import MEASUREMENT_KEYS, parse_overrides
 
@@ -70,10 +70,10 @@ def _points(sweep_dir: Path, keys: list[str], settings: Settings) -> dict[tuple,
     for job_dir in sorted(p.parent for p in sweep_dir.glob("*/result.json")):
         values = parse_overrides(job_overrides(job_dir) or [])
         point = tuple(values.get(k) for k in keys)
-        score = job_score(outcome_of(job_dir, settings.objective), settings)
+        score = job_sample(outcome_of(job_dir, settings.objective), settings)
         found.setdefault(point, [])
         if score is not None:
-            found[point].append(score[0])
+            found[point].append(score.figure)
     return found
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 # Lowest first. A package may import packages of lower layers only (docs/architecture.md).
 LAYERS: list[set[str]] = [
+    {"judge"},  # the one judge of differences: the standard library only, below everything
     {"errors", "measured", "memory_peaks", "contention", "terminal", "private_api"},
     {"config", "reports", "instrument"},
     {"result"},

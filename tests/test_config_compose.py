@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from harness.config.arguments import check_arguments
 from harness.config.knobs import check_trainer_keys, read_knobs
@@ -138,3 +138,62 @@ def test_the_logger_flushes_where_the_speed_preset_times_no_step(tmp_path, monke
     trainer = build.build_trainer(cfg, "32-true", presets, logger, [])
     assert presets.shared.between_steps == [logger.flush_if_due]
     assert trainer.loggers == [logger]
+
+
+def test_the_one_check_of_settings_imports_only_the_standard_library():
+    """harness.config.checks and what it raises: autotune's pure core reads its settings
+    with them (tests/test_autotune_search.py), and `harness --help` loads nothing heavy."""
+    import ast
+    import sys
+
+    for name in ("config/checks.py", "errors.py"):
+        tree = ast.parse((Path(__file__).parent.parent / "src" / "harness" / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for module in ([node.module] if isinstance(node, ast.ImportFrom)
+                               else [a.name for a in node.names]):
+                    assert module == "harness.errors" or module.split(".")[0] in (
+                        *sys.stdlib_module_names, "__future__"), (name, module)
+
+
+@pytest.mark.parametrize(("task", "says"), [
+    # issue 29: on a CPU these ran all four jobs, each then invalid (exit 1)
+    (["batch_size=1,2,4,8", "precision=fp16"], "precision='fp16' is not valid"),
+    (["batch_size=1,2", "precision=fp32,fp16"], "precision='fp16' is not valid"),
+    (["batch_size=1,0"], "batch_size=0 is not valid"),
+    (["model.depth=2,two"], "model.depth='two' is not valid"),
+])
+def test_a_sweeps_values_are_refused_before_any_job(task, says, tmp_path, monkeypatch, capsys):
+    from harness.sweep.callbacks import ComparisonCallback
+
+    monkeypatch.setattr("harness.config.knobs.cuda_here", lambda config: False)  # a CPU here
+    fixed = [o for o in task if "," not in o]
+    cfg = composed(*fixed, tmp_path=tmp_path)
+    with read_write(cfg.hydra), open_dict(cfg):  # the overrides a multirun was started with
+        cfg.hydra.overrides.task = task
+        cfg.hydra.sweep.dir = str(tmp_path / "multirun")
+    with initialize_config_dir(str(CONF), version_base="1.3"), pytest.raises(SystemExit) as stopped:
+        ComparisonCallback().on_multirun_start(cfg)
+    assert stopped.value.code == 2
+    line = capsys.readouterr().err.strip()
+    assert line.count("\n") == 0 and says in line and "Fix:" in line, line
+    assert not (tmp_path / "multirun").exists()  # no job, no sweep directory
+
+
+def test_a_sweeps_good_values_pass_and_autotune_checks_its_own(tmp_path, monkeypatch):
+    from harness.sweep.callbacks import _check_values
+
+    monkeypatch.setattr("harness.config.knobs.cuda_here", lambda config: False)
+    cfg = composed("precision=fp16", tmp_path=tmp_path)
+    with read_write(cfg.hydra), open_dict(cfg):
+        cfg.hydra.overrides.task = ["batch_size=1,2", "precision=fp16"]
+    with initialize_config_dir(str(CONF), version_base="1.3"), read_write(cfg.hydra), open_dict(cfg):
+        with pytest.raises(ConfigError, match="precision"):
+            _check_values(cfg)
+        cfg.hydra.overrides.task = ["batch_size=1,2", "precision=fp32,bf16"]
+        cfg.precision = "fp32"
+        _check_values(cfg)
+        # an autotune sweep fits its default space (fp16 left out on a CPU) and checks it itself
+        cfg.hydra.sweeper._target_ = "hydra_plugins.harness_launcher.autotune_sweeper.AutotuneSweeper"
+        cfg.hydra.overrides.task = ["precision=fp16,fp32"]
+        _check_values(cfg)

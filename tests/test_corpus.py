@@ -207,6 +207,35 @@ def test_the_argument_check_refuses_what_the_constructor_would(values, refused):
         check_node("model", _Strict, OmegaConf.create(values))
 
 
+class _Swallowing:
+    """Issue 29's GateModel: `**_` takes any key and does nothing with it."""
+
+    def __init__(self, iters: int | None = None, **_: object) -> None:
+        pass
+
+
+class _Closed:
+    def __init__(self, iters: int | None = None) -> None:
+        pass
+
+
+class _PassesOn(_Closed):
+    def __init__(self, depth: int = 2, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+
+
+def test_a_constructor_that_keeps_its_kwargs_takes_any_key_and_judges_it():
+    from harness.config.arguments import check_node
+    from harness.errors import ConfigError
+
+    check_node("model", _Swallowing, OmegaConf.create({"tag": "a"}))  # was refused
+    with pytest.raises(ConfigError, match=r"^model\.iters='x'"):  # its own arguments still checked
+        check_node("model", _Swallowing, OmegaConf.create({"iters": "x"}))
+    # **kwargs passed on to a base class that takes no other key: the key is still refused
+    with pytest.raises(ConfigError, match=r"^model\.tag='a'.*\(depth, iters\)"):
+        check_node("model", _PassesOn, OmegaConf.create({"tag": "a"}))
+
+
 # -- a sweep's own settings, refused when it starts (Hydra only warns about a callback's error)
 
 @pytest.mark.parametrize(("what", "names", "fix"), [
@@ -391,3 +420,14 @@ def test_a_tracking_failure_is_said_in_one_line(message, says):
 
     line = short_reason(RuntimeError(message))
     assert says in line and "\n" not in line and "autoflush" not in line, line
+
+
+def test_a_list_that_must_hold_one_value_refuses_an_empty_one():
+    """config.checks.list_of: `at least one` holds for a list as for a string's length."""
+    from harness.config.checks import list_of
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"profiler.nsys.trace.*\(at least one\)"):
+        list_of("profiler.nsys.trace", [], ["cuda", "nvtx"], "[cuda]")
+    assert list_of("k", [], ["cuda"], "[cuda]", allow_empty=True) == []
+    assert list_of("k", "cuda", ["cuda"], "[cuda]") == ["cuda"]

@@ -57,7 +57,7 @@ def test_gpu_bound_steps_are_the_kernels_not_the_dispatch():
     # synchronise emptied the queue, waits for its batch
     assert figures["between_steps_share"] < 0.005
     # the host's own view says 2 ms a step while it runs ahead: wrong for a GPU-bound run
-    assert min(s.step_s for s in timer.host.steps[2:20]) == pytest.approx(0.002)
+    assert min(s.step_s for s in timer.host_steps[2:20]) == pytest.approx(0.002)
     assert cuda.syncs == 2  # the window's two ends, nothing per step
     assert cuda.event_syncs == 0  # and no wait on an event
     assert figures["events_over_window"] == pytest.approx(1.0, rel=1e-6)
@@ -74,7 +74,7 @@ def test_an_exposed_fetch_is_the_gpu_waiting_for_the_batch():
     # the GPU waits 3 ms of the 5 ms fetch: the other 2 ms overlap the previous step's kernels
     assert figures["median_between_s"] == pytest.approx(0.003)
     assert figures["between_steps_share"] == pytest.approx(0.003 / 0.0055, rel=0.02)
-    host = step_figures(timer.host.steps, 1)
+    host = step_figures(timer.host_steps, 1)
     assert host["between_steps_share"] == pytest.approx(0.005 / 0.0055, rel=0.01)
     assert figures["events_over_window"] == pytest.approx(1.0, rel=1e-6)
 

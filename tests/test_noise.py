@@ -4,6 +4,7 @@ noisier than the gap between its two largest shares gives no verdict."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -23,7 +24,7 @@ def speed_with_steps(times: list[float]) -> SpeedPreset:
     """A speed preset whose training phase recorded `times` (after 5 warm-up steps)."""
     preset = SpeedPreset(warmup_steps=5, min_measured_steps=10)
     steps = [StepRecord(i, t, 0.0, 4, i < 5) for i, t in enumerate([1.0] * 5 + times)]
-    preset.timers["train"].steps = steps
+    preset.timers["train"].host_steps = steps
     return preset
 
 
@@ -49,7 +50,7 @@ def test_planted_spikes_make_the_phase_noisy_and_it_is_said_beside_the_table(tmp
     steady = speed_with_steps([0.1 + 0.001 * (i % 3) for i in range(40)])
     assert "noisy:train" not in steady.write_reports(tmp_path).flags
     loose = speed_with_steps([0.1, 0.1, 0.1, 1.0] * 10)
-    loose.noisy_mean_over_median = 4.0
+    loose.cautions = dataclasses.replace(loose.cautions, noisy_mean_over_median=4.0)
     assert "noisy:train" not in loose.write_reports(tmp_path).flags
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 import pytest
 
-from harness.result.schema import SCHEMA_VERSION, Device, RunResult, fields_table
+from harness.result.schema import SCHEMA_VERSION, Device, RunResult
 from harness.result.store import RESULT_FILE, ResultFileError, load_result, write_result
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "running.md"
@@ -83,6 +84,19 @@ def test_metrics_an_earlier_harness_named_load_under_todays_names(tmp_path):
                               "inference_between_steps_s": 1.5}
     assert result.repeats.min == {"train_between_steps_share": 0.2}
     assert result.repeats.per_repeat == [{"train_between_steps_share": 0.2}]
+
+
+def fields_table() -> str:
+    """The markdown table of result.json's top-level fields that docs/running.md shows."""
+    lines = ["| field | type | meaning |", "|---|---|---|"]
+    for name, info in RunResult.model_fields.items():
+        if get_origin(info.annotation) is Literal:
+            kind = "one of " + ", ".join(get_args(info.annotation))
+        else:
+            kind = str(info.annotation).replace("typing.", "").replace("harness.result.schema.", "")
+            kind = kind.replace("<class '", "").replace("'>", "").replace(" | ", " or ")
+        lines.append(f"| `{name}` | {kind} | {info.description or ''} |")
+    return "\n".join(lines)
 
 
 def test_running_md_lists_every_field_of_the_schema():

@@ -514,3 +514,31 @@ def test_harness_report_dir_keeps_the_sweeps_own_rows_and_repeat_keys(tmp_path, 
     code, out = _report_in_process(capsys, str(seeded))
     assert code == 0 and "as the sweep set it" not in out
     assert _written(seeded)["repeat_keys"] == {"seed": ["0", "1"]}
+
+
+def test_the_sweeps_fastest_point_is_a_line_under_the_tables_decided_or_not(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from harness.sweep.render import fastest_lines, show_tables, to_markdown
+
+    comparison = build(collect(grid(tmp_path / "sweep")))
+    comparison.fastest = {  # as harness.sweep.table sets it, by hand
+        "inference": {"point": "batch_size=4 precision=fp32", "examples_per_second": 200.0,
+                      "low": 190.0, "high": 210.0, "decided": False,
+                      "ties": ["batch_size=4 precision=bf16"],
+                      "why": "within the noise of 1 other"},
+        "train": {"point": "batch_size=16", "examples_per_second": 2706.4, "low": 2650.0,
+                  "high": 2760.2, "decided": True, "ties": [], "why": None},
+    }
+    training = "fastest (training): batch_size=16: 2,706 ex/s (2,650-2,760), beyond the others' noise"
+    inference = ("fastest (inference): batch_size=4 precision=fp32: 200 ex/s (190-210), unproven:"
+                 " within the noise of 1 other, tied with: batch_size=4 precision=bf16")
+    assert fastest_lines(comparison) == [training, inference]
+    assert f"{training}  \n{inference}  \n" in to_markdown(comparison)
+    with caplog.at_level("INFO", logger="harness.output"):
+        show_tables(comparison)
+    shown = [r.getMessage() for r in caplog.records]
+    assert shown.index(training) + 1 == shown.index(inference)
+    assert shown.index(training) > max(n for n, line in enumerate(shown) if "┃" in line)
+    # a Comparison without the field (or an empty one) has no such line
+    assert fastest_lines(SimpleNamespace()) == [] and fastest_lines(SimpleNamespace(fastest={})) == []

@@ -16,8 +16,9 @@ from sweep_files import metrics, write_job
 
 from harness import terminal
 from harness.errors import ConfigError
+from harness.measured import duration
 from harness.sweep.callbacks import ProgressCallback
-from harness.sweep.progress import Progress, SweepInProgress, current, duration
+from harness.sweep.progress import Progress, SweepInProgress, current
 
 NOISY = "model._target_=noisy_module.Noisy"
 SMALL = ("data.train_batches=8", "data.val_batches=2", "data.predict_batches=6",

@@ -310,11 +310,9 @@ def test_parallel_jobs_into_one_sqlite_store(tmp_path, monkeypatch):
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
+def test_record_run_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     """In-process, on a hand-made run directory: what the size cap and the sweep step do."""
     from harness.result.store import load_result
-    from harness.tracking.parent_run import log_sweep_files
-    from harness.tracking.run_logging import log_run_dir
     from harness.tracking.store_ops import StoreOps
 
     run_dir = tmp_path / "sweep" / "0"
@@ -333,11 +331,13 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     (run_dir / "result.json").write_text(json.dumps(result))
     result = load_result(run_dir)
 
-    client = _client(f"sqlite:///{tmp_path / 'store.db'}")
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = _client(uri)
     exp_id = client.create_experiment("unit", artifact_location=str(tmp_path / "artifacts"))
     run_id = client.create_run(exp_id).info.run_id
-    skipped = log_run_dir(StoreOps(client), run_id, run_dir, {"batch_size": 8, "model": {"dim": 32}},
-                          result, trace_cap_mb=1)
+    store = StoreOps(uri, client=client)
+    skipped = store.record_run(run_id, run_dir, {"batch_size": 8, "model": {"dim": 32}}, result,
+                               trace_cap_mb=1)
 
     assert skipped == ["reports/train_trace.json (2 MiB)"]
     artifacts = _artifacts(client, run_id)
@@ -360,7 +360,7 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     (sweep / "1").mkdir()
     (sweep / "1" / "result.json").write_text('{"status": "oom"}')
     parent_id = client.create_run(exp_id).info.run_id
-    log_sweep_files(StoreOps(client), parent_id, sweep)
+    store.log_sweep(parent_id, sweep)
     parent = client.get_run(parent_id)
     assert {"comparison.md", "comparison.csv", "multirun.yaml", "tables/comparison.json"} <= (
         _artifacts(client, parent_id))
@@ -371,12 +371,12 @@ def test_log_run_dir_caps_traces_logs_system_series_and_sweep_files(tmp_path):
 
 def test_store_access_and_sweep_helpers(tmp_path):
     from harness.config.checks import parsed_number
-    from harness.config.sweep_keys import swept_keys
+    from harness.config.sweep_keys import swept_values
     from harness.errors import ConfigError
     from harness.tracking import store_access
 
-    assert swept_keys(["batch_size=4,16", "mode=train", "seed=range(3)",
-                       "hydra/launcher=submitit_local"]) == ["batch_size", "seed"]
+    assert list(swept_values(["batch_size=4,16", "mode=train", "seed=range(3)",
+                              "hydra/launcher=submitit_local"])) == ["batch_size", "seed"]
 
     assert parsed_number("logger.http_max_retries", "2", integer=True, allow_zero=True) == 2
     with pytest.raises(ConfigError, match=r"logger.flush_every_s='soon' is not valid"):
@@ -419,7 +419,8 @@ def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_pa
     from sweep_files import metrics, write_job
 
     from harness.sweep.report_cli import report_sweep
-    from harness.tracking.parent_run import LOGGER_TARGET, ParentRunCallback
+    from harness.tracking.parent_run import ParentRunCallback
+    from harness.tracking.tracker import LOGGER_TARGET
 
     sweep, uri = tmp_path / "multirun" / "2026-11-22" / "10-00-00", f"sqlite:///{tmp_path / 's.db'}"
     config = OmegaConf.create({
@@ -462,9 +463,11 @@ def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_pa
     tags = parent.data.tags
     assert tags["best_train"] == "batch_size=4, precision=bf16"
     assert tags["best_train_speedup_noise"] == "beyond noise: the samples do not overlap"
-    # inference: a tie, so the table marks no best, and neither does the parent run (#20)
-    assert tags["best_inference"].startswith("none:")
-    assert "best_inference_examples_per_second" not in figures
+    # inference: a tie; the parent run names the fastest point, unproven, as the table does
+    # (issue 29: every sweep names its fastest point, with its figures marked where unproven)
+    assert tags["best_inference"].startswith("batch_size=4, precision=")
+    assert "(unproven: within the noise of 1 other)" in tags["best_inference"]
+    assert figures["best_inference_examples_per_second"] == pytest.approx(200, rel=0.02)
     assert tags["baseline"] == "precision=fp32"
     assert tags["mlflow.note.content"].startswith("# Sweep comparison: 10-00-00")
     assert "| 4 |" in tags["mlflow.note.content"]
@@ -490,8 +493,7 @@ def test_child_runs_are_named_by_what_differs_first():
 
 
 def test_links_open_the_training_view_of_the_run():
-    from harness.tracking.experiments import ui_link
-    from harness.tracking.run_logging import where_to_look
+    from harness.tracking.run_logging import ui_link, where_to_look
 
     assert ui_link("http://h:5000/", "3", "abc") == (
         "http://h:5000/#/experiments/3/runs/abc?workflowType=machine_learning")

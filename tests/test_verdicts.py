@@ -1,4 +1,4 @@
-"""Verdicts on B/A (harness.sweep.verdict): contended or noisy samples never make a real
+"""Verdicts on B/A (harness.judge): contended or noisy samples never make a real
 difference; identical settings never read as one, over thousands of random pairs; a planted
 real difference on a quiet machine still does, from single runs too. The samples are built
 from result.json figures and flags, as a sweep's jobs write them (no process is timed)."""
@@ -11,7 +11,8 @@ import statistics
 import pytest
 from sweep_files import steps
 
-from harness.sweep.verdict import Band, band_of, judge, sample_of
+from harness.judge import Band, band_of, judge
+from harness.measured import sample_of
 
 
 def quiet(rate: float, rng: random.Random, cv: float = 0.03) -> tuple[dict, list[str]]:

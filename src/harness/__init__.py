@@ -1,10 +1,6 @@
 """harness: config-first profiling and benchmarking for PyTorch Lightning training.
 
-Importing this package stays cheap: torch, Lightning and MLflow are imported
-only by the modules that run a job, so `harness --help` answers at once.
-`harness.annotate` and `harness.profile` load on first use and import neither
-torch nor nvtx until a profiler preset switches them on; `harness.ProfileSession`
-(harness.session: the presets in a user's own Trainer) loads Lightning on first use.
+Importing it stays cheap: `annotate`, `profile` and `ProfileSession` load on first use.
 """
 
 from __future__ import annotations

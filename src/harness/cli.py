@@ -1,12 +1,6 @@
-"""The `harness` command: a Hydra app whose only job is to hand the config to a run.
-
-Nothing heavy is imported here: torch, Lightning and MLflow load inside the
-job, so `harness --help` and `harness --cfg job` answer at once.
-
-Exit status: 0 done; 1 the run failed (or every job of a sweep did); 2 something to fix
-on the command line or in the config, Hydra's own errors included. Every error is one
-line on stderr; a traceback, when there is one, goes to the run's error.log.
-"""
+"""The `harness` command: a Hydra app that hands the config to a job (harness.run.job), importing
+nothing heavy itself. Exit status: 0 done; 1 the run (or every job of a sweep) failed; 2 a
+command-line or config error. Every error is one line; a traceback goes to error.log."""
 
 from __future__ import annotations
 
@@ -46,19 +40,16 @@ def _app(cfg: DictConfig) -> None:
         # torch's C++ lines, TorchDynamo's log lines: the job's log, not the terminal.
         with libraries_to_log():
             result = run_job(cfg, output_dir, as_typed(job.overrides.task))
-    except HarnessError as err:
-        job_log.error("%s", err)
-        if not multirun:
-            sys.exit(err.exit_status)
     except Exception as err:
-        unwritable = output_error(err)  # a report or log the disk refused
-        if unwritable is not None:
-            job_log.error("%s", unwritable)
+        # harness's own errors, and a report or log the disk refused, are said as they are.
+        said = err if isinstance(err, HarnessError) else output_error(err)
+        if said is not None:
+            job_log.error("%s", said)
         else:
             status, reason = classify_failure(err)
             job_log.error("%s: %s (%s)", status, reason, saved_traceback(output_dir, err))
         if not multirun:
-            sys.exit(unwritable.exit_status if unwritable else 1)
+            sys.exit(said.exit_status if said is not None else 1)
     else:
         if result.status in ("invalid", "failed"):  # measured not what the knobs say, or nothing
             job_log.error("%s: %s", result.status, result.reason)
@@ -70,18 +61,15 @@ def _app(cfg: DictConfig) -> None:
 
 
 def _progress_bar(cfg: DictConfig, multirun: bool) -> None:
-    """trainer.enable_progress_bar=null: Lightning's bar in a single run; none in a sweep's
-    jobs, whose terminal shows one line each (harness.sweep.progress), unless verbose."""
+    """trainer.enable_progress_bar=null: Lightning's bar in a single run, none in a sweep's."""
     from harness.terminal import verbose
 
     trainer = cfg.get("trainer")
-    if isinstance(trainer, DictConfig) and "enable_progress_bar" in trainer and (
-            trainer.enable_progress_bar is None):
+    if isinstance(trainer, DictConfig) and trainer.get("enable_progress_bar", False) is None:
         trainer.enable_progress_bar = not multirun or verbose()
 
 
 def main() -> None:
-    """Entry point of the `harness` console script."""
     from harness.cli_errors import describe
     from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
@@ -90,12 +78,9 @@ def main() -> None:
 
     # Hydra would print its errors with a partial traceback; raised, they are said in one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    # Registered first, so it runs last of the exit handlers (after MLflow's, the tracker's
-    # close, logging's flush): the heap is frozen, and the interpreter's final collections
-    # skip the ~600k objects torch and Lightning made, which took 1.3-1.9 s of CPU at every
-    # exit, longer than a short run's training. What it gives up: objects still held in
-    # reference cycles are not finalized; nothing of harness waits for that, since every
-    # file is written whole and closed before (reports.files) and the tracker has answered.
+    # Registered first, so it runs last of the exit handlers: the interpreter's final
+    # collections then skip the ~600k objects torch and Lightning made (1.3-1.9 s at every
+    # exit). Objects in reference cycles are not finalized: every file is closed by then.
     atexit.register(gc.freeze)
     quiet_libraries()
     use_console()
@@ -107,11 +92,10 @@ def main() -> None:
         register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
         register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
         _app()
-    except SystemExit as err:
-        _end_unfinished_sweep(err)
-        raise
     except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status
         _end_unfinished_sweep(err)
+        if isinstance(err, SystemExit):
+            raise
         code, message = describe(err)
         log.error("%s", message)
         sys.exit(code)
@@ -123,24 +107,19 @@ def main() -> None:
 
 
 def _end_unfinished_sweep(err: BaseException) -> None:
-    """A multirun that stopped before Hydra's end of it (Ctrl-C, SIGTERM, a job that exited,
-    a setting refused at its start): the table of the jobs that finished, and the MLflow
-    parent run closed, KILLED when interrupted, FAILED otherwise."""
+    """A multirun that stopped early: the finished jobs' table, the parent run KILLED/FAILED."""
     from harness.sweep.progress import current
     from harness.terminal import end_job_log
 
     sweep = current()
     if sweep is None or not sweep.running:
         return
-    # The job that ended the process: what follows, the table of the jobs that finished, is
-    # the sweep's (sweep.log), not that job's cli.log.
-    end_job_log()
+    end_job_log()  # what follows is the sweep's (sweep.log), not the last job's cli.log
     interrupted = isinstance(err, KeyboardInterrupt) or (
         isinstance(err, SystemExit) and err.code not in (None, 0, 1, 2))
     sweep.end_early(interrupted)
     from harness.tracking.parent_run import end_parent_run
 
-    # The parent run is found the way the jobs find it: through the sweep directory.
     end_parent_run(sweep.directory, "KILLED" if interrupted else "FAILED")
 
 

@@ -1,10 +1,5 @@
-"""What the `harness` command says when an error escapes Hydra: one line and an exit status.
-
-Hydra's own errors (an unknown config option, a bad override, a key that is not in
-the config) and OmegaConf's (an interpolation that does not resolve) are the user's
-to fix on the command line: exit 2, one line naming the key and the fix. Anything
-else is a failure of the run (exit 1) whose traceback goes to a file named in the line.
-"""
+"""What the `harness` command says when an error escapes Hydra: one line and an exit status
+(2: the command line's, naming the key and the fix; 1: a failed run, its traceback in a file)."""
 
 from __future__ import annotations
 
@@ -21,8 +16,7 @@ def _one_line(text: str) -> str:
 
 
 def _missing_option(text: str) -> str:
-    """Hydra's "Could not find 'model/x'... Available options in 'model': a b" (or "Could not
-    load 'profiler/x'", for an item of a list) in one line, with the closest option."""
+    """Hydra's "Could not find 'model/x'... Available options" in one line, with the closest."""
     found = re.search(r"Could not (?:find|load) '([^']+)'", text)
     if not found:
         return _one_line(text)
@@ -39,8 +33,7 @@ def _missing_option(text: str) -> str:
 
 
 def _fixed_choice(group: str, wrong: str, right: str) -> str:
-    """The override that fixes `wrong`: `group=right`, or the user's whole list with `wrong`
-    replaced (`profiler=[speed,summry]` -> `profiler=[speed,summary]`)."""
+    """`group=right`, or the user's list with `wrong` replaced: `profiler=[speed,summary]`."""
     for override in _command_line()[1]:
         key, _, value = override.partition("=")
         items = value.strip()
@@ -59,8 +52,7 @@ _INFO_VALUES = ("all", "config", "defaults", "defaults-tree", "plugins", "search
 
 
 def _command_line() -> tuple[dict[str, str], list[str]]:
-    """({flag: value} of -cd/-cp/-cn, the overrides) of the `harness` command line this
-    process runs (a hint must come from the config the user composed, not the built-in one)."""
+    """({flag: value} of -cd/-cp/-cn, the overrides) of this process's command line."""
     import sys
 
     flags: dict[str, str] = {}
@@ -99,10 +91,7 @@ def _unknown_key(text: str) -> str | None:
 
 
 def _known_keys(key: str) -> list[str]:
-    """The config's keys at the level of `key` (top level, or inside its parent group), in the
-    config the command line composes: its -cd/--config-dir, -cn and its other overrides (with
-    `model=mine`, model.* are the user's model's keys). Where those do not compose, its group
-    choices alone; where nothing composes, no hint rather than one from another config."""
+    """The keys beside `key` in the config the command line composes; [] where nothing composes."""
     from pathlib import Path
 
     from hydra import compose, initialize_config_dir
@@ -133,22 +122,16 @@ def _known_keys(key: str) -> list[str]:
 
 
 def _omegaconf(err: BaseException) -> str:
-    key = getattr(err, "full_key", None)
-    text = first_line(err, with_type=False)
-    if key:
-        return (f"{key}: {text}. Fix: give {key} a value, or an interpolation (${{...}}) that"
-                " resolves")
-    return text
+    key, text = getattr(err, "full_key", None), first_line(err, with_type=False)
+    fix = f". Fix: give {key} a value, or an interpolation (${{...}}) that resolves"
+    return f"{key}: {text}{fix}" if key else text
 
 
 def _null_group() -> str:
-    """Hydra's "Config group override must be a string or a list. Got NoneType", for
-    `data=null`: a config group takes an option name; `none` is the option that means none."""
-    import sys
-
+    """Hydra's "Config group override must be a string" for `data=null`: say `data=none`."""
     from harness.config.overrides import parse_overrides
 
-    nulls = [k for k, v in parse_overrides(sys.argv[1:]).items() if v in ("null", "None")]
+    nulls = [k for k, v in parse_overrides(_command_line()[1]).items() if v in ("null", "None")]
     group = nulls[0] if nulls else "a group"
     line = f"{group}=null: a config group takes an option name, not null."
     options = _builtin_options(group) if nulls else []
@@ -158,36 +141,18 @@ def _null_group() -> str:
     return line + (f" Available options in '{group}': {', '.join(options)}" if options else "")
 
 
-def _missing_config_dir(err: BaseException) -> str | None:
-    """Hydra's "Additional config directory '...' not found" (`-cd my_conf` with no such
-    folder), with what the folder must be."""
-    found = re.search(r"Additional config directory '([^']+)' not found", str(err))
-    if not found:
-        return None
-    return (f"--config-dir {found[1]} does not exist. Fix: pass the folder that holds your"
-            " config groups (DIR/model/*.yaml, DIR/data/*.yaml), relative to the start"
-            " directory or absolute")
-
-
 def describe(err: BaseException) -> tuple[int, str]:
     """(exit status, one line) for an exception that ended the `harness` command."""
-    from hydra.errors import (
-        ConfigCompositionException,
-        HydraException,
-        MissingConfigException,
-        OverrideParseException,
-    )
+    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
     if isinstance(err, KeyboardInterrupt):
         return INTERRUPTED_STATUS, "interrupted (Ctrl-C)"
     if isinstance(err, HarnessError):
         return err.exit_status, str(err)
-    cause = err.__cause__ if isinstance(err.__cause__, HarnessError) else None
-    if cause is not None:
-        return describe(cause)
-    unwritable = output_error(err)  # the run or sweep directory, its log file, .hydra/
-    if unwritable is not None:
+    if isinstance(err.__cause__, HarnessError):
+        return describe(err.__cause__)
+    if (unwritable := output_error(err)) is not None:  # the run or sweep directory, .hydra/
         return unwritable.exit_status, str(unwritable)
     if isinstance(err, MissingConfigException):
         return CONFIG_STATUS, _missing_option(str(err))
@@ -195,13 +160,15 @@ def describe(err: BaseException) -> tuple[int, str]:
         override = getattr(err, "override", None)
         where = f"cannot read the override {override!r}: " if override else ""
         return CONFIG_STATUS, f"{where}{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
-    if isinstance(err, HydraException) and (missing := _missing_config_dir(err)):
-        return CONFIG_STATUS, missing
-    if isinstance(err, (ConfigCompositionException, HydraException)):
+    if isinstance(err, HydraException) and (
+            found := re.search(r"Additional config directory '([^']+)' not found", str(err))):
+        return CONFIG_STATUS, (f"--config-dir {found[1]} does not exist. Fix: pass the folder that"
+                               " holds your config groups (DIR/model/*.yaml, DIR/data/*.yaml),"
+                               " relative to the start directory or absolute")
+    if isinstance(err, HydraException):  # ConfigCompositionException included
         inner = err.__cause__
-        if isinstance(inner, OmegaConfBaseException):
-            return CONFIG_STATUS, _unknown_key(str(err)) or _omegaconf(inner)
-        return CONFIG_STATUS, _unknown_key(str(err)) or _one_line(err)
+        return CONFIG_STATUS, _unknown_key(str(err)) or (
+            _omegaconf(inner) if isinstance(inner, OmegaConfBaseException) else _one_line(err))
     if isinstance(err, OmegaConfBaseException):
         return CONFIG_STATUS, _omegaconf(err)
     if isinstance(err, ValueError) and "Config group override must be a string" in str(err):

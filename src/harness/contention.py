@@ -1,32 +1,6 @@
-"""Who else used the machine while a phase was measured, read from the kernel's counters.
-
-A measured window is one or more segments (a phase's measured steps, paused while another
-phase runs); each segment costs one `snapshot()` at each end, a handful of small /proc reads
-and no scan of the process table (docs/presets/speed.md gives its measured cost). Over the
-window's segments:
-
-- `other_cpu_share`: CPU time the *other* processes spent on the CPUs this process may run on,
-  as a share of those CPUs over the window's wall time. From /proc/stat's per-CPU lines, only
-  the CPUs of our affinity mask (a container pinned to a cpuset sees the host's other CPUs
-  there too, and they do not compete with us), minus this process tree's own CPU time: its
-  threads, its reaped children and its live descendants (DataLoader workers, the other DDP
-  ranks it started), found through /proc/<pid>/task/*/children. A VM's steal time (its vCPU
-  given to another guest) counts as other use.
-- `run_delay_share`: the time this process's threads spent runnable but waiting for a CPU
-  (schedstat's run_delay), as a share of the time they ran or waited. For a CPU-bound thread
-  it is the throughput lost to waiting.
-- `cpus`: the CPUs we may use, the affinity mask capped by a CFS quota (cgroup v2 cpu.max,
-  v1 cpu.cfs_quota_us). Below the visible CPUs, /proc/stat's idle time is not ours to take,
-  so the rule rests on run_delay_share alone (`basis: run_delay`).
-
-The rule (`contended`): both shares above the threshold (profiler.speed.contended_above). We
-waited for a CPU *and* someone else used them; waiting while nobody else ran is our own
-threads oversubscribing the CPUs (say, DataLoader workers beyond the CPUs): a finding about
-the run, not about the machine. A counter this system lacks (not Linux, a kernel without
-schedstat) makes its share None and the verdict None (unknown), never a false "quiet".
-
-`GpuWindow` does the same for one GPU through NVML: other processes' SM utilisation.
-"""
+"""Who else used the machine while a phase was measured (docs/presets/speed.md#who-else-used-the-machine):
+`CpuWindow` over /proc, `GpuWindow` over NVML. A counter this system lacks makes its share and the
+verdict None (unknown), never a false "quiet"."""
 
 from __future__ import annotations
 
@@ -37,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# The counters this module reads; what a system lacks is said once, by name.
 COUNTERS = {"cpu": "/proc/stat", "run_delay": "/proc/self/task/*/schedstat",
             "children": "/proc/self/task/*/children"}
 
@@ -59,8 +32,7 @@ def affinity() -> set[int] | None:
 
 
 def cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
-    """(busy, steal) clock ticks summed over `cpus`, from /proc/stat's per-CPU lines; busy is
-    user+nice+system+irq+softirq (a guest's time is inside user). None without /proc/stat."""
+    """(busy, steal) ticks over `cpus` from /proc/stat (busy: user+nice+system+irq+softirq)."""
     text = _read("/proc/stat")
     if text is None:
         return None
@@ -79,7 +51,7 @@ def cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
 
 
 def _children(pid: int | str) -> list[int] | None:
-    """Direct children of `pid` (CONFIG_PROC_CHILDREN), None where the kernel does not list them."""
+    """Direct children of `pid`, None without CONFIG_PROC_CHILDREN."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -119,9 +91,7 @@ def _descendants() -> list[int] | None:
 
 
 def own_cpu_seconds() -> tuple[float, frozenset[int]]:
-    """(CPU seconds of this process, its reaped children and its live descendants; the
-    descendants' PIDs). Without CONFIG_PROC_CHILDREN the descendants come from psutil, which
-    scans every process (about 3 ms instead of a fraction of one)."""
+    """(CPU seconds of this process tree, reaped children included; its live descendants)."""
     times = os.times()
     total = times.user + times.system + times.children_user + times.children_system
     tree = _descendants()
@@ -133,8 +103,7 @@ def own_cpu_seconds() -> tuple[float, frozenset[int]]:
 
 
 def run_delay() -> tuple[int, int] | None:
-    """(ns run, ns waited while runnable) summed over this process's threads (schedstat), None
-    where the kernel keeps no schedstat (CONFIG_SCHED_INFO off, not Linux)."""
+    """(ns run, ns waited while runnable) over this process's threads; None without schedstat."""
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -195,8 +164,6 @@ def quota_cpus() -> float | None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The counters at one moment."""
-
     wall: float  # time.monotonic()
     ticks: tuple[int, int] | None  # (busy, steal) over our CPUs; None: no /proc/stat
     own_s: float  # CPU seconds of this process tree
@@ -205,7 +172,6 @@ class Snapshot:
 
 
 def snapshot(cpus: set[int] | None) -> Snapshot:
-    """Read every counter once (the cost docs/presets/speed.md gives is this call's)."""
     own, tree = own_cpu_seconds()
     return Snapshot(time.monotonic(), cpu_ticks(cpus) if cpus else None, own, run_delay(),
                     tree)
@@ -242,17 +208,12 @@ class Totals:
 
 
 class CpuWindow:
-    """A measured window's contention, segment by segment: `open()` when measured steps
-    start, `close()` when they stop (another phase runs, or the phase ends)."""
+    """A measured window's contention: `open()` when measured steps start, `close()` after."""
 
     def __init__(self, cpus: set[int] | None = None) -> None:
         self.cpus = cpus if cpus is not None else affinity()
         self.totals = Totals()
         self._open: Snapshot | None = None
-
-    @property
-    def is_open(self) -> bool:
-        return self._open is not None
 
     def open(self) -> None:
         if self._open is None:
@@ -264,15 +225,13 @@ class CpuWindow:
             self._open = None
 
     def own(self) -> dict[str, Any]:
-        """What another rank needs to count this process as ours: host, PID, its tree's CPU
-        seconds over the window and the PIDs of its descendants (gathered under DDP)."""
+        """What another rank needs to count this process as ours (gathered under DDP)."""
         return {"host": os.uname().nodename if hasattr(os, "uname") else None,
                 "pid": os.getpid(), "own_s": self.totals.own_s, "tree": sorted(self.totals.tree)}
 
     def figures(self, above: float, ranks: list[dict[str, Any]] | None = None
                 ) -> dict[str, Any] | None:
-        """The window's shares and verdict, None when no segment closed. `ranks`: every
-        rank's `own()` (DDP): the ranks on this host are ours too, not other processes."""
+        """The window's shares and verdict, None when no segment closed; `ranks`' `own()` are ours."""
         t = self.totals
         if t.segments == 0 or t.wall_s <= 0:
             return None
@@ -295,33 +254,22 @@ class CpuWindow:
         found["basis"] = "run_delay" if quota and visible and quota < visible else "cpu"
         found["contended_above"] = above
         found["contended"] = contended(found, above)
-        found["unknown"] = missing_counters(t)
+        found["unknown"] = [COUNTERS[name] for name, total in (("cpu", t.busy_s), ("run_delay", t.ran_ns))
+                            if total is None]
         return found
 
 
 def ours_on_this_host(mine: dict[str, Any], ranks: list[dict[str, Any]]) -> float:
-    """CPU seconds of every rank's process tree on this host, each counted once: a rank that is
-    a descendant of another (Lightning starts ranks > 0 as children of rank 0) is already in
-    that rank's tree."""
+    """CPU seconds of every rank's process tree on this host, a child rank's counted once."""
     here = [r for r in ranks if r.get("host") == mine.get("host")]
     inside = {pid for r in here for pid in r.get("tree", ())}
     roots = [r for r in here if r.get("pid") not in inside]
     return float(sum(r.get("own_s", 0.0) for r in roots))
 
 
-def missing_counters(totals: Totals) -> list[str]:
-    """The counters this system lacks, by the path read (said once on the terminal)."""
-    missing = []
-    if totals.busy_s is None:
-        missing.append(COUNTERS["cpu"])
-    if totals.ran_ns is None:
-        missing.append(COUNTERS["run_delay"])
-    return missing
-
-
 def contended(found: dict[str, Any], above: float) -> bool | None:
-    """Both shares above `above`; on the run_delay basis (a CFS quota) the wait alone. None when
-    a counter needed is missing and the known one does not already rule contention out."""
+    """Both shares above `above` (waiting while nobody else ran is our own oversubscription);
+    on the run_delay basis (a CFS quota) the wait alone. None: a counter is missing."""
     delay, other = found.get("run_delay_share"), found.get("other_cpu_share")
     waited = None if delay is None else delay > above
     if found.get("basis") == "run_delay":
@@ -334,20 +282,10 @@ def contended(found: dict[str, Any], above: float) -> bool | None:
     return None
 
 
-# -- the GPU: other processes on our device, where NVML tells --------------------------------
 @dataclass
 class GpuWindow:
-    """Other processes on one GPU over a window, from NVML (the `pynvml` module, or a fake).
-
-    `open()` and `close()` at each segment's ends, `read()` now and then in between: the
-    compute processes on the device (nvmlDeviceGetComputeRunningProcesses) and their SM
-    utilisation samples since the last read (nvmlDeviceGetProcessUtilization; the driver
-    keeps only a short buffer, and samples from before a segment opened are dropped). None of
-    these calls waits on the device. In a container NVML names the host's PIDs, which match
-    none of ours: then the processes beyond `own_count` are the others, and their SM share is
-    unknown (the run is `gpu_shared`, not contended: an idle notebook holding memory must not
-    flag every run).
-    """
+    """Other processes on one GPU over a window, from NVML: `open()`/`close()` at a segment's ends,
+    `read()` between (few samples kept); in a container, processes beyond `own_count` are others."""
 
     nvml: Any
     handle: Any
@@ -368,8 +306,7 @@ class GpuWindow:
             return None
 
     def open(self) -> None:
-        """A segment of the window opens: samples from before it are dropped."""
-        self.read(keep=False)
+        self.read(keep=False)  # samples from before the segment are dropped
 
     def close(self) -> None:
         self.read()
@@ -403,9 +340,6 @@ class GpuWindow:
         return True
 
     def figures(self, above: float) -> dict[str, Any]:
-        """`gpu_other_processes`, `gpu_other_sm_share` (others' mean SM utilisation over the
-        samples read while the window was open, 0..1; None where NVML does not tell),
-        `gpu_contended` and `gpu_shared`."""
         # Our namespace's PIDs: NVML names processes as we see them, and the others by PID.
         named = bool(self.pids_seen & self.own_pids) or any(
             pid in self.own_pids for pid, _ in self.samples)

@@ -24,8 +24,7 @@ class ConfigError(HarnessError):
     exit_status = CONFIG_STATUS
 
     def __init__(self, key: str, value: object, expected: str, fix: str | None = None) -> None:
-        self.key = key
-        self.value = value
+        self.key, self.value, self.expected, self.fix = key, value, expected, fix
         message = f"{key}={value!r} is not valid: expected {expected}."
         if fix:
             message += f" Fix: {fix}"
@@ -33,13 +32,8 @@ class ConfigError(HarnessError):
 
 
 def first_line(err: BaseException, with_type: bool = True) -> str:
-    """The first non-empty line of an exception's message, for one-line reports.
-
-    With `with_type`, prefixed by the exception's class (or the class alone when the
-    message is empty); without, the bare line ('' when empty).
-    """
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    """The first non-empty line of an exception's message, prefixed by its class `with_type`."""
+    text = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
     if not with_type:
         return text
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
@@ -72,7 +66,7 @@ _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXI
 def output_error(err: BaseException, path: object = None,
                  instead: str = OutputError.INSTEAD) -> OutputError | None:
     """The OutputError for an OSError in `err` or its causes that says a path cannot be
-    written (`path`: the file being written, when the error does not name it), else None."""
+    written (`path`: when the error does not name it), else None."""
     seen: BaseException | None = err
     while seen is not None:
         if isinstance(seen, OutputError):

@@ -1,22 +1,25 @@
-"""What counts as a measured number, and one statistic over several measurements of a point.
-
-Several measurements of one point (repeats inside a job, or the rounds of a sweep) are
-summarised so that the figures of a row agree with each other: a phase's seconds per
-iteration is the median over the samples, and its examples per second is the samples'
-examples per iteration divided by that median. Taking the median of each figure on its
-own would pair the s/it of one sample with the examples/s of another (two samples 12x
-apart once gave 0.2177 s/it beside 4215 ex/s at batch 256, where 256 / 0.2177 = 1176).
+"""What counts as a measured number, one statistic over several measurements of a point, and
+one run's figures read as a sample for the judge (harness.judge). A phase's s/it is the
+median over the samples and its examples/s the samples' examples per iteration / that median,
+so the two agree (the median of each on its own pairs figures of different samples).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Collection, Mapping
 from typing import Any
+
+from harness.judge import Sample
 
 PHASES = ("train", "validation", "inference")  # what the speed preset times
 MAIN_PHASES = ("train", "inference")  # what comparisons and diagnoses report
 USABLE = ("ok", "partial")  # run statuses whose figures measure the asked point
+CAUTIONS = ("contended", "noisy")  # result.json flags `<caution>:<phase>`, in cell order
+LEGACY_NOISY = 1.5  # older results: a mean step this many times the median step is noisy
+Z = 3.0  # standard errors of a single sample's median step in its own band
+MAD_TO_SD = 1.4826  # the MAD of a normal distribution x this = its standard deviation
 
 
 def is_finite_number(value: Any) -> bool:
@@ -29,12 +32,8 @@ def _rate_pair(phase: str) -> tuple[str, str]:
 
 
 def summarize(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(value, min, max) of every metric over the samples; non-numbers from the last sample.
-
-    Numbers are medians with their min..max range, except each phase's rate pair, which is
-    one consistent statistic (module docstring): value of examples/s x value of s/it =
-    examples per iteration, and the examples/s range follows from the s/it range.
-    """
+    """(value, min, max) of every metric over the samples: medians, but each phase's rate pair
+    as one statistic (module docstring); non-numbers from the last sample."""
     value: dict[str, Any] = {}
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
@@ -59,3 +58,43 @@ def summarize(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
         value[rate_key] = per_iteration / value[time_key]
         low[rate_key], high[rate_key] = per_iteration / max(times), per_iteration / min(times)
     return value, low, high
+
+
+def duration(seconds: float) -> str:
+    """9.4 s, 1m05s, 2h03m: wall time as the terminal says it."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def cautions(flags: Collection[str], phase: str) -> list[str]:
+    """The cautions result.json flags about one phase: ['contended'], ['noisy'], both or []."""
+    return [caution for caution in CAUTIONS if f"{caution}:{phase}" in flags]
+
+
+def _positive(value: Any) -> bool:
+    return is_finite_number(value) and value > 0
+
+
+def sample_of(figures: Mapping[str, Any], flags: Collection[str], phase: str) -> Sample | None:
+    """One run's figures and flags as a sample of `phase`: examples per step / median step,
+    spread Z x the median's (MAD-based) standard error; None without examples/s."""
+    rate = figures.get(f"{phase}_examples_per_second")
+    if not _positive(rate):
+        return None
+    per_iteration = figures.get(f"{phase}_seconds_per_iteration")
+    median = figures.get(f"{phase}_median_step_s")
+    mad = figures.get(f"{phase}_mad_step_s")
+    steps = figures.get(f"{phase}_measured_steps")
+    figure, spread = float(rate), None
+    if _positive(median) and _positive(per_iteration):
+        figure = rate * per_iteration / median
+    if _positive(median) and is_finite_number(mad) and is_finite_number(steps) and steps > 1:
+        spread = Z * MAD_TO_SD * mad / median / math.sqrt(steps)
+    noisy = f"noisy:{phase}" in flags
+    if mad is None and _positive(median) and _positive(per_iteration):
+        noisy = noisy or per_iteration > LEGACY_NOISY * median
+    return Sample(figure, spread, f"contended:{phase}" in flags, noisy)

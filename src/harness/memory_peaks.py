@@ -1,28 +1,8 @@
-"""The peak memory of one measurement and of each of its phases, and the passes that must not
-count in them.
-
-Two high-water marks make `peak_rss_bytes` and `peak_device_*_bytes`: the kernel's
-peak resident set of the process (VmHWM, Linux: reset by writing 5 to
-/proc/self/clear_refs) and torch's CUDA allocator peaks. Each measurement resets both at
-its start. A pass harness adds to a run (the diagnose preset's speed-of-light passes) runs
-inside `excluded()`: the marks reached before it are carried over, the cache it grew is
-emptied and the marks are reset after it, and `read()` reports the larger of the two, so the
-pass's own memory (a copy of the model's state, its activations' cached blocks) never shows
-as the run's peak.
-
-A phase (`phase_start` .. `phase_end`: training, validation inside it, and inference) starts
-its own marks from the resident set (and, on CUDA, the memory torch has allocated) at its
-start: its peak *increase* over that start is what the phase's work itself needed, without
-the libraries, the model and the data loaded before it (several hundred MiB of a CPU run's
-peak). The measurement's marks and every open phase's are carried over each reset, so a
-phase never lowers the measurement's peak, and an excluded pass counts in neither.
-
-On a CPU the increase is what the process took from the machine, glibc's retention included:
-glibc serves allocations below its mmap threshold (which it raises by itself, up to 32 MiB,
-after freeing a mapped chunk) from its heap and keeps freed chunks there, so a tensor freed and
-allocated again may read as twice its size or more at small batches
-(docs/presets/speed.md#memory). MALLOC_MMAP_THRESHOLD_=131072 in the environment makes the
-figure follow the tensors exactly, at a cost in speed harness does not impose.
+"""The peak memory of one measurement and of each of its phases (docs/running.md,
+docs/presets/speed.md#memory): `reset()` starts a measurement's marks (VmHWM, and on CUDA
+torch's allocator peaks); a pass inside `excluded()` counts in no figure; a phase
+(`phase_start` .. `phase_end`) reads its peak increase over its own start, less the file pages
+first read during it (the page cache's: a setting reads the same at any place in a sweep).
 """
 
 from __future__ import annotations
@@ -39,7 +19,7 @@ _STATUS = Path("/proc/self/status")
 # Marks reached before an excluded pass, carried into read(): name -> bytes.
 _carried: dict[str, int] = {}
 # Open phases: phase -> figure ("rss", "device_allocated") -> {"start": at its start, "peak":
-# the highest mark carried within it}.
+# the highest mark carried within it, "file": (rss) the file pages resident at its start}.
 _phases: dict[str, dict[str, dict[str, int]]] = {}
 
 
@@ -75,18 +55,21 @@ def _reset_rss_mark() -> bool:
     return True
 
 
-def _cuda(device: Any) -> bool:
-    return getattr(device, "type", None) == "cuda"
+def _cuda(device: Any) -> Any:
+    """torch.cuda where `device` is a CUDA device, else None (torch is not imported)."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    return torch.cuda
 
 
 def reset(device: Any = None) -> bool:
     """Start a measurement's peaks from now; returns whether the RSS mark could be reset."""
     _carried.clear()
     _phases.clear()
-    if _cuda(device):
-        import torch
-
-        torch.cuda.reset_peak_memory_stats(device)
+    if cuda := _cuda(device):
+        cuda.reset_peak_memory_stats(device)
     return _reset_rss_mark()
 
 
@@ -95,11 +78,9 @@ def read(device: Any = None) -> dict[str, int | None]:
     figures: dict[str, int | None] = {"peak_rss_bytes": _peak_rss(),
                                       "peak_device_allocated_bytes": None,
                                       "peak_device_reserved_bytes": None}
-    if _cuda(device):
-        import torch
-
-        figures["peak_device_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
-        figures["peak_device_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
+    if cuda := _cuda(device):
+        figures["peak_device_allocated_bytes"] = cuda.max_memory_allocated(device)
+        figures["peak_device_reserved_bytes"] = cuda.max_memory_reserved(device)
     for key, value in _carried.items():
         if figures.get(key) is not None:
             figures[key] = max(figures[key], value)  # type: ignore[type-var]
@@ -108,80 +89,69 @@ def read(device: Any = None) -> dict[str, int | None]:
 
 @contextlib.contextmanager
 def excluded(device: Any = None) -> Iterator[bool]:
-    """Run a pass whose memory must not count as the measurement's peak.
-
-    Yields whether the exclusion holds (False where the RSS mark cannot be reset: then the
-    pass's resident memory does count, and the caller should say so).
-    """
+    """A pass whose memory counts in no peak; yields whether that holds (the RSS mark resets)."""
     _carry(device)
     holds = _CLEAR_REFS.exists()
     try:
         yield holds
     finally:
-        # The pass's copies are freed by reference counting as it returns (no gc.collect:
-        # a full collection costs a quarter of a second with torch loaded). The blocks they
-        # leave in torch's cache go back to the driver first: a peak reset starts
-        # max_memory_reserved from what is reserved now, so a cache the pass grew would be
-        # the floor of the run's peak_device_reserved_bytes.
-        if _cuda(device):
-            import torch
-
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(device)
+        # No gc.collect (a quarter of a second with torch loaded): the pass's copies are freed
+        # as it returns. Its cached blocks go back to the driver before the peaks reset, or
+        # they would be the floor of peak_device_reserved_bytes.
+        if cuda := _cuda(device):
+            cuda.empty_cache()
+            cuda.reset_peak_memory_stats(device)
         _reset_rss_mark()
 
 
-def _marks(device: Any) -> dict[str, int | None]:
-    """The phases' high-water marks now: VmHWM and, on CUDA, torch's allocated peak."""
-    marks: dict[str, int | None] = {"rss": _status_bytes("VmHWM"), "device_allocated": None}
-    if _cuda(device):
-        import torch
-
-        marks["device_allocated"] = torch.cuda.max_memory_allocated(device)
+def _marks(device: Any, figures: dict[str, dict[str, int]]) -> dict[str, int | None]:
+    """A phase's marks now: VmHWM less the file pages read since the phase started (those read
+    after the mark are a few at most) and, on CUDA, torch's allocated peak."""
+    rss, file_now = _status_bytes("VmHWM"), _status_bytes("RssFile")
+    file_start = figures.get("rss", {}).get("file")
+    if rss is not None and file_now is not None and file_start is not None:
+        rss -= max(0, file_now - file_start)
+    marks: dict[str, int | None] = {"rss": rss, "device_allocated": None}
+    if cuda := _cuda(device):
+        marks["device_allocated"] = cuda.max_memory_allocated(device)
     return marks
 
 
 def _carry(device: Any) -> None:
-    """Keep the marks reached so far (the measurement's and every open phase's) before the
-    kernel's and torch's marks are reset."""
+    """Keep the marks reached so far (the measurement's, every open phase's) before they reset."""
     for key, value in read(device).items():
         if value is not None:
             _carried[key] = max(_carried.get(key, 0), value)
-    marks = _marks(device)
     for figures in _phases.values():
-        for name, mark in marks.items():
+        for name, mark in _marks(device, figures).items():
             if mark is not None and name in figures:
                 figures[name]["peak"] = max(figures[name]["peak"], mark)
 
 
 def phase_start(phase: str, device: Any = None) -> None:
-    """`phase` starts: its marks start from the resident set (and, on CUDA, the device memory
-    torch has allocated) now. The marks are not reset at a phase's end: one that started
-    inside another stays in the other's peak."""
+    """`phase`'s marks start now (resident set, CUDA allocated); it stays in an open phase's peak."""
     _carry(device)
     _reset_rss_mark()
     start: dict[str, dict[str, int]] = {}
-    rss = rss_bytes()
+    rss, file = rss_bytes(), _status_bytes("RssFile")
     if rss is not None:
         start["rss"] = {"start": rss, "peak": rss}
-    if _cuda(device):
-        import torch
-
-        torch.cuda.reset_peak_memory_stats(device)
-        allocated = torch.cuda.memory_allocated(device)
+        if file is not None:
+            start["rss"]["file"] = file
+    if cuda := _cuda(device):
+        cuda.reset_peak_memory_stats(device)
+        allocated = cuda.memory_allocated(device)
         start["device_allocated"] = {"start": allocated, "peak": allocated}
     _phases[phase] = start
 
 
 def phase_end(phase: str, device: Any = None) -> dict[str, int]:
-    """`phase`'s figures: `<phase>_peak_rss_bytes` (absolute), `<phase>_rss_start_bytes` and
-    `<phase>_peak_rss_increase_bytes` (the peak over the start); on CUDA the same for torch's
-    allocated memory (`<phase>_peak_device_allocated_bytes`, `..._start_bytes`,
-    `..._increase_bytes`). Empty for a phase that never started, or off Linux."""
+    """`<phase>_peak_rss_bytes`, `_rss_start_bytes`, `_peak_rss_increase_bytes` (over the start),
+    and on CUDA the same of torch's allocated memory; empty for a phase never started, off Linux."""
     figures = _phases.pop(phase, None)
     if figures is None:
         return {}
-    marks = _marks(device)
+    marks = _marks(device, figures)
     out: dict[str, int] = {}
     for name, found in figures.items():
         mark = marks.get(name)

@@ -1,24 +1,10 @@
-"""harness inside a user's own training script: the presets in a Trainer the user builds.
-
-    from harness import ProfileSession
+"""harness inside a user's own training script (docs/own-model.md):
 
     with ProfileSession(["speed", "memory"], output_dir="runs/try1") as session:
-        trainer = Trainer(..., callbacks=[*my_callbacks, *session.callbacks],
-                          profiler=session.profiler)
+        trainer = Trainer(..., callbacks=[*session.callbacks], profiler=session.profiler)
         trainer.fit(model, datamodule=dm)
-    # on the way out: reports/ and result.json, as the `harness` command writes them (or
-    # `session.finish(trainer)` where the script wants the RunResult)
 
-The presets are composed from conf/profiler with Hydra's compose API, so their names and
-options are the command's (`overrides=["profiler.speed.warmup_steps=2"]`), and built,
-observed and reported by the same code as a `harness` job (harness.run.build,
-harness.run.observe, harness.run.finish). What the command sets itself (seed, precision,
-compile, the logger, repeats) stays the script's: result.json records what the Trainer ran.
-
-A script's session leaves its result.json however the script ends: the `with` block
-records the script's error on the way out, and a script that ends before `finish` (an
-exception after the fit, a forgotten call once its Trainer ran) has it written at
-interpreter exit, with the error that ended the script.
+result.json is written however the script ends (at interpreter exit at the latest).
 """
 
 from __future__ import annotations
@@ -38,22 +24,21 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, open_dict
 from typing_extensions import override
 
 from harness import memory_peaks
 from harness.cli_errors import describe
+from harness.config.composed import hydra_config
 from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
 from harness.launch.ddp import fits_in_other_processes
 from harness.launch.output_dirs import new_dir
 from harness.result.schema import Observed, RunResult
-from harness.run import build, torch_settings
+from harness.run import build
 from harness.run.finish import write_reports
-from harness.run.measure import record_trainer
-from harness.run.observe import observed_of
+from harness.run.measure import record_what_ran
 from harness.run.record import RunRecord
 from harness.terminal import show, use_console
 
@@ -80,19 +65,6 @@ def _hydra_for_compose() -> Iterator[None]:
             GlobalHydra.instance().initialize(previous)
 
 
-@contextmanager
-def _hydra_config(cfg: DictConfig) -> Iterator[None]:
-    """`${hydra:runtime.output_dir}` in the presets' options resolves to the session's
-    directory while they are built; the script's own HydraConfig, if any, is put back."""
-    holder = HydraConfig.instance()
-    previous = holder.cfg
-    holder.set_config(cfg)
-    try:
-        yield
-    finally:
-        holder.cfg = previous
-
-
 def compose_presets(presets: Sequence[str], overrides: Sequence[str], output_dir: Path
                     ) -> DictConfig:
     """harness's config with `profiler=[presets]` and `overrides`, as the command composes it."""
@@ -109,8 +81,7 @@ def compose_presets(presets: Sequence[str], overrides: Sequence[str], output_dir
 
 
 class _TrainerSeen(Callback):
-    """Remembers the Trainer the session's callbacks went into, and starts the device's
-    peak-memory counters when it sets up."""
+    """The Trainer the session's callbacks went into; its setup starts the peak-memory marks."""
 
     def __init__(self) -> None:
         self.trainer: Any = None
@@ -125,12 +96,8 @@ class _TrainerSeen(Callback):
 
 
 class ProfileSession:
-    """harness's presets for a Trainer the user builds; `finish` writes reports/ and
-    result.json into `output_dir` (default outputs/DATE/TIME, as the command).
-
-    presets: names of conf/profiler presets ("speed", "memory", ...), or one name.
-    overrides: Hydra overrides, as on the command line ("profiler.speed.warmup_steps=2").
-    """
+    """conf/profiler presets (and Hydra `overrides`) for the user's Trainer; `finish` writes
+    reports/ and result.json into `output_dir` (default outputs/DATE/TIME)."""
 
     def __init__(self, presets: str | Sequence[str] = ("speed",), output_dir: str | Path | None = None,
                  overrides: Sequence[str] = ()) -> None:
@@ -147,9 +114,8 @@ class ProfileSession:
                            else new_dir(f"outputs/{now:%Y-%m-%d}/{now:%H-%M-%S}")).absolute()
         self.overrides = [f"profiler=[{','.join(names)}]", *overrides]
         self.cfg = compose_presets(names, overrides, self.output_dir)
-        with _hydra_config(self.cfg):
+        with hydra_config(self.cfg):
             self.presets = build.build_presets(self.cfg)
-        self._observer = self.presets.observer
         self._seen = _TrainerSeen()
         self.record = RunRecord(self.output_dir, overrides=self.overrides)
         self.result: RunResult = self.record.result
@@ -162,13 +128,11 @@ class ProfileSession:
 
     @property
     def callbacks(self) -> list[Callback]:
-        """For Trainer(callbacks=[*yours, *session.callbacks])."""
-        return [*self.presets.callbacks, self._observer, self._seen]
+        return [*self.presets.callbacks, self.presets.observer, self._seen]
 
     @property
     def profiler(self) -> Any:
-        """For Trainer(profiler=session.profiler): the preset that is a Lightning Profiler
-        (pytorch, memory, simple, advanced), else None."""
+        """The preset that is a Lightning Profiler (pytorch, memory, ...), else None."""
         return self.presets.profiler
 
     def finish(self, trainer: Any = None) -> RunResult:
@@ -199,14 +163,10 @@ class ProfileSession:
                                f" ({type(self.profiler).__name__}), whose report is missing."
                                " Fix: Trainer(profiler=session.profiler)")
         result = self.result
-        record_trainer(result, trainer, trainer.precision)
-        module, datamodule = trainer.lightning_module, trainer.datamodule
-        result.model = _qualified(module)
-        result.data = _qualified(datamodule) if datamodule is not None else None
-        result.metrics.update(memory_peaks.read(trainer.strategy.root_device))
-        result.torch_settings = torch_settings.read()  # what the script's run ran with
+        record_what_ran(result, trainer, trainer.precision, self.presets)
+        result.model = _qualified(trainer.lightning_module)
+        result.data = None if trainer.datamodule is None else _qualified(trainer.datamodule)
         # What the script chose is recorded as what ran: there are no knobs to hold it against.
-        result.observed = observed_of(self.presets.shared.batches, None)
         result.knobs = _knobs_that_ran(trainer, result.observed)
         if trainer.is_global_zero:
             write_reports(self.presets.by_name, self.record)
@@ -230,9 +190,7 @@ class ProfileSession:
         atexit.unregister(self._exit_hook)
 
     def _record_failure(self, err: BaseException) -> Path | None:
-        """As a failed `harness` job: the reports of what ran, then the error's status and
-        reason; the script's own error is the one raised (not one of ours). The path of
-        result.json, on global rank zero."""
+        """As a failed job: the reports of what ran, the error's status; result.json's path."""
         self._done()
         trainer = self._seen.trainer
         if trainer is not None:
@@ -246,12 +204,8 @@ class ProfileSession:
         return None
 
     def _at_exit(self) -> None:
-        """The script ended without `finish` (see the module function `_at_exit`). An
-        uncaught exception ended it (Python has printed it, and keeps it as sys.last_value):
-        recorded as the `with` block records it. Else the script forgot the call: `finish`
-        with the Trainer the callbacks ran in, when they ran in one."""
-        if self._finished:
-            return
+        """The script ended unfinished (`_done` unregisters this): by an uncaught exception
+        (sys.last_value), recorded as the `with` block would, or by a forgotten call, made now."""
         err = getattr(sys, "last_value", None)
         try:
             if isinstance(err, BaseException):
@@ -268,7 +222,6 @@ class ProfileSession:
 
 
 def _at_exit(session: weakref.ref[ProfileSession]) -> None:
-    """Registered with atexit for each session, taken back by `finish` and the `with` block."""
     alive = session()
     if alive is not None:
         alive._at_exit()
@@ -289,8 +242,7 @@ def _qualified(obj: Any) -> str:
 
 
 def _knobs_that_ran(trainer: Any, observed: Observed) -> dict[str, Any]:
-    """result.json's `knobs` of a script: read off the Trainer and the batches (the script,
-    not harness, chose them)."""
+    """result.json's `knobs` of a script, read off the Trainer and the batches."""
     sizes = {p: n for p, n in observed.examples_per_batch.items() if n is not None}
     knobs: dict[str, Any] = {
         "batch_size": next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),

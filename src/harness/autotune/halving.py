@@ -1,6 +1,5 @@
-"""Successive halving over the incumbent and its alternates, the winner (the best, or the
-simplest of those tied with it), and the confirm stage: the winner against the default
-configuration in fresh jobs, alternating."""
+"""Successive halving over the incumbent and its alternates, the winner (the simplest of those
+tied with the best), and the confirm stage: the winner against the default, alternating."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import math
 
 from harness.autotune.knowledge import CONFIRM, FINAL, SCREEN, Job, Knowledge, Plan, Stop, Wave
 from harness.autotune.space import Candidate
-from harness.autotune.stats import Estimate
+from harness.judge import fastest
 
 CROSS_LIMIT = 4  # alternates are crossed while that makes at most this many candidates
 SIMPLER = "no compile, fp32, fewer workers, smaller batch"
@@ -16,10 +15,7 @@ SIMPLER = "no compile, fp32, fewer workers, smaller batch"
 
 def halving_pool(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str, str]]
                   ) -> list[Candidate]:
-    """The incumbent and its alternates: crossed while that makes at most CROSS_LIMIT
-    candidates, else each alternate swapped in alone plus the simple corner (every key
-    at its simplest value within spread). A knob within spread adds candidates; it
-    does not multiply the others."""
+    """The incumbent and its alternates, crossed up to CROSS_LIMIT candidates, else one at a time."""
     values: dict[str, list[str]] = {}
     for k, v in alternates:
         values.setdefault(k, [incumbent[k]]).append(v)
@@ -40,18 +36,16 @@ def halving_pool(search: Knowledge, incumbent: Candidate, alternates: list[tuple
 
 
 def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str, str]]) -> Plan:
-    """Halving stages s1, s2, ... over the pool, until one is left, the rest are tied, the
-    stages run out or the budget stops them (the confirm stage keeps its reserve)."""
-    pool = search.pool = halving_pool(search, incumbent, alternates)
-    last: dict[Candidate, Estimate] = {c: e for c in pool
-                                       if (e := search.probe_estimate(c)) is not None}
-    base = search.probe_estimate(incumbent)
+    """Halving stages s1, s2, ... over the pool until one is left, the rest tie or the budget stops."""
+    search.pool = halving_pool(search, incumbent, alternates)
+    base = search.estimate(incumbent)
     retries: dict[Candidate, int] = {}
 
     def predicted(c: Candidate) -> float:
         """Unmeasured (crossed) candidates: the incumbent x each swapped value's gain."""
-        if c in last:
-            return last[c].value
+        known = search.latest(c)
+        if known is not None:
+            return known.value
         value = base.value if base else 0.0
         for k, v in c.items:
             if v != incumbent[k]:
@@ -59,16 +53,16 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
         return value
 
     for k in range(1, search.settings.max_stages + 1):
-        if len(pool) == 1 and pool[0] in last and last[pool[0]].trusted:
+        if len(search.pool) == 1 and (only := search.latest(search.pool[0])) and only.trusted:
             break
         stage = f"s{k}"
         steps = search.settings.probe_steps * search.settings.growth ** k
         # about as many jobs as the confirm stage: a small pool gets more rounds
         rounds = min(search.settings.max_rounds, max(1 + k, math.ceil(
-            2 * search.settings.confirm_rounds / len(pool))))
-        order = sorted(pool, key=lambda c: -predicted(c))
-        jobs = alternating(search, order, stage, rounds, steps)
-        while search.room(jobs) < len(jobs):  # fewer rounds, then fewer candidates
+            2 * search.settings.confirm_rounds / len(search.pool))))
+        order = sorted(search.pool, key=lambda c: -predicted(c))
+        while search.room(jobs := alternating(search, order, stage, rounds, steps)) < len(jobs):
+            # fewer rounds, then fewer candidates
             if rounds > 2:
                 rounds -= 1
             elif len(order) > 2:
@@ -82,18 +76,15 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
                 search.decide(stage, "*", "budget", search.stop_reason)
                 search.pool = order
                 return
-            jobs = alternating(search, order, stage, rounds, steps)
-        pool = search.pool = order
+        search.pool = order
         yield Wave(stage, tuple(jobs))
-        pool, settled = halving_verdict(search, stage, pool, rounds, last, retries)
-        search.pool = pool
-        if settled or not pool:
+        search.pool, settled = halving_verdict(search, stage, order, rounds, retries)
+        if settled or not search.pool:
             break
 
 
 def halving_verdict(search: Knowledge, stage: str, pool: list[Candidate], rounds: int,
-                    last: dict[Candidate, Estimate], retries: dict[Candidate, int]
-                    ) -> tuple[list[Candidate], bool]:
+                    retries: dict[Candidate, int]) -> tuple[list[Candidate], bool]:
     """Who goes on after a halving stage, and whether the stage settled it."""
     est = {c: e for c in pool if (e := search.estimate(c, (stage,))) is not None}
     for c in pool:
@@ -104,20 +95,18 @@ def halving_verdict(search: Knowledge, stage: str, pool: list[Candidate], rounds
         retries[c] = retries.get(c, 0) + 1
         if retries[c] > search.settings.retries:
             search.decide(stage, c, "dropped", f"untrusted in {retries[c]} stages"
-                          f" ({', '.join(est[c].why)}): no verdict can rest on it")
+                          f" ({', '.join(est[c].cautions)}): no verdict can rest on it")
         else:
             carried.append(c)
-            search.decide(stage, c, "retry", f"{', '.join(est[c].why)}: measured again,"
+            search.decide(stage, c, "retry", f"{', '.join(est[c].cautions)}: measured again,"
                           " longer; never ranked on this")
     trusted = sorted((c for c in est if est[c].trusted), key=lambda c: -est[c].value)
-    last.update(est)
     if not trusted:
         return carried, False
     best, gain = trusted[0], search.settings.min_gain
     n_keep = max(1, math.ceil(len(trusted) * search.settings.keep))
     ties = [c for c in trusted[n_keep:] if est[c].tied(est[best], gain)]
-    # a big pool must shrink (ties kept up to half of it); a small one keeps every
-    # candidate within spread of the best: a tie, which the simplest wins
+    # a big pool must shrink (ties kept up to half of it); a small one keeps every tie
     cap = max(n_keep, math.ceil(len(trusted) / 2)) if len(trusted) > 3 else len(trusted)
     kept = [c for c in (trusted[:n_keep] + ties)[:cap]
             if c == best or est[c].tied(est[best], gain)]
@@ -135,41 +124,31 @@ def halving_verdict(search: Knowledge, stage: str, pool: list[Candidate], rounds
         else:
             search.decide(stage, c, "dropped", f"{est[c].describe()}: slower than the best"
                           f" ({est[best].describe()}) beyond the spread")
-    # settled: one left, or every one left within the measured spread of the best
-    # (rounds >= 2: a spread was measured): a tie, which the simplest wins
+    # settled: one left, or every one left tied with the best on a measured spread (2+ rounds)
     settled = not carried and (len(kept) == 1 or (
         rounds >= 2 and all(est[c].tied(est[best], gain) for c in kept)))
     return kept + carried, settled
 
 
-def alternating(search: Knowledge, order: list[Candidate], stage: str, rounds: int,
-                steps: int) -> list[Job]:
-    """Every candidate once per round, forward then reversed (the rounds sweeper's order,
-    so a steady drift hits every candidate alike)."""
-    jobs = []
-    for r in range(rounds):
-        for c in (order if r % 2 == 0 else list(reversed(order))):
-            jobs.append(search.job(c, stage, r, steps))
-    return jobs
+def alternating(search: Knowledge, order: list[Candidate], stage: str, rounds: int, steps: int,
+                first: int = 0) -> list[Job]:
+    """Every candidate once per round from round `first`, forward then reversed (drift hits all alike)."""
+    return [search.job(c, stage, first + r, steps) for r in range(rounds)
+            for c in (order if r % 2 == 0 else order[::-1])]
 
 
 def settle_leader(search: Knowledge) -> None:
-    """The winner among the pool: the best, or the simplest of those within its spread;
-    trusted figures only, while any candidate has them."""
+    """The winner among the pool (judge.fastest's tie rule), on trusted figures while any has them."""
     # the budget's left-outs were measured before it cut them: still in the running
     running = [*search.pool, *search.left_out] or search.tried()
     pool = [c for c in dict.fromkeys(running) if not search.infeasible(c)]
     est = {c: e for c in pool if (e := search.latest(c)) is not None}
     trusted = {c: e for c, e in est.items() if e.trusted}
     ranked = trusted or est
-    if not ranked:
-        return
-    best = max(ranked, key=lambda c: ranked[c].value)
-    contenders = [c for c in ranked if ranked[c].tied(ranked[best], search.settings.min_gain)]
-    if search.winner is None or search.status in ("budget", "interrupted"):
-        search.winner = min(contenders, key=search.space.simplicity)
-        search.winner_trusted = bool(trusted)
-        search.tied_with = [c for c in contenders if c != search.winner]
+    found = fastest(ranked, search.settings.min_gain, search.space.simplicity)
+    if found is not None and (search.winner is None or search.status in ("budget", "interrupted")):
+        search.winner, search.winner_trusted = found.key, bool(trusted)  # type: ignore[assignment]
+        search.tied_with = [c for c in ranked if c in found.ties]
         if search.tied_with and search.status == "running":
             search.decide(FINAL, search.winner, "tie", "within spread of " + "; ".join(
                 f"{c.label()} ({ranked[c].describe()})" for c in search.tied_with)
@@ -177,8 +156,7 @@ def settle_leader(search: Knowledge) -> None:
 
 
 def confirm(search: Knowledge) -> Plan:
-    """The winner against the default configuration, in fresh jobs, alternating rounds; a side
-    with no trusted job is measured again, longer (at most autotune.retries times)."""
+    """The winner against the default in fresh jobs; an untrusted side again, longer (autotune.retries)."""
     winner, default = search.winner, search.space.default()
     if winner is None:
         return
@@ -198,19 +176,25 @@ def confirm(search: Knowledge) -> Plan:
         raise Stop(search.budget_words("before the confirm stage"))
     search.confirm = {"steps": steps, "rounds": rounds}
     yield Wave(CONFIRM, tuple(jobs[:room - room % 2]))
-    for _ in range(search.settings.retries):  # a side with no trusted job: measured again
+    for retry in range(search.settings.retries + 1):  # a side with no trusted job: measured again
         w, d = search.estimate(winner, (CONFIRM,)), search.estimate(default, (CONFIRM,))
-        if w is None or d is None or (w.trusted and d.trusted):
+        if retry == search.settings.retries or w is None or d is None or (w.trusted and d.trusted):
             break
         steps *= search.settings.growth
-        more = [search.job(c, CONFIRM, rounds + r, steps)
-                for r, pair in enumerate(([winner, default], [default, winner])) for c in pair]
+        more = alternating(search, [winner, default], CONFIRM, 2, steps, first=rounds)
         if search.room(more, reserve=False) < len(more):
             break
-        why = ", ".join(dict.fromkeys(e for side in (w, d) if not side.trusted for e in side.why))
+        why = ", ".join(dict.fromkeys(e for side in (w, d) if not side.trusted for e in side.cautions))
         search.decide(CONFIRM, winner, "retry", f"{why}: both measured again, longer")
         rounds += 2
         search.confirm["rounds"] = rounds
         yield Wave(CONFIRM, tuple(more))
-    w, d = search.estimate(winner, (CONFIRM,)), search.estimate(default, (CONFIRM,))
     search.confirm.update(winner=w, default=d, default_failed=search.infeasible(default))
+    if w is not None and d is not None and not search.confirm["default_failed"] and w.tied(
+            d, search.settings.min_gain):
+        # the judge cannot tell the winner from the default: nothing to change, so it stands
+        search.confirm["default_stands"] = winner
+        search.tied_with = [winner, *(c for c in search.tied_with if c != default)]
+        search.winner = default
+        search.decide(CONFIRM, default, "winner", f"the default stands: {winner.label()}"
+                      f" ({w.describe()}) is not beyond its noise ({d.describe()})")

@@ -1,10 +1,5 @@
 """One job of the search as overrides: the command's fixed overrides, the candidate's values,
-and how autotune measures it (mode, steps, stage, round).
-
-The keys autotune sets say how a point was measured, not which point: harness.sweep.collect
-leaves them out of a job's settings when the job carries `autotune_stage`, so a point's
-probe, its halving rounds and its confirm rounds pool into one cell of the table.
-"""
+and how autotune measures it (mode, steps, stage, round: harness.sweep.collect ignores these)."""
 
 from __future__ import annotations
 
@@ -21,31 +16,18 @@ SET_BY_AUTOTUNE = ("mode", "trainer.max_steps", "trainer.max_epochs", "trainer.l
                    "trainer.limit_predict_batches", "profiler.speed.warmup_steps",
                    "data.train_batches", "data.predict_batches")
 ACCUMULATE = "trainer.accumulate_grad_batches"
-
-
 WORKERS, PREFETCH = "data.num_workers", "data.prefetch_factor"
 
 
 @dataclass(frozen=True)
 class Shape:
-    """What the sweep's config says about every job: the data config's batch counts (None
-    where it has no such key), its loader workers and prefetch depth, and the gradient
-    accumulation of the config."""
+    """What the sweep's config says about every job (a batch count: None where it has none)."""
 
     train_batches: int | None = None
     predict_batches: int | None = None
     accumulate: int = 1
     workers: int = 0
     prefetch: int = 2  # DataLoader's default prefetch_factor
-
-
-def warmup_steps(job: Job, shape: Shape) -> int:
-    """The job's warm-up: autotune.warmup_steps, plus the batches loader workers fetched
-    ahead before the first step (workers x prefetch_factor), so that a short probe does not
-    measure a prefetch buffer instead of the loader's pace."""
-    workers = _int(job.candidate.get(WORKERS), shape.workers)
-    prefetch = _int(job.candidate.get(PREFETCH), shape.prefetch)
-    return job.warmup_steps + workers * prefetch
 
 
 def _int(value: str | None, default: int) -> int:
@@ -56,9 +38,10 @@ def _int(value: str | None, default: int) -> int:
 
 
 def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> list[str]:
-    """The job's override list: `fixed` (less the keys autotune sets here), the candidate,
-    then how it is measured."""
-    warmup = warmup_steps(job, shape)
+    """`fixed` (less the keys autotune sets here), the candidate, then how it is measured."""
+    # the batches workers prefetch are warm-up too: a short probe measures the loader, not its buffer
+    warmup = job.warmup_steps + (_int(job.candidate.get(WORKERS), shape.workers)
+                                 * _int(job.candidate.get(PREFETCH), shape.prefetch))
     steps = warmup + job.measured_steps
     measuring = {"mode": MODES[settings.objective], "profiler.speed.warmup_steps": warmup,
                  "trainer.max_epochs": -1, "trainer.limit_val_batches": 0}
@@ -73,13 +56,9 @@ def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> l
         measuring["trainer.limit_predict_batches"] = steps
         if shape.predict_batches is not None and shape.predict_batches < steps:
             measuring["data.predict_batches"] = steps
-    kept = [o for o in fixed if _bare(o) not in measuring]
+    kept = [o for o in fixed if o.partition("=")[0].lstrip("+~") not in measuring]
     return [*kept, *job.candidate.overrides(), *(f"{k}={v}" for k, v in measuring.items()),
             "repeat=1", f"+{ROUND_KEY}={job.round}", f"+{AUTOTUNE_STAGE}={job.stage}"]
-
-
-def _bare(override: str) -> str:
-    return override.partition("=")[0].lstrip("+~")
 
 
 def stage_and_round(job_overrides: list[str]) -> tuple[str, int] | None:

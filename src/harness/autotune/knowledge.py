@@ -1,19 +1,18 @@
-"""What the search knows, and what it may still spend: every job launched with its outcome,
-each candidate's figure in a stage, feasibility and the OOMs, the job-to-job noise, the
-decisions said so far, the budget, and the one way a stage asks for probes (`probe`).
-The stages (harness.autotune.fit, .screen, .halving) are functions of a Knowledge;
-harness.autotune.search drives them.
-"""
+"""What the search knows and may still spend: jobs and outcomes, each candidate's figure in a
+stage, the OOMs, the noise, the decisions, the budget, and `probe`, the one way a stage asks for
+jobs. The stages (fit, screen, halving) are functions of a Knowledge driven by search."""
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from itertools import accumulate, takewhile
 
 from harness.autotune.outcome import Outcome
+from harness.autotune.score import Estimate, estimate, job_sample
 from harness.autotune.settings import AUTO, Settings, job_budget
 from harness.autotune.space import Candidate, Space
-from harness.autotune.stats import Estimate, estimate, job_score, pooled_sigma
+from harness.judge import job_noise
 
 FIT, SCREEN, RECHECK, CONFIRM, FINAL = "fit", "screen", "recheck", "confirm", "final"
 WARMUP = "warmup"  # a first job whose figures are not used (autotune.warmup_job)
@@ -57,20 +56,14 @@ class Stop(Exception):
 
 
 def stage_rank(name: str) -> int:
-    """warmup < fit < screen < recheck < s1 < s2 < ... < confirm."""
-    if name == WARMUP:
-        return -1
-    if name in PROBE_STAGES:
-        return PROBE_STAGES.index(name)
-    if name == CONFIRM:
-        return 1000
-    return 10 + int(name[1:]) if name[1:].isdigit() else 999
+    """warmup < fit < screen < recheck < s1 < s2 < ... < confirm (the stages a job runs in)."""
+    order = (WARMUP, *PROBE_STAGES)
+    return order.index(name) if name in order else 1000 if name == CONFIRM else 10 + int(name[1:])
 
 
 @dataclass
 class Knowledge:
-    """What the search knows: every job launched and how it ended, the decisions, the
-    budget; the stages (harness.autotune.fit, screen, halving) read and add to it."""
+    """What the search knows (the module docstring); the stages read and add to it."""
 
     space: Space
     settings: Settings
@@ -92,7 +85,6 @@ class Knowledge:
     def __post_init__(self) -> None:
         self.gains: dict[tuple[str, str], float] = {}  # (key, value) -> rate vs the value chosen
 
-    # ---- what is known ---------------------------------------------------------------
     @property
     def jobs_launched(self) -> int:
         return len(self.records)
@@ -101,18 +93,13 @@ class Knowledge:
         return [r.outcome for r in self.records if r.job.candidate == candidate
                 and (stages is None or r.job.stage in stages)]
 
-    def estimate(self, candidate: Candidate, stages: tuple[str, ...]) -> Estimate | None:
+    def estimate(self, candidate: Candidate, stages: tuple[str, ...] = PROBE_STAGES) -> Estimate | None:
         return estimate(self.outcomes(candidate, stages), self.settings, self.sigma())
-
-    def probe_estimate(self, candidate: Candidate) -> Estimate | None:
-        return self.estimate(candidate, PROBE_STAGES)
 
     def infeasible(self, candidate: Candidate) -> str | None:
         """Why the candidate cannot win: a job of it ended oom, failed or invalid."""
-        for o in self.outcomes(candidate):
-            if o.infeasible:
-                return f"{o.status}: {o.reason or 'no figures for the objective'}"
-        return None
+        return next((f"{o.status}: {o.reason or 'no figures for the objective'}"
+                     for o in self.outcomes(candidate) if o.infeasible), None)
 
     def ran_oom(self, candidate: Candidate) -> bool:
         return any(o.oom for o in self.outcomes(candidate))
@@ -123,11 +110,8 @@ class Knowledge:
         if batch is None:
             return None
         size = int(candidate[batch.name])
-        for r in self.records:
-            if r.outcome.oom and int(r.job.candidate[batch.name]) <= size and (
-                    self.space.memory_twin(r.job.candidate, candidate)):
-                return r.job.candidate
-        return None
+        return next((r.job.candidate for r in self.records if r.outcome.oom and size >= int(
+            r.job.candidate[batch.name]) and self.space.memory_twin(r.job.candidate, candidate)), None)
 
     def tried(self) -> list[Candidate]:
         return list(dict.fromkeys(r.job.candidate for r in self.records))
@@ -137,39 +121,28 @@ class Knowledge:
         self.decisions.append(Decision(stage, label, action, why))
 
     def sigma(self) -> float:
-        """The job-to-job noise (log sd) over every point measured more than once in a stage
-        (the probes pooled), shrunk towards noise_floor / 2."""
+        """The job-to-job noise (harness.judge.job_noise) of the points run twice in a stage."""
         groups: dict[tuple[Candidate, str], list[float]] = {}
         for r in self.records:
-            scored = job_score(r.outcome, self.settings)
-            if scored is not None and r.outcome.trusted:
+            sample = job_sample(r.outcome, self.settings)
+            if sample is not None and sample.counted:
                 stage = "probe" if r.job.stage in PROBE_STAGES else r.job.stage
-                groups.setdefault((r.job.candidate, stage), []).append(scored[0])
-        return pooled_sigma(list(groups.values()), self.settings.noise_floor / 2)
+                groups.setdefault((r.job.candidate, stage), []).append(sample.figure)
+        return job_noise(list(groups.values()), self.settings.noise_floor / 2)
 
-    def latest(self, candidate: Candidate) -> Estimate | None:
-        """The candidate's figure from the deepest stage that measured it, confirm (and the
-        warm-up job) excluded."""
+    def latest(self, candidate: Candidate, skip: tuple[str, ...] = (CONFIRM, WARMUP)) -> Estimate | None:
+        """The candidate's figure from the deepest stage that measured it, `skip` excluded."""
         stages = sorted({r.job.stage for r in self.records if r.job.candidate == candidate
-                         and r.job.stage not in (CONFIRM, WARMUP)}, key=stage_rank, reverse=True)
-        for stage in stages:
-            found = self.estimate(candidate, PROBE_STAGES if stage in PROBE_STAGES else (stage,))
-            if found is not None:
-                return found
-        return None
+                         and r.job.stage not in skip}, key=stage_rank, reverse=True)
+        found = (self.estimate(candidate, PROBE_STAGES if s in PROBE_STAGES else (s,)) for s in stages)
+        return next((e for e in found if e is not None), None)
 
-    # ---- budget ------------------------------------------------------------------------
     @property
     def job_cap(self) -> int | None:
         return job_budget(self.settings.budget, self.space.grid_points())
 
-    def reserve(self) -> int:
-        """Jobs kept for the confirm stage until it has run."""
-        return 2 * self.settings.confirm_rounds if self.confirm is None else 0
-
     def job_seconds(self, candidate: Candidate, steps: int) -> float:
-        """Seconds one job may take, on the safe side: the largest fixed part seen + steps x
-        the candidate's slowest s/step (any candidate's before it ran), x 1.25."""
+        """Seconds one job may take, on the safe side (docs/autotune.md, "The budget")."""
         mine = [p.seconds_per_step for r in self.records if r.job.candidate == candidate
                 for p in r.outcome.phases.values()]
         anyone = [p.seconds_per_step for r in self.records for p in r.outcome.phases.values()]
@@ -181,22 +154,17 @@ class Knowledge:
     def room(self, jobs: list[Job], reserve: bool = True) -> int:
         """How many of `jobs` (in order) fit the budget, the confirm stage's room kept."""
         cap, minutes = self.job_cap, self.settings.budget.minutes
+        kept = 2 * self.settings.confirm_rounds if reserve and self.confirm is None else 0
         room = len(jobs)
         if cap is not None:
-            room = min(room, cap - self.jobs_launched - (self.reserve() if reserve else 0))
+            room = min(room, cap - self.jobs_launched - kept)
         if minutes is not None:
             left = minutes * 60 - self.elapsed_s
-            if reserve and self.confirm is None:
-                leader = self.best(self.tried(), PROBE_STAGES) or self.space.default()
-                left -= 2 * self.settings.confirm_rounds * self.job_seconds(
-                    leader, self.confirm_steps() + self.settings.warmup_steps)
-            spent, fits = 0.0, 0
-            for job in jobs:
-                spent += self.job_seconds(job.candidate, job.measured_steps + job.warmup_steps)
-                if spent > left:
-                    break
-                fits += 1
-            room = min(room, fits)
+            if kept:
+                leader = self.best(self.tried()) or self.space.default()
+                left -= kept * self.job_seconds(leader, self.confirm_steps() + self.settings.warmup_steps)
+            spent = accumulate(self.job_seconds(j.candidate, j.measured_steps + j.warmup_steps) for j in jobs)
+            room = min(room, sum(1 for _ in takewhile(lambda s: s <= left, spent)))
         return max(room, 0)
 
     def budget_words(self, where: str) -> str:
@@ -209,25 +177,20 @@ class Knowledge:
             parts.append(f"{self.elapsed_s / 60:.1f} of {budget.minutes:g} min")
         return f"stopped by the budget {where} ({', '.join(parts)} used)"
 
-    # ---- probes ------------------------------------------------------------------------
     def job(self, candidate: Candidate, stage: str, round_: int, steps: int) -> Job:
         return Job(candidate, stage, round_, steps, self.settings.warmup_steps)
 
-    def probe(self, stage: str, candidates: list[Candidate], again: Candidate | None = None
-               ) -> Generator[Wave, list[Outcome], list[Candidate]]:
-        """Probe the candidates not measured yet and not above a known OOM; the ones run.
-        `again`: one of them measured twice in the wave (the calibration, in stage mode)."""
+    def probe(self, stage: str, candidates: list[Candidate], again: Candidate | None = None) -> Plan:
+        """Probe the candidates not measured yet nor above a known OOM; `again` twice in the wave."""
         todo = []
-        for c in dict.fromkeys(candidates):
-            if self.outcomes(c, PROBE_STAGES):
-                continue
+        for c in dict.fromkeys(c for c in candidates if not self.outcomes(c, PROBE_STAGES)):
             twin = self.above_known_oom(c)
-            if twin is not None:
+            if twin is None:
+                todo.append(c)
+            else:
                 self.decide(stage, c, "skipped", f"above a known OOM ({twin.label()})")
-                continue
-            todo.append(c)
         if not todo:
-            return []
+            return
         jobs = [self.job(c, stage, 0, self.settings.probe_steps) for c in todo]
         if again in todo:
             jobs.append(self.job(again, stage, 1, self.settings.probe_steps))
@@ -245,17 +208,15 @@ class Knowledge:
             reason = self.infeasible(job.candidate)
             if reason:
                 self.decide(stage, job.candidate, "infeasible", reason)
-        return list(dict.fromkeys(j.candidate for j in jobs[:room]))
 
-    def best(self, candidates: list[Candidate], stages: tuple[str, ...]) -> Candidate | None:
+    def best(self, candidates: list[Candidate], stages: tuple[str, ...] = PROBE_STAGES) -> Candidate | None:
         """The fastest feasible candidate (trusted figures first)."""
         scored = [(e.trusted, e.value, c) for c in candidates if not self.infeasible(c)
                   and (e := self.estimate(c, stages)) is not None]
         return max(scored, key=lambda s: (s[0], s[1]))[2] if scored else None
 
     def confirm_steps(self) -> int:
-        """The confirm stage's measured steps: the last halving stage's (at least one
-        growth over a probe's)."""
+        """The last halving stage's measured steps (at least one growth over a probe's)."""
         halving = sum(1 for s in self.stages if s["name"][1:].isdigit())
         return self.settings.probe_steps * self.settings.growth ** max(1, halving)
 

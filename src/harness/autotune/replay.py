@@ -1,27 +1,22 @@
-"""A sweep directory read back into a Search: autotune_space.json says what was searched and
-how, and the job directories answer the waves again, in order, through the same reading as
-the sweep's (harness.autotune.reading), so the same decisions follow. Where the disk stops
-answering (the sweep was interrupted, or is still running) the replay stops, interrupted.
-"""
+"""A sweep directory read back into a Search: autotune_space.json's search, its job directories
+answering the waves again, so the same decisions follow; where they stop, it stops, interrupted."""
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.autotune.job import stage_and_round
 from harness.autotune.outcome import Outcome
-from harness.autotune.reading import OVERRIDES_FILE, elapsed, job_overrides, outcome_of
+from harness.autotune.reading import elapsed, job_overrides, outcome_of
 from harness.autotune.search import Search
 from harness.autotune.settings import Settings
 from harness.autotune.space import ABSENT, Candidate, Space
 from harness.config.overrides import parse_overrides
 from harness.errors import HarnessError
 from harness.reports.files import write_json
-from harness.result.store import RESULT_FILE
+from harness.result.store import job_dirs as sweep_job_dirs
 
 SPACE_FILE = "autotune_space.json"  # written when the sweep starts
 SUMMARY_FILE = "autotune.json"  # written after every wave, and rebuilt at the end
@@ -58,22 +53,15 @@ class Setup:
                                " rebuilds the table without it; the verdict needs it") from None
 
 
-def _natural(path: Path) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path.name)]
-
-
 def job_dirs(sweep_dir: Path, space: Space) -> dict[tuple[Candidate, str, int], list[Path]]:
-    """The sweep's autotune jobs by (candidate of `space`, stage, round), each key's
-    directories in job order."""
+    """The sweep's autotune jobs by (candidate, stage, round), each key's in job order."""
     found: dict[tuple[Candidate, str, int], list[Path]] = {}
-    dirs = {p.parent for p in Path(sweep_dir).glob(f"*/{RESULT_FILE}")}
-    dirs |= {p.parent.parent for p in Path(sweep_dir).glob(f"*/{OVERRIDES_FILE}")}
-    for job_dir in sorted(dirs, key=_natural):
-        overrides = job_overrides(job_dir)
-        where = stage_and_round(overrides) if overrides else None
+    for job_dir in sweep_job_dirs(sweep_dir):
+        overrides = job_overrides(job_dir) or []
+        where = stage_and_round(overrides)
         if where is None:
             continue
-        settings = parse_overrides(overrides)  # type: ignore[arg-type]
+        settings = parse_overrides(overrides)
         candidate = Candidate(tuple((k.name, settings.get(k.name.lstrip("+~"), ABSENT))
                                     for k in space.keys))
         found.setdefault((candidate, *where), []).append(job_dir)
@@ -90,14 +78,12 @@ def replay(sweep_dir: Path) -> tuple[Search, Setup]:
     while wave is not None:
         dirs = []
         for job in wave.jobs:
-            matching = jobs.get((job.candidate, job.stage, job.round)) or []
+            matching = jobs.get((job.candidate, job.stage, job.round))
             if not matching:
-                break
+                search.interrupt(f"the jobs on disk end at stage {wave.stage} (the sweep was"
+                                 " interrupted, or is still running)")
+                return search, setup
             dirs.append(matching.pop(0))
-        if len(dirs) < len(wave.jobs):
-            search.interrupt(f"the jobs on disk end at stage {wave.stage} (the sweep was"
-                             " interrupted, or is still running)")
-            break
         outcomes = [outcome_of(d, setup.settings.objective) for d in dirs]
         seen += outcomes
         wave = search.advance(outcomes, elapsed(setup.started_at, seen), [d.name for d in dirs])

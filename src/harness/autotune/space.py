@@ -1,11 +1,5 @@
-"""The space autotune searches: keys, their values as typed, roles, and what "simpler" means.
-
-Values stay strings as the command line types them (`batch_size=32`, `precision=bf16`,
-booleans lower-case), so a candidate's overrides and autotune.json's `best` read like the
-command line. An integer `interval(lo,hi)` is kept as its bounds: the batch ladder walks it
-by doubling and bisection; for any other key, and for the grid it is compared with, it
-stands for lo, the powers of two above it, and hi.
-"""
+"""The space autotune searches: keys, their values as the command line types them, roles, and
+what "simpler" means. An integer `interval(lo,hi)` lists as lo, the powers of two above, hi."""
 
 from __future__ import annotations
 
@@ -13,17 +7,23 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
+from harness.errors import CONFIG_STATUS, HarnessError
+
 BATCH, PRECISION, COMPILE, LOADER, OTHER = "batch", "precision", "compile", "loader", "other"
-ROLES = (BATCH, PRECISION, COMPILE, LOADER, OTHER)
 # Simplest first; a value not listed ranks after these, in the order typed.
 PRECISION_ORDER = ("fp32", "32-true", "32", "bf16", "bf16-mixed", "bf16-true", "fp16", "16",
                    "16-mixed", "16-true", "fp64", "64", "64-true")
 COMPILE_ORDER = ("false", "true", "default", "reduce-overhead", "max-autotune-no-cudagraphs",
                  "max-autotune")
 ABSENT = "(default)"  # a `+key`'s value in the default configuration: not set at all
-# Which key's simplicity counts first when two candidates are tied: no compile, then fp32,
-# then fewer loader workers, then the smaller batch, then the other keys' defaults.
+# Which key's simplicity counts first when two candidates are tied.
 _ROLE_PRIORITY = {COMPILE: 0, PRECISION: 1, LOADER: 2, BATCH: 3, OTHER: 4}
+
+
+class SpaceError(HarnessError, ValueError):
+    """The space cannot be searched: one line naming the key and the fix (exit 2)."""
+
+    exit_status = CONFIG_STATUS
 
 
 def as_number(value: str) -> float | None:
@@ -34,8 +34,7 @@ def as_number(value: str) -> float | None:
 
 
 def normal(value: object) -> str:
-    """A value as the command line types it: booleans lower-case, integral floats of an
-    interval as integers."""
+    """A value as the command line types it: booleans lower-case."""
     text = str(value)
     return text.lower() if text in ("True", "False") else text
 
@@ -53,16 +52,9 @@ class Key:
     def __post_init__(self) -> None:
         if not self.values and self.interval is None:
             raise ValueError(f"{self.name}: no values")
-        if self.role not in ROLES:
-            raise ValueError(f"{self.name}: unknown role {self.role!r}")
-
-    @property
-    def numeric(self) -> bool:
-        return self.interval is not None or all(as_number(v) is not None for v in self.values)
 
     def listed(self) -> tuple[str, ...]:
-        """The values a grid would run: the discrete values, or an interval at lo, the powers
-        of two above it, and hi."""
+        """The values a grid would run (an interval's lo, powers of two, hi)."""
         if self.interval is None:
             return self.values
         lo, hi = self.interval
@@ -93,12 +85,11 @@ class Key:
         return [v for v in self.sorted_numbers() if low < v < high]
 
     def start(self) -> str:
-        """Where the search starts: the default if the space holds it, else the nearest value
-        (in log space for numbers), else the first value."""
+        """The default if the space holds it, else the nearest value (in log space), else the first."""
         if self.contains(self.default):
             return str(int(float(self.default))) if self.interval is not None else self.default
         number = as_number(self.default)
-        if self.numeric and number is not None:
+        if number is not None and all(as_number(v) is not None for v in self.listed()):
             target = math.log(max(number, 1e-9))
             nearest = min(self.sorted_numbers(),
                           key=lambda v: (abs(math.log(max(v, 1e-9)) - target), v))
@@ -107,8 +98,7 @@ class Key:
         return self.listed()[0]
 
     def simplicity(self, value: str) -> tuple[float, ...]:
-        """Smaller is simpler: no compile, fp32, fewer workers, a smaller batch; other keys:
-        the default first, then the order typed."""
+        """Smaller is simpler: no compile, fp32, fewer workers, a smaller batch, the default."""
         lowered = value.lower()
         if self.role == COMPILE:
             return (_rank(lowered, COMPILE_ORDER, self.listed()),)
@@ -148,16 +138,10 @@ class Candidate:
     items: tuple[tuple[str, str], ...]
 
     def __getitem__(self, key: str) -> str:
-        for name, value in self.items:
-            if name == key:
-                return value
-        raise KeyError(key)
+        return dict(self.items)[key]
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        try:
-            return self[key]
-        except KeyError:
-            return default
+        return dict(self.items).get(key, default)
 
     def with_(self, key: str, value: str) -> Candidate:
         return Candidate(tuple((k, value if k == key else v) for k, v in self.items))
@@ -196,8 +180,7 @@ class Space:
                 for values in product(*(k.listed() for k in self.keys))]
 
     def default(self) -> Candidate:
-        """The default configuration: every key at its config value ("harness" with no
-        overrides), in or out of the space."""
+        """Every key at its config value, in or out of the space."""
         return Candidate(tuple((k.name, k.default) for k in self.keys))
 
     def start(self) -> Candidate:
@@ -208,8 +191,7 @@ class Space:
         return tuple(part for k in ordered for part in k.simplicity(candidate[k.name]))
 
     def memory_twin(self, a: Candidate, b: Candidate) -> bool:
-        """Same device memory apart from the batch: every key but the batch and the loader
-        keys (loader workers are other processes) equal."""
+        """Same device memory apart from the batch: equal but for batch and loader keys."""
         return all(a[k.name] == b[k.name] for k in self.keys if k.role not in (BATCH, LOADER))
 
     def as_list(self) -> list[dict[str, object]]:
@@ -221,32 +203,24 @@ class Space:
 
 
 def role_of(name: str, loader_keys: tuple[str, ...]) -> str:
-    if name == "batch_size":
-        return BATCH
-    if name == "precision":
-        return PRECISION
-    if name == "compile":
-        return COMPILE
-    if name in loader_keys:
-        return LOADER
-    return OTHER
+    roles = {"batch_size": BATCH, "precision": PRECISION, "compile": COMPILE}
+    return roles.get(name, LOADER if name in loader_keys else OTHER)
 
 
 def check_space(space: Space) -> None:
-    """Bad input before any compute: ValueError with one line (the sweeper makes it a
-    ConfigError, exit 2)."""
+    """Refuse a space autotune cannot search (SpaceError) before any compute."""
     for key in space.keys:
         if key.interval is not None and key.interval[0] > key.interval[1]:
             lo, hi = key.interval
-            raise ValueError(f"{key.name}=interval({lo},{hi}): the low end is above the high."
+            raise SpaceError(f"{key.name}=interval({lo},{hi}): the low end is above the high."
                              f" Fix: {key.name}=interval({hi},{lo})")
         if key.role == BATCH:
             bad = [v for v in key.listed() if as_number(v) is None or float(v) < 1
                    or float(v) != int(float(v))]
             if bad:
-                raise ValueError(f"batch_size={bad[0]}: batch sizes are positive integers."
+                raise SpaceError(f"batch_size={bad[0]}: batch sizes are positive integers."
                                  " Fix: batch_size=16,32,64")
     if space.grid_points() < 2:
         listed = ", ".join(f"{k.name}={k.listed()[0]}" for k in space.keys) or "no key"
-        raise ValueError(f"the space holds one point ({listed}): nothing to search. Fix: give"
+        raise SpaceError(f"the space holds one point ({listed}): nothing to search. Fix: give"
                          " a key several values, e.g. batch_size=16,32,64")

@@ -5,21 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.autotune.knowledge import CONFIRM, FINAL, PROBE_STAGES, Knowledge, stage_rank
+from harness.autotune.halving import SIMPLER
+from harness.autotune.knowledge import FINAL, PROBE_STAGES, WARMUP, Knowledge, stage_rank
+from harness.autotune.score import Estimate
 from harness.autotune.space import Candidate
-from harness.autotune.stats import Estimate
+from harness.measured import duration
 
 SCHEMA_VERSION = 1
-TIE_RULE = "within spread: the simplest wins (no compile, fp32, fewer workers, smaller batch)"
-
-
-def duration(seconds: float) -> str:
-    """'3 min 10 s', '42 s'."""
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+TIE_RULE = f"within spread: the simplest wins ({SIMPLER})"
 
 
 def _est(e: Estimate | None) -> dict[str, Any] | None:
@@ -27,8 +20,7 @@ def _est(e: Estimate | None) -> dict[str, Any] | None:
 
 
 def speedup(search: Knowledge) -> dict[str, Any] | None:
-    """The winner over the default configuration: from the confirm stage, else (stopped
-    before it) from the deepest stage that measured both."""
+    """The winner over the default: from the confirm stage, else the deepest that measured both."""
     confirm, winner, default = search.confirm or {}, search.winner, search.space.default()
     if confirm.get("same_as_default"):
         return {"value": 1.0, "low": 1.0, "high": 1.0, "confirmed": True, "within_spread": True,
@@ -41,13 +33,17 @@ def speedup(search: Knowledge) -> dict[str, Any] | None:
     if w is None or d is None:
         return None
     value, low, high = w.ratio(d)
-    return {"value": value, "low": low, "high": high, "confirmed": confirmed,
-            "within_spread": low <= 1.0 <= high, "trusted": w.trusted and d.trusted}
+    found = {"value": value, "low": low, "high": high, "confirmed": confirmed,
+             "within_spread": w.tied(d, search.settings.min_gain),
+             "trusted": w.trusted and d.trusted}
+    if confirm.get("default_stands") is not None:  # set only beside both confirm figures
+        found.update(within_spread=True, note=f"the default stands: {confirm['default_stands'].label()}"
+                     f" read {value:.2f}x it ({low:.2f}-{high:.2f}x), not beyond the noise")
+    return found
 
 
 def in_the_running(search: Knowledge) -> tuple[list[dict[str, Any]], str | None]:
-    """Stopped early: every candidate still in the running, with the winner's ratio over it,
-    and whether the winner is beyond the spread of each ('sure')."""
+    """Stopped early: the winner's ratio over each candidate still in the running, and 'sure'."""
     if search.status not in ("budget", "interrupted") or search.winner is None:
         return [], None
     mine, found = search.latest(search.winner), []
@@ -61,8 +57,8 @@ def in_the_running(search: Knowledge) -> tuple[list[dict[str, Any]], str | None]
         elif mine is not None:
             value, low, high = mine.ratio(theirs)
             found.append({"candidate": c.as_dict(), "winner_over_it": value, "low": low,
-                          "high": high, "separated": not low <= 1.0 <= high
-                          and mine.trusted and theirs.trusted})
+                          "high": high, "separated": mine.trusted and theirs.trusted
+                          and not mine.tied(theirs, search.settings.min_gain)})
     unsure = [Candidate(tuple(r["candidate"].items())).label() for r in found
               if not r["separated"]]
     sure = ("sure: beyond the spread of every candidate still in the running" if not unsure
@@ -76,11 +72,10 @@ def points(search: Knowledge) -> list[dict[str, Any]]:
     for c in search.tried():
         records = [r for r in search.records if r.job.candidate == c]
         stages = sorted({r.job.stage for r in records}, key=stage_rank)
-        deepest = stages[-1]
-        figure = (search.estimate(c, (CONFIRM,)) if deepest == CONFIRM else None) or search.latest(c)
+        figure = search.latest(c, skip=(WARMUP,))
         reason = search.infeasible(c)
         found.append({
-            "candidate": c.as_dict(), "stage": deepest, "stages": stages, "jobs": len(records),
+            "candidate": c.as_dict(), "stage": stages[-1], "stages": stages, "jobs": len(records),
             "job_dirs": [r.name for r in records if r.name],
             "status": reason.split(":", 1)[0] if reason else (
                 "ok" if figure is not None else records[-1].outcome.status),
@@ -92,20 +87,16 @@ def points(search: Knowledge) -> list[dict[str, Any]]:
 
 
 def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """autotune.json's body (`extra`: what the driver adds: the command's fixed overrides
-    under `fixed`, the sweep directory)."""
+    """autotune.json's body; `extra`: what the driver adds (its fixed overrides as `fixed`)."""
     extra = dict(extra or {})
     space, winner, default = search.space, search.winner, search.space.default()
     confirm = search.confirm or {}
     running, sure = in_the_running(search)
     failures = {c.label(): why for c in search.tried() if (why := search.infeasible(c))}
-    names = {r.job.stage: [] for r in search.records}
-    for r in search.records:
-        names[r.job.stage].append(r.name)
     # a stage the budget stopped before it ran has decisions but no jobs
     unlaunched = [name for name in dict.fromkeys(d.stage for d in search.decisions)
                   if name not in {s["name"] for s in search.stages} and name != FINAL]
-    stages = [{**s, "job_dirs": [n for n in names.get(s["name"], []) if n],
+    stages = [{**s, "job_dirs": [r.name for r in search.records if r.job.stage == s["name"] and r.name],
                "decisions": [d.__dict__ for d in search.decisions if d.stage == s["name"]]}
               for s in [*search.stages, *({"name": n, "jobs": 0} for n in unlaunched),
                         {"name": FINAL, "jobs": 0}]]
@@ -124,6 +115,8 @@ def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str,
                     "default_failed": confirm.get("default_failed"),
                     "measured_steps": confirm.get("steps"), "rounds": confirm.get("rounds")}
         if confirm and not confirm.get("same_as_default") else None,
+        "default_stands": confirm["default_stands"].as_dict()
+        if confirm.get("default_stands") is not None else None,
         "largest_batch_that_fits": search.largest_fit,
         "first_oom_batch": search.first_oom,
         "jobs": search.jobs_launched,
@@ -146,8 +139,7 @@ def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str,
 
 
 def run_command(winner: Candidate, default: Candidate, fixed: list[str]) -> str:
-    """`harness <the command's own overrides> <the winner's values that differ from the
-    default>`: the run to do next."""
+    """The run to do next: the command's own overrides and the winner's values that differ."""
     changed = [f"{k}={v}" for k, v in winner.items if default.get(k) != v]
     return " ".join(["harness", *fixed, *changed])
 
@@ -166,11 +158,10 @@ def line(body: dict[str, Any]) -> str:
         return f"autotune: no candidate is feasible {where}: {why}{untried}"
     best = " ".join(f"{k}={v}" for k, v in body["best"].items())
     s = body["speedup"]
+    failed = (body.get("confirm") or {}).get("default_failed")
     if s is None:
-        ratio = "no speed-up: the default configuration was not measured"
-        failed = (body.get("confirm") or {}).get("default_failed")
-        if failed:
-            ratio = f"the default configuration fails ({failed})"
+        ratio = (f"the default configuration fails ({failed})" if failed
+                 else "no speed-up: the default configuration was not measured")
     elif s.get("note"):
         ratio = s["note"]
     else:
@@ -183,11 +174,10 @@ def line(body: dict[str, Any]) -> str:
     if body["tie"]:
         notes.append("a tie: the simplest of the ones within spread")
     if not body.get("best_trusted", True):
-        notes.append("on untrusted figures only (thin, noisy or contended jobs): not a verdict")
+        notes.append("on untrusted figures only (noisy or contended jobs): not a verdict")
     elif s is not None and not s.get("trusted", True):
         notes.append("the confirm stage's figures are untrusted")
     note = f" ({'; '.join(notes)})" if notes else ""
-    stopped = f" [{body['stopped']}; {body['sure']}]" if body["status"] in ("budget",
-                                                                            "interrupted") else ""
+    stopped = f" [{body['stopped']}; {body['sure']}]" if body["status"] in ("budget", "interrupted") else ""
     head = "best so far" if body["status"] == "interrupted" else "best"
     return f"{head}: {best}: {ratio}{note} {where}{stopped}; run it: {body['command']}"

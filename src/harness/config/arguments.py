@@ -1,24 +1,10 @@
-"""Check the arguments of every `_target_` against its constructor before anything is built.
-
-What LightningCLI does through jsonargparse, for a Hydra config: each key of a `_target_`
-node must be a parameter of the class (or reach one through `**kwargs` passed on to a base
-class), and each value must fit the parameter's type hint. pydantic (a dependency already,
-for result.json) checks the value, in its lax mode: `lr=abc` for a float, `max_epochs=abc`
-for an int, `log_rates=maybe` for a bool are refused; 1 for a float, "1e-3" (an environment
-variable's value), a number for a str, or None where None is the default are not.
-
-Only leaves are checked: nested `_target_` nodes, lists and mappings are left to the
-constructor, and so are annotations pydantic cannot turn into a check (a torch.device, a
-Lightning Strategy, a name that does not resolve).
-
-This is the one check of the types, for every class alike, the user's included (they have
-no checks of their own). What a type hint cannot say stays with harness's own constructors
-(harness.config.checks: `warmup_steps >= 0`, one of a list of modes), since ProfileSession
-and tests build presets without a config; it runs when Hydra builds them, before the run.
-"""
+"""The arguments of every `_target_` checked against its constructor before anything is built:
+each key a parameter (a class whose `**kwargs` reach no base class takes any key), each leaf
+value fitting its type hint as pydantic's lax mode judges it (loaded here, never for --help)."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import inspect
@@ -27,14 +13,14 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from harness.config.checks import typed
 from harness.errors import ConfigError
 
 _KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 def callback_nodes(node: Any, key: str = "trainer.callbacks") -> Iterator[tuple[str, DictConfig]]:
-    """(key, `_target_` node) of each callback in trainer.callbacks: one node, a list of them,
-    or a dict of named ones (lightning-hydra-template's `callbacks` group); null entries skipped."""
+    """(key, `_target_` node) of each callback in trainer.callbacks: one node, a list or a dict."""
     if isinstance(node, DictConfig) and "_target_" in node:
         yield key, node
     elif isinstance(node, DictConfig):
@@ -49,8 +35,7 @@ def callback_nodes(node: Any, key: str = "trainer.callbacks") -> Iterator[tuple[
 
 
 def target_nodes(cfg: DictConfig) -> Iterator[tuple[str, DictConfig]]:
-    """(key, node) of each `_target_` node harness builds: model, data, trainer, logger,
-    the user's trainer callbacks and each profiler preset."""
+    """(key, node) of each `_target_` node harness builds, callbacks and presets included."""
     for group in ("model", "data", "trainer", "logger"):
         node = cfg.get(group)
         if isinstance(node, DictConfig) and "_target_" in node:
@@ -66,9 +51,7 @@ def target_nodes(cfg: DictConfig) -> Iterator[tuple[str, DictConfig]]:
 
 
 def parameters(target: Any) -> tuple[dict[str, inspect.Parameter], bool]:
-    """(name -> parameter, whether any other keyword is accepted) of what calling `target`
-    takes. A class's `**kwargs` are followed into its base classes, as they usually reach
-    `super().__init__`; the search ends at the first __init__ without them."""
+    """(name -> parameter, whether any other keyword is accepted) of calling `target`."""
     found: dict[str, inspect.Parameter] = {}
     callables = ([k.__dict__["__init__"] for k in inspect.getmro(target) if "__init__" in k.__dict__]
                  if inspect.isclass(target) else [target])
@@ -82,32 +65,35 @@ def parameters(target: Any) -> tuple[dict[str, inspect.Parameter], bool]:
         for param in params:
             if param.kind in _KEYWORDS:
                 found.setdefault(param.name, param)
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        var_keyword = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+        if var_keyword is None:
             return found, False
+        if not _passes_on(function, var_keyword):
+            return found, True  # `**_`: the constructor takes any key and ignores it
     return found, True
 
 
+def _passes_on(function: Any, name: str) -> bool:
+    """Whether `function`'s body reads its `**name` (one without code is taken to)."""
+    import dis
+
+    try:
+        instructions = list(dis.get_instructions(inspect.unwrap(function)))
+    except TypeError:
+        return True
+    return any(i.opname.startswith(("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE")) and (
+        name == i.argval or (isinstance(i.argval, tuple) and name in i.argval)) for i in instructions)
+
+
 def _signature(function: Any) -> inspect.Signature | None:
-    try:
-        return inspect.signature(function, eval_str=True)
-    except (NameError, TypeError, SyntaxError):  # a hint that does not evaluate: keep the names
-        try:
-            return inspect.signature(function)
-        except (TypeError, ValueError):
-            return None
-    except ValueError:
-        return None
+    for eval_str in (True, False):  # a hint that does not evaluate: keep the names
+        with contextlib.suppress(NameError, TypeError, SyntaxError, ValueError):
+            return inspect.signature(function, eval_str=eval_str)
+    return None
 
 
+@functools.lru_cache(maxsize=256)
 def _adapter(annotation: Any) -> Any:
-    """pydantic's validator for a type hint, or None when pydantic cannot check it."""
-    try:
-        return _cached_adapter(annotation)
-    except TypeError:  # an unhashable hint
-        return _new_adapter(annotation)
-
-
-def _new_adapter(annotation: Any) -> Any:
     from pydantic import ConfigDict, TypeAdapter
 
     try:
@@ -118,16 +104,6 @@ def _new_adapter(annotation: Any) -> Any:
             return TypeAdapter(annotation)  # a type with a config of its own
         except Exception:
             return None
-
-
-_cached_adapter = functools.lru_cache(maxsize=256)(_new_adapter)
-
-
-def _as_override(value: Any) -> str:
-    """A value as it is typed on the command line (true, null, 0.001)."""
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    return str(value)
 
 
 def type_text(annotation: Any) -> str:
@@ -147,18 +123,12 @@ def type_text(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
-def _names(params: dict[str, inspect.Parameter]) -> str:
-    names = list(params)
-    return ", ".join(names) if len(names) <= 10 else f"{len(names)} arguments"
-
-
 def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = False) -> None:
-    """Raise a ConfigError naming `key.<argument>` for the first argument `target` refuses.
-    Values written as interpolations (`dim: ${data.dim}`) are checked only with
-    `interpolated`, so that a bad value is first named where it is written."""
+    """Raise a ConfigError naming `key.<argument>` for the first argument `target` refuses."""
     from pydantic import ValidationError
 
     params, open_ended = parameters(target)
+    names = ", ".join(params) if len(params) <= 10 else f"{len(params)} arguments"
     name_of = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
     for name in node:
         name = str(name)
@@ -172,23 +142,22 @@ def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = Fal
             close = difflib.get_close_matches(name, list(params), n=1)
             fix = f"{key}.{close[0]}={node.get(name)}" if close else f"remove {key}.{name}"
             raise ConfigError(f"{key}.{name}", node.get(name),
-                              f"an argument of {name_of} ({_names(params)})", fix)
-        value = node.get(name)
-        if isinstance(value, (DictConfig, ListConfig)):
-            continue  # only leaves: nested targets and containers are the constructor's
-        annotation = params[name].annotation
-        if annotation in (inspect.Parameter.empty, Any):
+                              f"an argument of {name_of} ({names})", fix)
+        value, annotation, default = node.get(name), params[name].annotation, params[name].default
+        if (isinstance(value, (DictConfig, ListConfig))  # nested targets, containers: the constructor's
+                or annotation in (inspect.Parameter.empty, Any)
+                or (value is None and default is None)):  # `lr: float = None`: None is the default
             continue
-        if value is None and params[name].default is None:
-            continue  # `lr: float = None`: None is what the parameter defaults to anyway
-        adapter = _adapter(annotation)
+        try:
+            adapter = _adapter(annotation)
+        except TypeError:  # an unhashable hint
+            adapter = _adapter.__wrapped__(annotation)
         if adapter is None:
             continue
         try:
             adapter.validate_python(value)
         except ValidationError as err:
-            default = params[name].default
-            example = (_as_override(default) if default not in (inspect.Parameter.empty, None)
+            example = (typed(default) if default not in (inspect.Parameter.empty, None)
                        else f"<{type_text(annotation)}>")
             raise ConfigError(f"{key}.{name}", value,
                               f"{type_text(annotation)} ({name_of}: {err.errors()[0]['msg']})",
@@ -196,9 +165,7 @@ def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = Fal
 
 
 def check_arguments(targets: list[tuple[str, Any, DictConfig]]) -> None:
-    """Every `_target_` node's arguments against its constructor: `targets` as
-    harness.config.targets.check_targets imported them. Values written as interpolations go
-    last, so a bad value is first named where it is written."""
+    """Every node of check_targets' list against its constructor, interpolations last."""
     for interpolated in (False, True):
         for key, target, node in targets:
             check_node(key, target, node, interpolated)

@@ -1,10 +1,10 @@
-"""Checks of the composed config as a whole, before any value is used: every interpolation
-resolves, and no top-level key was added by a typo."""
+"""Checks of the composed config as a whole, before compute: a job's, and a sweep's values."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -19,9 +19,7 @@ TYPO_CUTOFF = 0.75
 
 
 def check_resolves(cfg: DictConfig) -> None:
-    """Raise a ConfigError naming the first key whose value does not resolve (`${nope}`,
-    a missing `???`). Top-level values first: `batch_size=${nope}` is named as batch_size,
-    not as data.batch_size, which refers to it. The `hydra` node is Hydra's own."""
+    """Raise a ConfigError naming the first key that does not resolve (`${nope}`, `???`)."""
     from omegaconf.errors import OmegaConfBaseException
 
     written = OmegaConf.to_container(cfg, resolve=False)
@@ -41,7 +39,6 @@ def check_resolves(cfg: DictConfig) -> None:
 
 
 def _raw(written: dict[str, Any], key: str) -> Any:
-    """The value of `key` as written (the interpolation itself) in the unresolved config."""
     node: Any = written
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
@@ -49,21 +46,59 @@ def _raw(written: dict[str, Any], key: str) -> Any:
 
 
 def check_added_keys(overrides: Iterable[str], keys: Iterable[str]) -> None:
-    """Refuse `+batchsize=8`: a `+` override that adds a top-level key close to one the
-    config has (Hydra suggests `+key=` for any unknown key, and the run would go on with the
-    value ignored). Nested keys (`+model.fail_at=2`, arguments of a constructor) and
-    `++key=` (add or override, deliberately) pass."""
+    """Refuse `+batchsize=8`: a `+` top-level key close to one the config has (it would be ignored)."""
     added = {}
     for override in overrides:
         key, _, value = str(override).partition("=")
-        if key.startswith("+") and not key.startswith("++") and "." not in key:
+        if key.startswith("+") and not key.startswith("++") and key[1:] not in ADDED_BY_HARNESS:
             added[key[1:]] = value
     known = [k for k in map(str, keys) if k not in added]
     for name, value in added.items():
-        if name in ADDED_BY_HARNESS:
-            continue
-        close = difflib.get_close_matches(name, known, n=1, cutoff=TYPO_CUTOFF)
+        close = "." not in name and difflib.get_close_matches(name, known, n=1, cutoff=TYPO_CUTOFF)
         if close:
             raise ConfigError(f"+{name}", value,
                               f"a key the config has (did you mean {close[0]}?)",
                               f"{close[0]}={value} (or ++{name}={value} to add it anyway)")
+
+
+def check_job(cfg: DictConfig, overrides: list[str]) -> list[tuple[str, Any, DictConfig]]:
+    """A job's config checked before compute (but its profiler list); returns check_targets' list."""
+    from harness.config.arguments import check_arguments
+    from harness.config.knobs import check_trainer_keys, read_knobs
+    from harness.config.targets import check_targets
+
+    read_knobs(cfg)
+    check_added_keys(overrides, cfg.keys())
+    check_trainer_keys(cfg)
+    targets = check_targets(cfg)
+    check_arguments(targets)
+    return targets
+
+
+@contextlib.contextmanager
+def hydra_config(cfg: DictConfig) -> Iterator[None]:
+    """Within the block, `${hydra:...}` resolves against `cfg` (as in its job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    holder = HydraConfig.instance()
+    before = holder.cfg
+    holder.set_config(cfg)
+    try:
+        yield
+    finally:
+        holder.cfg = before
+
+
+def check_values(config: DictConfig, values: dict[str, list[str]], fixed: list[str],
+                 check: Callable[[DictConfig, list[str]], Any] = check_job,
+                 loader: Any = None) -> None:
+    """Before a sweep's first job: each swept value composed with `fixed` and checked by `check`."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = loader or GlobalHydra.instance().config_loader()
+    for key, listed in values.items():
+        for value in listed:
+            overrides = [*fixed, f"{key}={value}"]
+            composed = loader.load_sweep_config(config, overrides)
+            with hydra_config(composed):
+                check(composed, overrides)

@@ -1,36 +1,22 @@
-"""The top-level knobs a sweep varies, checked and normalised before a run.
-
-Checks are explicit rather than a structured-config schema because `compile`
-is either a bool or a mode string, a union OmegaConf cannot type.
-"""
+"""The top-level knobs, checked and normalised; what the trainer keys and the machine allow."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from harness.config.checks import boolean, non_negative_int, positive_int
+from harness.config.checks import NonNegativeInt, PositiveInt, check
 from harness.config.overrides import ROUND_KEY
 from harness.errors import ConfigError
 
-# Our short names and Lightning's own spellings, mapped to Lightning's setting.
-PRECISIONS: dict[str, str] = {
-    "fp32": "32-true",
-    "32": "32-true",
-    "32-true": "32-true",
-    "fp16": "16-mixed",
-    "16": "16-mixed",
-    "16-mixed": "16-mixed",
-    "bf16": "bf16-mixed",
-    "bf16-mixed": "bf16-mixed",
-    "16-true": "16-true",
-    "bf16-true": "bf16-true",
-    "fp64": "64-true",
-    "64": "64-true",
-    "64-true": "64-true",
-}
-
+# Lightning's precision setting for each spelling: its own (16-mixed, 16) and ours (fp16).
+PRECISIONS: dict[str, str] = {name: setting for setting, names in {
+    "32-true": ("fp32", "32"), "16-mixed": ("fp16", "16"), "bf16-mixed": ("bf16",), "16-true": (),
+    "bf16-true": (), "64-true": ("fp64", "64")}.items() for name in (*names, setting)}
+FP16 = ("fp16", "16", "16-mixed")  # Lightning runs these as bf16-mixed on a CPU
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+OFF, ON = ("false", "off", "none", "no"), ("true", "on", "yes")  # None, False, True as typed
 MODES = ("train", "inference", "both")
 
 
@@ -60,62 +46,30 @@ class Knobs:
         return asdict(self)
 
 
-def parse_precision(value: Any) -> str:
-    """Map a precision knob to Lightning's precision string."""
-    key = str(value).strip().lower()
-    if key not in PRECISIONS:
-        raise ConfigError(
-            "precision", value, "one of " + ", ".join(PRECISIONS), "precision=bf16"
-        )
-    return PRECISIONS[key]
-
-
 def parse_compile(value: Any) -> str | bool:
-    """Map the compile knob to a torch.compile mode, or False when off."""
-    if value is None or value is False:
-        return False
-    if value is True:
-        return "default"
-    text = str(value).strip().lower()
-    if text in ("false", "off", "none", "no"):
-        return False
-    if text in ("true", "on", "yes"):
-        return "default"
-    if text in COMPILE_MODES:
-        return text
-    raise ConfigError(
-        "compile", value, "false, true or a torch.compile mode: " + ", ".join(COMPILE_MODES),
-        "compile=true",
-    )
+    """The torch.compile mode of the compile knob, or False when off."""
+    text = check("compile", str(value).strip().lower(), Literal[(*OFF, *ON, *COMPILE_MODES)], "true",
+                 "false, true or a torch.compile mode: " + ", ".join(COMPILE_MODES))
+    return False if text in OFF else "default" if text in ON else text
 
 
 def read_knobs(cfg: Any) -> Knobs:
     """Validate the top-level knobs of a composed config."""
-    batch_size = positive_int("batch_size", cfg.get("batch_size"), 32)
-    precision = cfg.get("precision")
-    lightning_precision = parse_precision(precision)
-    mode = cfg.get("mode")
-    if mode not in MODES:
-        raise ConfigError("mode", mode, "one of " + ", ".join(MODES), "mode=both")
-    seed = cfg.get("seed")
-    # numpy's generators take seeds in [0, 2**32): Lightning seeds numpy with it.
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ConfigError("seed", seed, "an integer from 0 to 4294967295", "seed=0")
-    compile_module = cfg.get("compile_module")
-    if not isinstance(compile_module, str) or not compile_module:
-        raise ConfigError(
-            "compile_module", compile_module, "the attribute name of the network", "compile_module=net"
-        )
+    precision = str(cfg.get("precision"))
     return Knobs(
-        batch_size=batch_size,
-        precision=str(precision),
-        lightning_precision=lightning_precision,
+        batch_size=check("batch_size", cfg.get("batch_size"), PositiveInt, 32),
+        precision=precision,
+        lightning_precision=PRECISIONS[check("precision", precision.strip().lower(),
+                                             Literal[tuple(PRECISIONS)], "bf16")],
         compile=parse_compile(cfg.get("compile")),
-        compile_module=compile_module,
-        mode=mode,
-        seed=seed,
-        repeat=positive_int("repeat", cfg.get("repeat", 1), 3, "a positive integer (runs of each point)"),
-        check_knobs=boolean("check_knobs", cfg.get("check_knobs", True)),
+        compile_module=check("compile_module", cfg.get("compile_module"),
+                             Annotated[str, ">= 1", "the attribute name of the network"], "net"),
+        mode=check("mode", cfg.get("mode"), Literal[MODES], "both"),
+        # numpy's generators take seeds in [0, 2**32): Lightning seeds numpy with it.
+        seed=check("seed", cfg.get("seed"), Annotated[int, ">= 0", f"< {2**32}"], 0),
+        repeat=check("repeat", cfg.get("repeat", 1), PositiveInt, 3,
+                     "a positive integer (runs of each point)"),
+        check_knobs=check("check_knobs", cfg.get("check_knobs", True), bool, "true"),
     )
 
 
@@ -128,8 +82,7 @@ OWNED_TRAINER_KEYS = {
 
 
 def check_trainer_keys(cfg: Any) -> None:
-    """Refuse trainer.precision / logger / profiler: harness sets them from its own keys;
-    and a strategy whose ranks run where harness cannot measure them (check_strategy)."""
+    """Refuse trainer.precision / logger / profiler, an unmeasurable strategy, a missing accelerator."""
     trainer = cfg.get("trainer")
     if not hasattr(trainer, "keys"):
         return
@@ -143,9 +96,7 @@ def check_trainer_keys(cfg: Any) -> None:
 
 
 def check_accelerator(accelerator: Any) -> None:
-    """Refuse an accelerator this machine does not have (`trainer.accelerator=gpu` on a CPU
-    machine) before anything is built: Lightning would say "No supported gpu backend found!"
-    once the Trainer is built, without a fix. Names Lightning does not know are left to it."""
+    """Refuse an accelerator this machine lacks (`gpu` on a CPU); unknown names are Lightning's."""
     if not isinstance(accelerator, str) or accelerator.lower() in ("auto", "cpu"):
         return
     from lightning.pytorch.accelerators import AcceleratorRegistry
@@ -166,21 +117,17 @@ def check_accelerator(accelerator: Any) -> None:
         "trainer.accelerator=auto (or cpu), or run on a machine with that device")
 
 
-# Start methods of Lightning's multiprocessing launcher (ddp_spawn, ddp_fork, ddp_notebook):
-# fit and predict run in processes it starts, with copies of the presets, so the presets of
-# this process see no step and the run would end `ok` without a figure.
+# Start methods (ddp_spawn, ddp_fork, ddp_notebook) whose fit runs in processes with copies of
+# the presets: this process's presets see no step and the run would end `ok` without a figure.
 UNMEASURABLE_START_METHODS = ("spawn", "fork", "forkserver")
 
 
 def check_strategy(strategy: Any) -> None:
-    """Refuse a strategy that runs the fit in processes started by multiprocessing: a name
-    Lightning registers with such a start_method (its StrategyRegistry, any plugin's names
-    included), or a strategy node given one (`start_method: spawn`)."""
+    """Refuse a strategy (a registered name or a node) with an UNMEASURABLE_START_METHODS."""
     if isinstance(strategy, str):
         from lightning.pytorch.strategies import StrategyRegistry
 
         # Its items are {"strategy": class, "init_params": {...}}; its get() would build one.
-        # Lightning looks the name up in lower case.
         name = strategy.lower()
         entry = StrategyRegistry[name] if name in StrategyRegistry else {}  # noqa: SIM401
         start_method, shown = entry.get("init_params", {}).get("start_method"), strategy
@@ -198,6 +145,48 @@ def check_strategy(strategy: Any) -> None:
 
 
 def sweep_round(cfg: Any) -> int | None:
-    """The round of a repeated sweep this job belongs to (set by the rounds sweeper), or None."""
+    """The round of a repeated sweep this job belongs to, or None."""
     value = cfg.get(ROUND_KEY)
-    return None if value is None else non_negative_int(ROUND_KEY, value)
+    return None if value is None else check(ROUND_KEY, value, NonNegativeInt, 2)
+
+
+@dataclass(frozen=True)
+class Here:
+    """What a sweep knows of the machine its jobs run on (`here`: this one)."""
+
+    here: bool = True
+    cuda: bool = False
+    cxx: bool = True
+    cpus: int | None = None
+
+
+def cuda_here(config: Any) -> bool:
+    """Whether the jobs' trainer would run on CUDA on this machine (imports torch)."""
+    import torch
+
+    accelerator = str(config.get("trainer", {}).get("accelerator") or "auto")
+    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
+
+
+def runnable(key: str, values: Iterable[str], here: Here) -> tuple[list[str], str]:
+    """(the values of `key` the jobs' device runs, why not the others)."""
+    if key == "precision" and here.here and not here.cuda:
+        return [v for v in values if str(v).lower() not in FP16], "fp16 runs only on CUDA"
+    if key == "compile" and here.here and not here.cxx:
+        return [v for v in values if str(v).lower() in OFF], ("no C++ compiler on PATH, which"
+                                                              " TorchInductor needs")
+    return list(values), ""
+
+
+def check_device(values: dict[str, list[str]], here: Here) -> None:
+    """Refuse, before any job of a sweep, a swept value the jobs' device cannot run."""
+    for key, expected, fix in (
+            ("precision", "a precision this machine runs: it has no GPU, and {} (the jobs would be"
+             " invalid)", "drop it, e.g. precision=fp32,bf16, or run the jobs on a GPU node"
+             " (hydra/launcher=slurm)"),
+            ("compile", "compile=false here: {}", "install g++ (or set CXX), or drop compile from"
+             " the space")):
+        kept, why = runnable(key, values.get(key, ()), here)
+        refused = [v for v in values.get(key, ()) if v not in kept]
+        if refused:
+            raise ConfigError(key, refused[0], expected.format(why), fix)

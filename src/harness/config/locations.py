@@ -1,8 +1,4 @@
-"""Find conf/ and sweeps/ both in a source checkout and in an installed wheel.
-
-The wheel carries them as `harness/conf` and `harness/sweeps` (see
-pyproject.toml); an editable install reads them from the repository root.
-"""
+"""conf/ and sweeps/: in the installed wheel (`harness/conf`), else at the repository root."""
 
 from __future__ import annotations
 
@@ -13,9 +9,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 def _data_dir(name: str) -> Path:
     inside_package = _PACKAGE_DIR / name
-    if inside_package.is_dir():
-        return inside_package
-    return _PACKAGE_DIR.parent.parent / name
+    return inside_package if inside_package.is_dir() else _PACKAGE_DIR.parent.parent / name
 
 
 def conf_dir() -> Path:

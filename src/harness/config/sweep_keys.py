@@ -8,30 +8,31 @@ from typing import Any
 from harness.config.overrides import ROUND_KEY, as_typed, parse_overrides
 
 
-def swept_values(overrides: Iterable[str],
-                 sweeper_params: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
-    """Key -> values, for keys with several: `batch_size=1,2,4` or `range(...)` on the command
-    line, and every key of `hydra.sweeper.params` (named sweeps set those), in that order.
-    Values are as Hydra's sweeper writes them into each job's overrides."""
+def split_sweep(overrides: Iterable[str], sweeper_params: Mapping[str, Any] | None = None
+                ) -> tuple[dict[str, list[str]], list[str]]:
+    """({swept key as typed: its values}, every other override), from sweeper params then the command line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
     found: dict[str, list[str]] = {}
+    fixed: list[str] = []
     params = [f"{k}={v}" for k, v in (sweeper_params or {}).items()]
-    for override in parser.parse_overrides([*params, *overrides]):
+    for override in OverridesParser.create().parse_overrides([*params, *overrides]):
         if override.is_sweep_override():
-            key = override.get_key_element().lstrip("+~")
-            found[key] = [v.lower() if v in ("True", "False") else v
-                          for v in map(str, override.sweep_string_iterator())]
-    return found
+            found[override.get_key_element()] = [v.lower() if v in ("True", "False") else v
+                                                 for v in map(str, override.sweep_string_iterator())]
+        else:
+            fixed.append(override.input_line)
+    return found, fixed
 
 
-def swept_keys(overrides: Iterable[str], sweeper_params: Mapping[str, Any] | None = None) -> list[str]:
-    return list(swept_values(overrides, sweeper_params))
+def swept_values(overrides: Iterable[str],
+                 sweeper_params: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
+    """split_sweep's swept keys without their +/~ prefix."""
+    return {k.lstrip("+~"): v for k, v in split_sweep(overrides, sweeper_params)[0].items()}
 
 
 def swept_values_of(config: Any) -> dict[str, list[str]]:
-    """The swept keys and values of a multirun's composed config (`config.hydra` present)."""
+    """The swept keys and values of a multirun's composed config."""
     hydra = config.hydra
     params = hydra.sweeper.get("params") if "sweeper" in hydra else None
     return swept_values(as_typed(hydra.overrides.task), params or {})
@@ -45,8 +46,7 @@ _NOT_BARE = ("true", "false", "null", "none", "(default)")
 
 
 def short_setting(key: str, value: str) -> str:
-    """'precision', 'bf16' -> 'bf16'; 'batch_size', '8' -> 'batch_size=8': a value that says
-    what it is (a word) stands alone; a number or a boolean needs its key."""
+    """'precision', 'bf16' -> 'bf16'; 'batch_size', '8' -> 'batch_size=8' (a number needs its key)."""
     try:
         float(value)
     except ValueError:
@@ -56,9 +56,7 @@ def short_setting(key: str, value: str) -> str:
 
 
 def job_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
-    """What tells a job of a sweep apart, short and led by what differs:
-    ['data.dim=32', 'batch_size=8', 'precision=bf16', '+sweep_round=1'] with batch_size and
-    precision swept -> 'batch_size=8,bf16 (round 1)'. All overrides when none is swept."""
+    """What tells a job of a sweep apart ('batch_size=8,bf16 (round 1)'); all overrides if none swept."""
     settings = parse_overrides(overrides)
     swept = [key for key in swept if key in settings and key != ROUND_KEY]
     parts = ([short_setting(key, settings[key]) for key in swept] if swept
@@ -69,8 +67,7 @@ def job_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
     return label
 
 
-# MLflow's runs table shows about 14 characters of a child run's name: keys are shortened
-# there (the params columns hold them whole).
+# MLflow's runs table shows about 14 characters of a child run's name.
 SHORT_KEYS = {"batch_size": "bs", ROUND_KEY: "r"}
 
 
@@ -80,8 +77,7 @@ def short_key(key: str) -> str:
 
 
 def run_name(overrides: Iterable[str], swept: Iterable[str]) -> str:
-    """A sweep job's MLflow run name: what tells it apart, as short as it reads:
-    batch_size=8, precision=bf16, round 1 -> 'bs=8 bf16 r1'."""
+    """A sweep job's MLflow run name, short: 'bs=8 bf16 r1'."""
     settings = parse_overrides(overrides)
     swept = [key for key in swept if key in settings and key != ROUND_KEY]
     parts = [short_setting(short_key(key), settings[key]) for key in swept]

@@ -1,5 +1,4 @@
-"""Check that every `_target_` imports, and that the model and data are Lightning's kinds,
-before a run builds anything."""
+"""Every `_target_` imports, and the model and data are Lightning's kinds, before a build."""
 
 from __future__ import annotations
 
@@ -19,27 +18,13 @@ from harness.errors import ConfigError
 REQUIRED_GROUPS = ("model", "trainer")
 
 
-def start_directory() -> str:
-    """The directory the command was started from (Hydra's original cwd in a job)."""
+def put_start_directory_on_path() -> str:
+    """Make `_target_`s in the start directory importable, as `python train.py` users expect."""
     from hydra.core.hydra_config import HydraConfig
 
-    if HydraConfig.initialized():
-        # hydra.job.chdir=true would have moved os.getcwd() into the run directory.
-        cwd = OmegaConf.select(HydraConfig.get(), "runtime.cwd", default=None)
-        if cwd:
-            return str(cwd)
-    return os.getcwd()
-
-
-def put_start_directory_on_path() -> str:
-    """Make `_target_`s in the start directory importable, as `python train.py` users expect.
-
-    The `harness` console script puts its own bin directory first on sys.path, not the
-    working directory, so `model._target_=mypkg.Net` run from the folder holding mypkg/
-    would fail to import. DDP ranks > 0 start from the same directory (harness.launch.ddp)
-    and call this too, through check_targets.
-    """
-    directory = start_directory()
+    # Hydra's runtime.cwd: hydra.job.chdir=true would have moved os.getcwd() into the run dir.
+    directory = str((HydraConfig.initialized() and OmegaConf.select(
+        HydraConfig.get(), "runtime.cwd", default=None)) or os.getcwd())
     if directory not in sys.path:
         sys.path.insert(0, directory)
     return directory
@@ -60,8 +45,6 @@ KINDS = {
 
 
 def _check_kind(key: str, target: Any) -> None:
-    """A model (data) class that is no LightningModule (DataModule) is refused right after
-    import; a factory function is left to the check after it is built."""
     if key not in KINDS or not isinstance(target, type):
         return
     import lightning.pytorch as pl
@@ -73,8 +56,7 @@ def _check_kind(key: str, target: Any) -> None:
 
 
 def check_targets(cfg: DictConfig) -> list[tuple[str, Any, DictConfig]]:
-    """(key, the imported target, its node) of every `_target_` harness builds; a ConfigError
-    naming the key of the first one that is missing, broken or not of Lightning's kind."""
+    """(key, imported target, node) of every `_target_` harness builds; ConfigError for a bad one."""
     from hydra.utils import get_object
 
     start = put_start_directory_on_path()
@@ -112,9 +94,7 @@ def check_targets(cfg: DictConfig) -> list[tuple[str, Any, DictConfig]]:
 
 
 def _check_name_in_module(key: str, target: str) -> None:
-    """`mypkg.workload.Net` where mypkg.workload imports but defines no Net: said as such
-    (Hydra's own cause reads "No module named 'mypkg.workload.Net'; 'mypkg.workload' is not
-    a package"), with the classes it does define. Nothing when the module does not import."""
+    """`mypkg.workload.Net` where mypkg.workload imports but has no Net: said, with its classes."""
     parts = target.split(".")
     for n in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:n])

@@ -1,11 +1,5 @@
-"""`harness.annotate(name)`: a named range in user code, left in for good.
-
-With every switch off (the default) entering and leaving a range reads one
-attribute and opens nothing. Once a preset switches ranges on
-(`harness.instrument.switches`), the range is a torch.profiler.record_function
-(so the name shows in the PyTorch trace and its tables, on CPU too) and/or an
-NVTX range (so it shows in Nsight Systems).
-"""
+"""`harness.annotate(name)`: a named range in user code, left in for good: one attribute read
+while switched off; a record_function and/or NVTX range once a preset switches it on."""
 
 from __future__ import annotations
 
@@ -44,8 +38,7 @@ class annotate:  # noqa: N801 - used like a function: `with harness.annotate("na
 
     def __init__(self, name: str) -> None:
         self.name = name
-        # Ranges this object opened and has yet to close; a stack, so nesting or
-        # recursion through the same object closes them in order.
+        # A stack: nesting or recursion through the same object closes its ranges in order.
         self._opened: list[tuple[Any, Any]] | None = None
 
     def __enter__(self) -> annotate:

@@ -1,10 +1,5 @@
-"""`@harness.profile`: mark a function for line-by-line timing by `profiler=line`.
-
-Marking only records the function and hands back the very same object, so a
-marked function costs nothing while no line profiler runs. line_profiler
-hooks a function through its code object, which every reference shares, so
-functions already imported elsewhere by name (`from x import f`) are timed too.
-"""
+"""`@harness.profile`: mark a function for line-by-line timing by `profiler=line`. Marking
+records it and returns the very same object: it costs nothing while no line profiler runs."""
 
 from __future__ import annotations
 
@@ -26,12 +21,11 @@ def profile(func: F) -> F:
 
 
 def marked() -> list[Callable[..., Any]]:
-    """Every function marked with @profile so far, in marking order."""
     return list(_marked)
 
 
 def attach(profiler: Any) -> None:
-    """Make `profiler` the one that functions marked from now on are added to."""
+    """Functions marked from now on are added to `profiler`."""
     global _active
     _active = profiler
 

@@ -1,17 +1,6 @@
-"""The global on/off state read by every `harness.annotate` range.
-
-Presets switch a kind of range on when their profiler starts and off when it
-stops; the switches count, so two presets that both want `record_function`
-ranges keep them on until the last one lets go:
-
-    from harness.instrument import switches
-    switches.enable("record_function")   # torch.profiler.record_function ranges
-    ...
-    switches.disable("record_function")
-
-`enable("nvtx")` opens NVTX ranges through the `nvtx` package when it is
-installed, else through torch.cuda.nvtx on a CUDA build with a GPU; with
-neither it stays a no-op and returns False.
+"""The global on/off state read by every `harness.annotate` range. Presets `enable(kind)` and
+`disable(kind)` a kind of range, counted: on until the last preset lets go. NVTX comes from
+the `nvtx` package, else torch.cuda.nvtx where CUDA works; with neither `enable` returns False.
 """
 
 from __future__ import annotations
@@ -47,19 +36,15 @@ def _check(kind: str) -> None:
 
 
 def nvtx_backend() -> tuple[Callable[[str], Any], Callable[[], Any]] | None:
-    """(push, pop) of an NVTX implementation that works here, or None."""
     try:
         import nvtx
     except ImportError:
-        nvtx = None
-    if nvtx is not None:
-        return (lambda name: nvtx.push_range(message=name)), nvtx.pop_range
-    import torch
+        import torch
 
-    # torch.cuda.nvtx raises on CPU-only builds, so it is used only where CUDA works.
-    if torch.cuda.is_available():
-        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
-    return None
+        if torch.cuda.is_available():  # torch.cuda.nvtx raises on CPU-only builds
+            return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+        return None
+    return (lambda name: nvtx.push_range(message=name)), nvtx.pop_range
 
 
 def _refresh() -> None:
@@ -97,7 +82,6 @@ def disable(kind: str) -> None:
 
 
 def is_enabled(kind: str) -> bool:
-    """Whether ranges of this kind are opened now."""
     _check(kind)
     if kind == "record_function":
         return STATE.record_function is not None
@@ -105,7 +89,7 @@ def is_enabled(kind: str) -> bool:
 
 
 def reset() -> None:
-    """Everything off, whatever the counts (for tests and for a new job in the same process)."""
+    """Everything off, whatever the counts (a new job in the same process)."""
     STATE.counts = dict.fromkeys(KINDS, 0)
     STATE.record_function = STATE.nvtx_push = STATE.nvtx_pop = None
     _refresh()
@@ -113,7 +97,6 @@ def reset() -> None:
 
 @contextmanager
 def enabled(kind: str) -> Iterator[bool]:
-    """`with enabled("record_function"):` keeps the kind on for the block."""
     active = enable(kind)
     try:
         yield active

@@ -1,14 +1,18 @@
-"""What a re-run of this job (a DDP rank, the job under nsys) needs to compose the same config."""
+"""The command that runs this job again (a DDP rank, the job under nsys) with the same config."""
 
 from __future__ import annotations
 
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
+
 
 def same_config_arguments() -> list[str]:
-    """`--config-dir` (`-cd`), `--config-name` and `hydra.searchpath` of the current Hydra job.
-
-    Without them a re-run finds only harness's own conf/, and a user's `model=my_model`
-    from `-cd my_conf` is an unknown option there.
-    """
+    """`--config-dir`, `--config-name` and `hydra.searchpath` of the current Hydra job: without
+    them a re-run finds only harness's own conf/, not a user's `-cd my_conf`."""
     from hydra.core.hydra_config import HydraConfig
 
     hydra_cfg = HydraConfig.get()
@@ -18,3 +22,17 @@ def same_config_arguments() -> list[str]:
         args.append(f"--config-name={hydra_cfg.job.config_name}")
     args += [o for o in hydra_cfg.overrides.hydra if o.startswith("hydra.searchpath")]
     return args
+
+
+def override_value(text: str) -> str:
+    """`text` as a Hydra override value, quoted when it holds characters the grammar reads."""
+    if _PLAIN.match(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def rerun_command(overrides: Sequence[str], run_dir: str | Path, python: str = sys.executable,
+                  config_args: Sequence[str] = ()) -> list[str]:
+    """`python -m harness.cli` with `config_args` and `overrides`, writing into `run_dir`."""
+    return [python, "-m", "harness.cli", *config_args, *overrides,
+            f"hydra.run.dir={override_value(str(run_dir))}"]

@@ -19,9 +19,8 @@ _DDP_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE
 
 @contextlib.contextmanager
 def job_scope() -> Iterator[InterruptionSignals]:
-    """One job: SIGTERM and the preemption signal stop it cleanly, and a DDP job leaves no
-    process group or rank variables behind for the next job of a sweep run in this process
-    (Lightning would otherwise take the next job for an already-started rank)."""
+    """The job's signals; no DDP state outlives it (Lightning would take the next job of a sweep
+    run in this process for an already-started rank)."""
     saved = {name: os.environ.get(name) for name in _DDP_ENV}
     try:
         with stop_on_signals() as signals:
@@ -36,7 +35,6 @@ def job_scope() -> Iterator[InterruptionSignals]:
 
 
 def end_process_group() -> None:
-    """Destroy this process's DDP process group, if it has one (idempotent)."""
     if "torch" not in sys.modules:
         return
     import torch.distributed as dist
@@ -46,14 +44,8 @@ def end_process_group() -> None:
 
 
 def handle_interruption(result: RunResult, output_dir: str, signals: InterruptionSignals) -> bool:
-    """After a run stopped: True if it was stopped by a signal and the job should end normally.
-
-    A signalled run is `interrupted` and says by which signal. In a submitit job (one process
-    per job) that is how the job ends: it returns, so submitit stores a result at once and
-    the submitter moves on. Elsewhere the process exits with status 128 + the signal's number
-    (130 for Ctrl-C) and no traceback; a local sweep asked to stop must stop. False (not
-    signalled): the caller re-raises.
-    """
+    """False when no signal stopped the run (the caller re-raises); else it is `interrupted`, and a
+    submitit job returns True (submitit stores its result), any other exits 128 + the signal."""
     reason = signals.reason
     if reason is None:
         return False

@@ -1,31 +1,24 @@
-"""`profiler=nsys`: run the job again as a child of `nsys profile` (the preset is
-harness.profilers.nsys).
-
-Nsight Systems has to start the program it profiles, so the job first started
-by `harness` only builds the `nsys profile ... -- python -m harness.cli ...`
-command, runs it and reads back the result the child wrote. The child gets
-the job's own overrides plus `hydra.run.dir=<this job's directory>`, so it
-writes into the same run directory, and the environment marker
-HARNESS_NSYS_CHILD=1, so it trains instead of launching nsys again.
-
-This module imports neither torch nor Lightning.
-"""
+"""`profiler=nsys`: Nsight Systems must start the program it profiles, so the job runs itself
+again under `nsys profile`, into the same run directory (HARNESS_NSYS_CHILD=1 marks the child,
+which measures), and reads back the child's result.json. Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from harness.config.checks import list_of, non_negative_int, one_of, positive_int
+from omegaconf import OmegaConf
+
+from harness.config.checks import NonNegativeInt, PositiveInt, read_fields
 from harness.errors import HarnessError
+from harness.launch.hydra_args import rerun_command, same_config_arguments
 from harness.launch.outside_tool import ON_MISSING, find_executable, tool_unavailable
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, load_result, write_result
@@ -34,77 +27,38 @@ log = logging.getLogger(__name__)
 
 CHILD_ENV = "HARNESS_NSYS_CHILD"
 REPORT_STEM = "nsys"  # reports/nsys.nsys-rep (and nsys.sqlite with stats=true)
-TRACES = (
-    "cuda",
-    "nvtx",
-    "osrt",
-    "cudnn",
-    "cublas",
-    "cusparse",
-    "cublas-verbose",
-    "cudnn-verbose",
-    "opengl",
-    "mpi",
-    "ucx",
-    "oshmem",
-    "openacc",
-    "vulkan",
-    "nvvideo",
-    "none",
-)
+TRACES = ("cuda", "nvtx", "osrt", "cudnn", "cublas", "cusparse", "cublas-verbose", "cudnn-verbose",
+          "opengl", "mpi", "ucx", "oshmem", "openacc", "vulkan", "nvvideo", "none")
 SAMPLES = ("none", "process-tree", "system-wide", "cpu")
-_PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
+_TRACE_LIST = f"a list of {', '.join(TRACES)} (at least one)"
 
 
 def in_child() -> bool:
-    """Whether this process is the job that nsys started."""
     return os.environ.get(CHILD_ENV) == "1"
 
 
 @dataclass(frozen=True)
 class NsysOptions:
-    """The validated `profiler.nsys` settings."""
+    """The `profiler.nsys` settings (conf/profiler/nsys.yaml), each checked against its hint."""
 
     executable: str = "nsys"
-    trace: tuple[str, ...] = ("cuda", "nvtx", "osrt", "cudnn", "cublas")
-    warmup_steps: int = 10
-    active_steps: int = 20
-    sample: str = "none"
+    trace: Annotated[tuple[Literal[TRACES], ...], ">= 1", _TRACE_LIST] = (
+        "cuda", "nvtx", "osrt", "cudnn", "cublas")
+    warmup_steps: NonNegativeInt = 10
+    active_steps: PositiveInt = 20
+    sample: Literal[SAMPLES] = "none"
     stats: bool = False
     extra_args: tuple[str, ...] = ()
-    on_missing: str = "warn"
+    on_missing: Literal[ON_MISSING] = "warn"
 
     @classmethod
     def read(cls, node: Mapping[str, Any]) -> NsysOptions:
-        trace = node.get("trace", cls.trace)
-        trace = tuple(str(t) for t in list_of("profiler.nsys.trace", trace, TRACES,
-                                                "[cuda,nvtx,osrt,cudnn,cublas]"))
-        sample = one_of("profiler.nsys.sample", str(node.get("sample", cls.sample)), SAMPLES, "none")
-        on_missing = one_of("profiler.nsys.on_missing", node.get("on_missing", cls.on_missing),
-                            ON_MISSING)
-        extra = node.get("extra_args", ()) or ()
-        extra = (extra,) if isinstance(extra, str) else tuple(str(a) for a in extra)
-        return cls(
-            executable=str(node.get("executable", cls.executable)),
-            trace=trace,
-            warmup_steps=non_negative_int(
-                "profiler.nsys.warmup_steps", node.get("warmup_steps", cls.warmup_steps), 10
-            ),
-            active_steps=positive_int(
-                "profiler.nsys.active_steps", node.get("active_steps", cls.active_steps), 20
-            ),
-            sample=sample,
-            stats=bool(node.get("stats", cls.stats)),
-            extra_args=extra,
-            on_missing=on_missing,
-        )
-
-
-def override_value(text: str) -> str:
-    """`text` as a Hydra override value, quoted when it holds characters the grammar reads."""
-    if _PLAIN.match(text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        raw = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+               for k, v in node.items() if k != "_target_"}
+        for key in ("trace", "extra_args"):  # one value stands for a list of one
+            if isinstance(raw.get(key), str):
+                raw[key] = [raw[key]]
+        return read_fields(cls, raw, "profiler.nsys.", "conf/profiler/nsys.yaml")
 
 
 def nsys_arguments(options: NsysOptions, output: Path) -> list[str]:
@@ -130,15 +84,8 @@ def child_command(
     config_args: Sequence[str] = (),
 ) -> list[str]:
     """The full command that re-runs this job under nsys, writing into `run_dir`."""
-    program = [
-        python,
-        "-m",
-        "harness.cli",
-        *config_args,
-        *overrides,
-        f"hydra.run.dir={override_value(str(run_dir))}",
-    ]
-    return [*nsys_arguments(options, run_dir / "reports" / REPORT_STEM), "--", *program]
+    return [*nsys_arguments(options, run_dir / "reports" / REPORT_STEM), "--",
+            *rerun_command(overrides, run_dir, python, config_args)]
 
 
 def manual_command(options: NsysOptions, overrides: Sequence[str]) -> str:
@@ -148,10 +95,7 @@ def manual_command(options: NsysOptions, overrides: Sequence[str]) -> str:
 
 
 def relaunch_under_nsys(cfg: Any, run_dir: Path, overrides: list[str]) -> RunResult | None:
-    """Run this job under nsys when `profiler.nsys` is configured; None to run it here instead.
-
-    Returns the child's RunResult (read back from its result.json) once it has ended.
-    """
+    """The child's RunResult once the job ran under nsys; None to run it here instead."""
     presets = cfg.get("profiler")
     node = presets.get("nsys") if presets is not None and hasattr(presets, "get") else None
     if node is None or in_child():
@@ -166,13 +110,8 @@ def relaunch_under_nsys(cfg: Any, run_dir: Path, overrides: list[str]) -> RunRes
         )
         tool_unavailable("nsys", "nsys", message, options.on_missing)
         return None
-
-    from harness.launch.hydra_args import same_config_arguments
-
-    command = child_command(
-        NsysOptions(**{**options.__dict__, "executable": executable}), run_dir, overrides,
-        config_args=same_config_arguments(),
-    )
+    command = child_command(replace(options, executable=executable), run_dir, overrides,
+                            config_args=same_config_arguments())
     log.info("profiler=nsys: running this job again under Nsight Systems:\n  %s",
              shlex.join(command))
     (run_dir / "reports").mkdir(parents=True, exist_ok=True)
@@ -188,11 +127,8 @@ def _read_back(run_dir: Path, command: list[str], returncode: int) -> RunResult:
         )
     result = load_result(run_dir)
     # nsys writes its report after the child has exited: list it now.
-    reports = set(result.reports)
-    reports.update(
-        str(p.relative_to(run_dir)) for p in (run_dir / "reports").glob(f"{REPORT_STEM}.*")
-    )
-    result.reports = sorted(reports)
+    written = (run_dir / "reports").glob(f"{REPORT_STEM}.*")
+    result.reports = sorted({*result.reports, *(str(p.relative_to(run_dir)) for p in written)})
     result.nsys_command = shlex.join(command)
     write_result(run_dir, result)
     if result.status != "ok" or returncode != 0:

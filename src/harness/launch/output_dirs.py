@@ -1,17 +1,7 @@
-"""Run and sweep directories that stay unique when runs start in the same second.
-
-Hydra names them after the start time (`outputs/DATE/HH-MM-SS`), so two runs started in
-the same second would share one directory and overwrite each other's files. conf/config.yaml
-wraps the name in `${unique_dir:...}`: the directory is created exclusively (mkdir without
-exist_ok, atomic on every POSIX filesystem), so of two processes asking for the same name
-one gets it and the other takes the next free one, `HH-MM-SS_2`, `_3`, ...
-
-The value is resolved once per process and name, and OmegaConf caches it in the config
-(`use_cache`), a cache Hydra copies into each job's config and that travels with the
-pickled config to submitit's job processes: a sweep and its jobs agree on the directory.
-The resolver must be registered wherever such a config is resolved: `harness.cli` before
-Hydra starts, and the launcher plugin for submitit's job processes.
-"""
+"""Run and sweep directories unique when runs start in the same second: conf/config.yaml wraps
+Hydra's `outputs/DATE/HH-MM-SS` in `${unique_dir:...}`, which creates it exclusively or takes
+the next free name (`_2`, `_3`, ...). OmegaConf caches the value in the config, which carries
+it to the jobs (submitit's too); register the resolver wherever such a config is resolved."""
 
 from __future__ import annotations
 
@@ -29,8 +19,7 @@ def unique_dir(path: str) -> str:
 
 
 def new_dir(path: str | Path) -> Path:
-    """A directory created now for this caller alone: `path`, or `path_2`, ... (each call
-    claims another; `unique_dir` gives one directory per name and process)."""
+    """A directory created now for this call alone: `path`, or `path_2`, ..."""
     return Path(_claim(Path(path)))
 
 
@@ -53,7 +42,6 @@ def _claim(base: Path) -> str:
 
 
 def register_resolver() -> None:
-    """Make `${unique_dir:...}` known to OmegaConf (once per process)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver(RESOLVER):

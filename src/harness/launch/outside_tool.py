@@ -15,12 +15,7 @@ ON_MISSING = ("warn", "error")  # the choices of profiler.<preset>.on_missing
 
 
 def find_executable(name: str) -> str | None:
-    """The program `name`: a path as given, else next to the running Python, else on PATH.
-
-    Tools that harness's extras install (py-spy, mlflow) land in the same bin/ (Scripts\\
-    on Windows) as the interpreter, which is not on PATH when a venv is used without
-    being activated (`.venv/bin/harness ...`).
-    """
+    """The program `name`: a path as given, else beside the running Python, else on PATH."""
     if Path(name).name != name:  # a path: use it as it is
         return str(Path(name)) if shutil.which(name) else None
     beside = shutil.which(name, path=str(Path(sys.executable).parent))

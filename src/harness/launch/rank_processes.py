@@ -1,26 +1,6 @@
-"""The rank > 0 processes of a DDP job, from their start to their end, and how each ended.
-
-Lightning's launcher starts ranks 1..N-1 and hands them to an observer thread that, when one
-exits non-zero, SIGKILLs every rank and the main process: in a sweep run by Hydra's basic
-launcher, the sweep itself, during a later job. harness takes the observer's place
-(`watch_ranks`, through harness.private_api.replace_ddp_process_observer) and ends the ranks
-with their job instead (`end_ranks`, from harness.run.job):
-
-- each rank > 0 writes how its job ended (`write_rank_ending`: `rank_end_rank<N>.json` in
-  the job's directory), and rank 0 folds them into the point's status
-  (`merge_rank_endings`): an OOM on any rank is an OOM of the point;
-- rank 0 waits for its ranks when the job ends, and kills those that do not end: one
-  blocked in a collective that rank 0 left never wakes (destroying the process group does
-  not wake it while rank 0 still holds the group, which the failed fit's traceback does);
-- a rank that dies before the process group forms would leave rank 0 in
-  `init_process_group` until the group's timeout (30 min): a stand-in joins in its place
-  (`_RendezvousWatch`).
-
-On gloo (CPU) a collective whose peer process exited fails at once ("Connection closed by
-peer"), so no rank waits for a timeout. Under NCCL a rank blocked in a collective is ended
-by NCCL's watchdog at the group's timeout, and the stand-in cannot join NCCL's communicator:
-see docs/ddp.md. Under SLURM every rank is started by srun and none of this runs.
-"""
+"""The rank > 0 processes of a DDP job (docs/ddp.md, "When a rank fails"): `watch_ranks` replaces
+Lightning's observer (which kills the whole process, a sweep's), `end_ranks` waits for them as
+their job ends and kills those left, and rank 0 folds how each ended into the point's status."""
 
 from __future__ import annotations
 
@@ -35,25 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.launch.ranks import rank_path
+from harness.reports.files import write_json
 from harness.result.schema import RunResult
 
 log = logging.getLogger(__name__)
 # How a rank > 0 ended its job, written by that rank for rank 0: rank_end_rank<N>.json.
 RANK_END_FILE = "rank_end.json"
-# How long rank 0 waits for the ranks it started when their job ended, before it kills them.
-# After a measured job they finish the same work (waiting also keeps the next job's
-# measurement free of them); after a failed one a rank either failed too (it writes how it
-# ended) or is blocked in a collective that will not complete.
+# How long rank 0 waits for its ranks when their job ended, before it kills them: after a
+# failed job a rank failed too (it writes how) or is blocked in a collective for good.
 WAIT_AFTER_OK_S, WAIT_AFTER_FAILURE_S = 120.0, 10.0
 # Statuses of a job that measured its point (the others failed it).
 MEASURED = ("running", "ok", "partial")
-# How a rank's error reads when it is the consequence of another rank's end: gloo's error
-# when a peer exited, torch.distributed's for a store or peer that went away.
+# How a rank's error reads when it is the consequence of another rank's end.
 _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "DistStoreError",
               "DistNetworkError", "DistBackendError")
-# A stand-in joins the process group in place of a rank that exited before it formed, then
-# exits: rank 0, waiting in init_process_group for that rank, gets in, and its first
-# collective fails at once instead of after the group's timeout. Public torch API only.
+# Joins the process group in place of a rank that exited before it formed, then exits: rank 0
+# gets out of init_process_group, and its first collective fails at once, not after 30 min.
 _STAND_IN = ("import datetime, os, torch.distributed as d;"
              " d.init_process_group('gloo', rank=int(os.environ['RANK']),"
              " world_size=int(os.environ['WORLD_SIZE']), timeout=datetime.timedelta(seconds=60));"
@@ -62,8 +39,7 @@ _STAND_IN = ("import datetime, os, torch.distributed as d;"
 
 @dataclass
 class RankEnding:
-    """How one rank > 0 ended its job: its status, reason and traceback file (from its
-    rank_end file), or its exit status when it wrote none (killed, crashed)."""
+    """How one rank > 0 ended its job: from its rank_end file, else from its exit status."""
 
     rank: int
     status: str
@@ -113,15 +89,13 @@ class _RendezvousWatch(threading.Thread):
             stand_in.wait()
 
 
-# The rank > 0 processes of the job in progress (Lightning's launcher hands them over), and
-# the watch of their rendezvous; end_ranks clears both when the job ends.
+# The rank > 0 processes of the job in progress and their watches; end_ranks clears both.
 _started: list[subprocess.Popen] = []
 _watches: list[_RendezvousWatch] = []
 
 
 def watch_ranks(child_processes: list[subprocess.Popen]) -> None:
-    """In place of Lightning's observer: keep the rank > 0 processes the launcher started,
-    for end_ranks, and watch their rendezvous. Nothing here kills this process."""
+    """In place of Lightning's observer: keep the ranks for end_ranks, watch their rendezvous."""
     _started.extend(child_processes)
     watch = _RendezvousWatch(list(child_processes))
     _watches.append(watch)
@@ -129,9 +103,8 @@ def watch_ranks(child_processes: list[subprocess.Popen]) -> None:
 
 
 def end_ranks(output_dir: Path, job_failed: bool) -> list[RankEnding]:
-    """End the rank > 0 processes of this job and say how each ended: wait (bounded) for
-    each to exit (after a failed job: to exit or write how it ended), kill those left, reap
-    all. Outside DDP none were started and this returns at once."""
+    """End the rank > 0 processes of this job and say how each ended: wait (bounded) for each
+    to exit (after a failed job: or to write how it ended), kill those left, reap all."""
     for watch in _watches:
         watch.end()
     _watches.clear()
@@ -174,16 +147,13 @@ def _ending(output_dir: Path, rank: int, returncode: int, killed: bool) -> RankE
 
 def write_rank_ending(output_dir: Path, rank: int, result: RunResult) -> None:
     """A rank > 0 says how its job ended, for rank 0 (end_ranks)."""
-    from harness.reports.files import write_json
-
     write_json(rank_path(Path(output_dir) / RANK_END_FILE, rank),
                {"rank": rank, "status": result.status, "reason": result.reason,
                 "error_log": result.error_log})
 
 
 def merge_rank_endings(result: RunResult, endings: list[RankEnding]) -> None:
-    """The point's status from every rank: an OOM on any rank is an OOM of the point (the
-    other ranks' errors, 'Connection closed by peer', are its consequence); a rank's own
+    """The point's status from every rank: an OOM on any rank is the point's; a rank's own
     failure fails a point rank 0 measured, or replaces rank 0's echo of it."""
     failed = [e for e in endings if e.status not in ("ok", "running")]
     if not failed:

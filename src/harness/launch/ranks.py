@@ -8,11 +8,7 @@ from pathlib import Path
 
 
 def global_rank() -> int:
-    """This process's global rank (0 outside distributed runs).
-
-    Lightning's once it is loaded (its strategy sets it); before that, e.g. for a config
-    error, the rank the launcher put in the environment, without importing Lightning.
-    """
+    """This process's global rank: Lightning's once loaded, else the environment's (or 0)."""
     if "lightning.pytorch" in sys.modules:
         from lightning.pytorch.utilities import rank_zero_only
 

@@ -1,17 +1,6 @@
-"""Preemption and time limits: stop the run cleanly so the reports measured so far are written.
-
-SLURM sends SIGTERM before it kills a job (scancel, preemption, end of the time
-limit), and submitit asks SLURM for its own warning signal `signal_delay_s`
-seconds before the limit (`--signal=USR2@120`: SIGUSR2 unless the
-SUBMITIT_PREEMPT_SIGNAL environment variable names another); Ctrl-C is SIGINT. While
-a run is in progress all three are turned into `RunInterrupted`, a KeyboardInterrupt:
-Lightning answers it with its graceful shutdown (callbacks' on_exception,
-teardown, child ranks killed) and then `sys.exit(1)`, and the job's `finally`
-blocks write the reports and result.json with status `interrupted`.
-
-The run is not requeued: a benchmark restarted from scratch would only
-measure the same thing again, and one restarted mid-way would mix two runs.
-"""
+"""Preemption and time limits (docs/slurm.md): SIGTERM, SIGINT and submitit's warning signal
+become `RunInterrupted`, a KeyboardInterrupt that Lightning shuts down on gracefully, so the
+reports measured so far are written, with status `interrupted`. The run is never requeued."""
 
 from __future__ import annotations
 
@@ -63,9 +52,7 @@ class InterruptionSignals:
 
 
 def stop_sweep_on_sigterm() -> Any:
-    """Between the jobs of a sweep run in this process, SIGTERM stops the sweep as Ctrl-C
-    does (a KeyboardInterrupt), so it can still write the table of the finished jobs.
-    Returns the handler it replaced (for restore_sigterm)."""
+    """Between a sweep's jobs, SIGTERM stops it as Ctrl-C does; returns the handler replaced."""
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, InterruptionSignals().handle)

@@ -1,8 +1,5 @@
-"""What SLURM tells a job about itself, for result.json and reports/slurm.json.
-
-SLURM exports these variables into every job step; submitit's own job id
-(`<array job>_<index>` for array jobs) is what its log folder is named after.
-"""
+"""What SLURM tells a job about itself (its SLURM_* variables), for result.json and
+reports/slurm.json; and the one check that SLURM's tasks match the Trainer."""
 
 from __future__ import annotations
 
@@ -33,11 +30,8 @@ _INTEGERS = {"job_id", "array_job_id", "array_task_id", "num_nodes", "ntasks", "
 
 
 def slurm_metadata(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """SLURM's facts about the current job, or None outside a SLURM job.
-
-    `submitit_job_id` is the id submitit and `squeue` show: `<array_job_id>_<array_task_id>`
-    for a job of an array (what hydra-submitit-launcher submits), else the job id.
-    """
+    """SLURM's facts about the current job, or None outside one; `submitit_job_id` is the id
+    submitit and `squeue` show (`<array_job_id>_<array_task_id>` in an array)."""
     env = os.environ if environ is None else environ
     if "SLURM_JOB_ID" not in env:
         return None
@@ -55,12 +49,8 @@ def slurm_metadata(environ: Mapping[str, str] | None = None) -> dict[str, Any] |
 
 
 def launcher_mismatch(tasks: Any, nodes: Any, devices: Any, num_nodes: Any) -> str | None:
-    """Under SLURM each task is one rank: tasks per node must equal trainer.devices, and the
-    job's nodes trainer.num_nodes. The message for the first that differs, else None.
-
-    Checked by the launcher before it submits (from the config) and by the job at its start
-    (from SLURM's environment), so a hand-written sbatch script is caught too.
-    """
+    """Under SLURM each task is one rank: tasks per node must equal trainer.devices, and nodes
+    trainer.num_nodes (before submitting, and at a job's start). The first that differs, or None."""
     def whole(value: Any) -> int | None:
         text = str(value)
         return int(text) if text.isdigit() else None
@@ -73,12 +63,3 @@ def launcher_mismatch(tasks: Any, nodes: Any, devices: Any, num_nodes: Any) -> s
         return (f"hydra.launcher.nodes={nodes} but trainer.num_nodes={num_nodes}."
                 f" Fix: hydra.launcher.nodes={num_nodes}")
     return None
-
-
-def slurm_report(meta: dict[str, Any]) -> dict[str, Any]:
-    """reports/slurm.json: the SLURM facts of the job, next to the reports they explain."""
-    return {
-        "report": "slurm",
-        "what": "the SLURM job this run ran in (from the SLURM_* environment variables)",
-        **meta,
-    }

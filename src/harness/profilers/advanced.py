@@ -1,8 +1,5 @@
-"""The `advanced` preset: cProfile of every Lightning action (Lightning's AdvancedProfiler).
-
-Each action gets its own cProfile; the report lists, per action, the functions
-that took the most cumulative time, limited to `lines` per action. Lightning
-resets the profiles at the end of each stage, so they are captured per stage.
+"""The `advanced` preset: cProfile of every Lightning action (Lightning's AdvancedProfiler),
+captured per stage before Lightning resets it (docs/presets/advanced.md).
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from typing_extensions import override
 from harness import private_api
 from harness.config.checks import one_of, positive_int
 from harness.errors import ConfigError
-from harness.profilers.preset import Preset, Report
+from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_json, write_text
 
 DOC = "docs/presets/advanced.md#output"
@@ -29,28 +26,17 @@ SORT_KEYS = ("cumulative", "tottime", "ncalls")
 class AdvancedPreset(Preset, AdvancedProfiler):
     """Lightning's AdvancedProfiler that writes reports/advanced.txt and advanced.json."""
 
-    def __init__(
-        self, lines: int | float = 20, sort_by: str = "cumulative", max_actions: int = 30
-    ) -> None:
-        # Lightning's Profiler tears itself down in __del__, which needs its __init__ to have
-        # run: it runs first, so a refused option leaves a whole profiler behind, not half one.
+    def __init__(self, lines: int | float = 20, sort_by: str = "cumulative", max_actions: int = 30
+                 ) -> None:
+        # first: Lightning's __del__ needs a whole profiler even when an option is refused
         super().__init__(line_count_restriction=lines)
-        if (
-            isinstance(lines, bool)
-            or not isinstance(lines, (int, float))
-            or lines <= 0
-            or (isinstance(lines, float) and lines > 1)
-        ):
-            raise ConfigError(
-                "profiler.advanced.lines",
-                lines,
-                "a positive integer (lines) or a fraction in (0, 1]",
-                "profiler.advanced.lines=20",
-            )
-        one_of("profiler.advanced.sort_by", sort_by, SORT_KEYS, "cumulative")
-        positive_int("profiler.advanced.max_actions", max_actions, 30)
-        self.sort_by = sort_by
-        self.max_actions = max_actions
+        if isinstance(lines, bool) or not isinstance(lines, (int, float)) or lines <= 0 or (
+                isinstance(lines, float) and lines > 1):
+            raise ConfigError("profiler.advanced.lines", lines,
+                              "a positive integer (lines) or a fraction in (0, 1]",
+                              "profiler.advanced.lines=20")
+        self.sort_by = one_of("profiler.advanced.sort_by", sort_by, SORT_KEYS, "cumulative")
+        self.max_actions = positive_int("profiler.advanced.max_actions", max_actions, 30)
         # stage -> action -> (seconds inside the action, function calls, pstats text)
         self.stages: dict[str, dict[str, tuple[float, int, str]]] = {}
 
@@ -70,19 +56,10 @@ class AdvancedPreset(Preset, AdvancedProfiler):
         return ""
 
     def action_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for stage, actions in self.stages.items():
-            for action, (seconds, calls, _) in actions.items():
-                rows.append(
-                    {
-                        "stage": stage,
-                        "action": action,
-                        "profiled_s": seconds,
-                        "function_calls": calls,
-                    }
-                )
-        rows.sort(key=lambda row: row["profiled_s"], reverse=True)
-        return rows
+        rows = [{"stage": stage, "action": action, "profiled_s": seconds, "function_calls": calls}
+                for stage, actions in self.stages.items()
+                for action, (seconds, calls, _) in actions.items()]
+        return sorted(rows, key=lambda row: row["profiled_s"], reverse=True)
 
     @override
     def write_reports(self, reports_dir: Path) -> Report:
@@ -100,34 +77,19 @@ class AdvancedPreset(Preset, AdvancedProfiler):
         ]
         for row in kept:
             seconds, calls, text = self.stages[row["stage"]][row["action"]]
-            lines.append(
-                f"==== [{row['stage']}] {row['action']}: {seconds:.4f} s profiled,"
-                f" {calls} function calls"
-            )
-            lines.append(text.rstrip())
-            lines.append("")
+            lines += [f"==== [{row['stage']}] {row['action']}: {seconds:.4f} s profiled,"
+                      f" {calls} function calls", text.rstrip(), ""]
         write_text(reports_dir / "advanced.txt", "\n".join(lines) + "\n")
-        write_json(
-            reports_dir / "advanced.json",
-            {
-                "report": "advanced",
-                "doc": DOC,
-                "stages": list(self.stages),
-                "sort_by": self.sort_by,
-                "lines_per_action": self.line_count_restriction,
-                "actions": rows,
-            },
-        )
+        write_json(reports_dir / "advanced.json", {
+            "report": "advanced", "doc": DOC, "stages": list(self.stages), "sort_by": self.sort_by,
+            "lines_per_action": self.line_count_restriction, "actions": rows,
+        })
         return Report({"advanced_actions": len(rows)}, tables=[self._table(rows)])
 
     def _table(self, rows: list[dict[str, Any]]) -> Table:
-        table = Table(title="cProfile per action (top 10; reports/advanced.txt has the functions)")
-        for column in ("stage", "action", "profiled s", "calls"):
-            table.add_column(
-                column, justify="right" if column in ("profiled s", "calls") else "left"
-            )
+        table = figures_table("cProfile per action (top 10; reports/advanced.txt has the functions)",
+                              ("stage", "action", "profiled s", "calls"), labels=2)
         for row in rows[:10]:
-            table.add_row(
-                row["stage"], row["action"], f"{row['profiled_s']:.4f}", str(row["function_calls"])
-            )
+            table.add_row(row["stage"], row["action"], f"{row['profiled_s']:.4f}",
+                          str(row["function_calls"]))
         return table

@@ -1,18 +1,5 @@
-"""FLOPs of a real step or forward pass, counted by Lightning's `measure_flops` (torch's
-FlopCounterMode), for the diagnose preset's MFU and the summary preset's forward.
-
-Convention: 2 FLOPs per multiply-add, matrix multiplications and convolutions only (what
-`torch.utils.flop_counter` counts; element-wise ops, norms and the optimizer update are
-left out, as in every MFU figure). A training step is forward + backward; an inference
-step is the forward of `predict_step`. Kernels torch cannot see into (custom CUDA or Triton
-kernels) count as zero: a count of 0 is reported as "not counted", never as a figure.
-
-The summary preset also has torchinfo's per-layer "mult-adds" for the same forward pass, an
-estimate: for each layer it hooks, its parameters times the batch's first dimension.
-Matmuls written in `forward` code are no layer (attention's `q @ k^T` and `attn @ v`), and a
-Linear applied over a sequence or spatial axis is counted once per example, not once per
-position, so a transformer's figure can be orders of magnitude low. `which_to_trust` says
-whether the two agree, and which is right when they do not.
+"""FLOPs of a real step or forward pass by Lightning's `measure_flops`, and which to trust beside
+torchinfo's mult-adds (docs/presets/summary.md). A count of 0 is "not counted", never a figure.
 """
 
 from __future__ import annotations
@@ -33,8 +20,7 @@ AGREE = (0.8, 1.25)
 
 def count_flops(module: torch.nn.Module, forward: Callable[[], Any],
                 loss: Callable[[Any], torch.Tensor] | None = None) -> tuple[int | None, str | None]:
-    """(FLOPs of `forward`, plus `loss(its output).backward()` when `loss` is given; why not
-    counted): one of the two is None. Errors in the step become the reason."""
+    """(FLOPs of `forward` and of `loss(output).backward()` if given, why not counted)."""
     try:
         total = int(measure_flops(module, forward, loss))
     except Exception as err:  # custom kernels, ops without a FLOP formula that raise
@@ -45,8 +31,7 @@ def count_flops(module: torch.nn.Module, forward: Callable[[], Any],
 
 
 def which_to_trust(mult_adds: int, flops: int | None) -> str:
-    """One line: do torchinfo's mult-adds and the counted FLOPs agree, and if not, which is
-    right."""
+    """One line: do torchinfo's mult-adds and the counted FLOPs agree, else which is right."""
     if flops is None:
         return "forward FLOPs not counted: only torchinfo's per-layer mult-adds estimate"
     if mult_adds <= 0:

@@ -1,12 +1,5 @@
-"""The `line` preset: line-by-line timings of the functions marked with `@harness.profile`.
-
-line_profiler hooks the marked functions (and any named in
-`profiler.line.functions`) through their code objects and times every line
-they run, from the first stage's setup to the last stage's teardown. Its
-tracer runs for every Python line in the process, so a run under this preset
-is slower than a plain one: read the report for where time goes inside a
-function, not for how fast the run was.
-"""
+"""The `line` preset: line-by-line timings of the functions marked with `@harness.profile` or
+listed in `profiler.line.functions`; its tracer slows every line (docs/profiling-your-code.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +17,7 @@ from typing_extensions import override
 from harness.config.checks import positive_number
 from harness.errors import ConfigError, HarnessError
 from harness.instrument import line_profile
-from harness.profilers.preset import Preset, Report
+from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_report, write_text
 
 TEXT_REPORT = "line.txt"
@@ -47,35 +40,25 @@ def resolve_function(dotted: str) -> Any:
         found = get_object(dotted)
     except Exception as err:
         cause = str(err.__cause__ or err).strip().splitlines()[0]
-        raise ConfigError(
-            "profiler.line.functions",
-            dotted,
-            f"a dotted path to an importable function ({cause})",
-            "list functions as package.module.function or package.module.Class.method",
-        ) from None
-    if not callable(found):
-        raise ConfigError(
-            "profiler.line.functions",
-            dotted,
-            f"a function, method or class, not a {type(found).__name__}",
-            "list functions as package.module.function or package.module.Class.method",
-        )
-    return found
+        expected = f"a dotted path to an importable function ({cause})"
+    else:
+        if callable(found):
+            return found
+        expected = f"a function, method or class, not a {type(found).__name__}"
+    raise ConfigError("profiler.line.functions", dotted, expected,
+                      "list functions as package.module.function or package.module.Class.method")
 
 
 class LinePreset(Preset, Callback):
     """Runs line_profiler over the marked and listed functions; writes reports/line.{txt,json,csv}."""
 
-    def __init__(
-        self, functions: Sequence[str] = (), output_unit: float = 1e-6, strip_zeros: bool = True
-    ) -> None:
+    def __init__(self, functions: Sequence[str] = (), output_unit: float = 1e-6,
+                 strip_zeros: bool = True) -> None:
         if isinstance(functions, str):
             functions = [functions]
         self.listed = [str(name) for name in functions]
-        self.output_unit = positive_number(
-            "profiler.line.output_unit", output_unit, "1e-6 (microseconds)",
-            "seconds per printed unit > 0",
-        )
+        self.output_unit = positive_number("profiler.line.output_unit", output_unit,
+                                           "1e-6 (microseconds)", "seconds per printed unit > 0")
         self.strip_zeros = bool(strip_zeros)
         self._listed_objects = [resolve_function(name) for name in self.listed]
         self.profiler = _line_profiler_class()()
@@ -87,11 +70,9 @@ class LinePreset(Preset, Callback):
             self._added.add(id(func))
             self.profiler.add_callable(func)
 
-    # -- Lightning hooks ---------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # Marks are read now, not at construction, so modules imported while the
-        # objects were built have registered theirs.
+        # read now: modules imported while the objects were built have registered theirs
         for func in [*line_profile.marked(), *self._listed_objects]:
             self._add(func)
         line_profile.attach(self.profiler)
@@ -103,9 +84,7 @@ class LinePreset(Preset, Callback):
         self._stop_one()
 
     @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, *_: Any) -> None:
         while self._running:  # Lightning calls no teardown after an error: stop tracing here
             self._stop_one()
 
@@ -116,7 +95,6 @@ class LinePreset(Preset, Callback):
         if not self._running:
             line_profile.detach()
 
-    # -- reports -------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
         """One row per line that ran: hits, total and per-hit time in seconds."""
         stats = self.profiler.get_stats()
@@ -125,18 +103,10 @@ class LinePreset(Preset, Callback):
             total = sum(t for _, _, t in lines) * stats.unit
             for lineno, hits, time in lines:
                 seconds = time * stats.unit
-                rows.append(
-                    {
-                        "function": function,
-                        "file": filename,
-                        "function_line": first_line,
-                        "line": lineno,
-                        "hits": hits,
-                        "time_s": seconds,
-                        "per_hit_s": seconds / hits if hits else None,
-                        "share_of_function": seconds / total if total else None,
-                    }
-                )
+                rows.append({"function": function, "file": filename, "function_line": first_line,
+                             "line": lineno, "hits": hits, "time_s": seconds,
+                             "per_hit_s": seconds / hits if hits else None,
+                             "share_of_function": seconds / total if total else None})
         return rows
 
     @override
@@ -146,13 +116,10 @@ class LinePreset(Preset, Callback):
         reports_dir.mkdir(parents=True, exist_ok=True)
         text = io.StringIO()
         if not self._added:
-            text.write(
-                "No functions were line-profiled: mark some with @harness.profile or list them"
-                " in profiler.line.functions=[package.module.function].\n"
-            )
-        self.profiler.print_stats(
-            stream=text, output_unit=self.output_unit, stripzeros=self.strip_zeros, config=False
-        )
+            text.write("No functions were line-profiled: mark some with @harness.profile or list"
+                       " them in profiler.line.functions=[package.module.function].\n")
+        self.profiler.print_stats(stream=text, output_unit=self.output_unit,
+                                  stripzeros=self.strip_zeros, config=False)
         write_text(reports_dir / TEXT_REPORT, text.getvalue())
         rows = self.rows()
         called = sorted({(r["file"], r["function_line"], r["function"]) for r in rows if r["hits"]})
@@ -165,24 +132,18 @@ class LinePreset(Preset, Callback):
             "functions_called": [f"{name} ({file}:{line})" for file, line, name in called],
         }
         write_report(reports_dir, "line", payload, rows)
-        metrics = {
-            "line_functions": len(self._added),
-            "line_functions_called": len(called),
-        }
+        metrics = {"line_functions": len(self._added), "line_functions_called": len(called)}
         return Report(metrics, tables=[self._table(rows)])
 
     def _table(self, rows: list[dict[str, Any]]) -> Table:
         by_function: dict[str, dict[str, float]] = {}
         for row in rows:
-            entry = by_function.setdefault(
-                f"{row['function']} ({Path(row['file']).name})", {"time_s": 0.0, "hits": 0}
-            )
+            entry = by_function.setdefault(f"{row['function']} ({Path(row['file']).name})",
+                                           {"time_s": 0.0, "hits": 0})
             entry["time_s"] += row["time_s"]
             entry["hits"] = max(entry["hits"], row["hits"])
-        table = Table(title=f"Line profile (details in reports/{TEXT_REPORT})")
-        table.add_column("function")
-        table.add_column("time s", justify="right")
-        table.add_column("most hits on a line", justify="right")
+        table = figures_table(f"Line profile (details in reports/{TEXT_REPORT})",
+                              ("function", "time s", "most hits on a line"))
         for name, entry in sorted(by_function.items(), key=lambda kv: -kv[1]["time_s"]):
             table.add_row(name, f"{entry['time_s']:.4f}", str(entry["hits"]))
         return table

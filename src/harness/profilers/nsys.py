@@ -1,11 +1,5 @@
-"""The `nsys` preset inside the job that Nsight Systems runs: the capture range and NVTX.
-
-The re-launch itself lives in `harness.launch.nsys`. Here, in the child, the preset
-switches `harness.annotate` ranges to NVTX, calls `torch.cuda.profiler.start()`
-(cudaProfilerStart) when `warmup_steps` training steps have run and
-`torch.cuda.profiler.stop()` after `active_steps` more, so nsys records steady
-state only. Outside nsys (the run went on without it) the preset does nothing.
-"""
+"""The `nsys` preset inside the job Nsight Systems runs (harness.launch.nsys): NVTX ranges for
+`harness.annotate` and a cudaProfilerApi range over `active_steps` after `warmup_steps`."""
 
 from __future__ import annotations
 
@@ -16,13 +10,12 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from harness.config.overrides import as_typed
 from harness.instrument import switches
 from harness.launch.nsys import REPORT_STEM, NsysOptions, in_child, manual_command
-from harness.profilers.preset import Preset, Report, StepWindow
+from harness.profilers.preset import Report, StepWindow, WindowPreset
 from harness.reports.files import write_json
 
 log = logging.getLogger(__name__)
@@ -35,7 +28,7 @@ def _task_overrides() -> list[str]:
         return ["profiler=[speed,nsys]"]
 
 
-class NsysPreset(Preset, Callback):
+class NsysPreset(WindowPreset):
     """Opens the cudaProfilerApi capture range over the configured training steps."""
 
     def __init__(self, **options: Any) -> None:
@@ -49,17 +42,11 @@ class NsysPreset(Preset, Callback):
         self.nvtx = False
         self._nvtx_enabled = 0
 
-    def _say(self, message: str) -> None:
-        log.warning("profiler=nsys: %s", message)
-
-    # -- the capture range -------------------------------------------------------
     def _start(self) -> None:
         if self.device is None or self.device.type != "cuda":
             self.state = "no-cuda"
-            self._say(
-                "the run is not on a CUDA device, so no capture range was opened"
-                " and nsys records nothing of it"
-            )
+            log.warning("profiler=nsys: the run is not on a CUDA device, so no capture range was"
+                        " opened and nsys records nothing of it")
             return
         torch.cuda.synchronize(self.device)  # earlier steps' kernels stay out of the range
         torch.cuda.profiler.start()
@@ -74,7 +61,6 @@ class NsysPreset(Preset, Callback):
         self.state = "done"
         self.stopped_after = self.window.done - 1
 
-    # -- Lightning hooks -----------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not self.active:
@@ -84,10 +70,8 @@ class NsysPreset(Preset, Callback):
         self.nvtx = switches.enable("nvtx")
         self._nvtx_enabled += 1
         if first and not self.nvtx:
-            self._say(
-                "no NVTX here (neither the nvtx package nor CUDA), so harness.annotate"
-                " ranges will not show in the report"
-            )
+            log.warning("profiler=nsys: no NVTX here (neither the nvtx package nor CUDA), so"
+                        " harness.annotate ranges will not show in the report")
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -96,34 +80,21 @@ class NsysPreset(Preset, Callback):
             self._nvtx_enabled -= 1
 
     @override
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if self.active and self.state == "waiting" and self.window.opens_now():
+    def window_opens(self, trainer: pl.Trainer) -> None:
+        if self.active and self.state == "waiting":
             self._start()
 
     @override
-    def on_train_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if self.window.step_done():
-            self._stop()
+    def window_closed(self) -> None:
+        self._stop()
 
     @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_end(self, *_: Any) -> None:
         self._stop()  # training ended inside the window
         if self.active and self.state == "waiting":
-            self._say(
-                f"training ran {self.window.done} steps, fewer than warmup_steps="
-                f"{self.options.warmup_steps}, so the capture range never opened"
-            )
+            log.warning("profiler=nsys: training ran %d steps, fewer than warmup_steps=%d, so the"
+                        " capture range never opened", self.window.done, self.options.warmup_steps)
 
-    # -- reports -------------------------------------------------------------------
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         if not self.active:

@@ -1,20 +1,5 @@
-"""The GPUs this process can see, read through NVML (the `pynvml` module of nvidia-ml-py).
-
-CUDA_VISIBLE_DEVICES decides which GPUs a process sees and in which order; it
-holds indices ("0,2") or UUIDs ("GPU-8f3a...", a unique prefix is enough), and
-CUDA ignores everything after the first entry it cannot resolve. NVML ignores
-the variable, and its order (PCI bus) need not be CUDA's (CUDA_DEVICE_ORDER=FASTEST_FIRST,
-its default), so where torch can name its devices' UUIDs (`cuda_uuids`,
-torch.cuda.get_device_properties(i).uuid) each CUDA index is matched to the NVML device of
-the same UUID; the variable is parsed only without them.
-
-Under MIG a process sees slices ("MIG-..." UUIDs), which NVML lists under their physical GPU
-(nvmlDeviceGetMigDeviceHandleByIndex), not in nvmlDeviceGetCount's list. A slice has its own
-memory; NVML gives no utilisation for it, and power and energy only for the whole GPU, which
-is read from the parent (`Gpu.parent`) and shared with the other slices.
-
-Every NVML call that fails becomes a missing value, never an error: the system report must
-survive any driver.
+"""The GPUs this process can see, read through NVML (pynvml), matched to CUDA indices by UUID
+or CUDA_VISIBLE_DEVICES. Every NVML call that fails is a missing value, never an error.
 """
 
 from __future__ import annotations
@@ -84,31 +69,25 @@ class Nvml:
     """An open NVML session, or the reason there is none (`unavailable`)."""
 
     def __init__(self, cuda_uuids: list[str] | None = None) -> None:
-        """`cuda_uuids`: the UUIDs of CUDA's devices in CUDA's order, where torch gives them
-        (then they decide the mapping); None: CUDA_VISIBLE_DEVICES decides."""
+        """`cuda_uuids`: CUDA's devices in order (None: CUDA_VISIBLE_DEVICES decides)."""
         self.module: Any = None
         self.gpus: list[Gpu] = []
         self.unavailable: str | None = None
         try:
             self.module = importlib.import_module("pynvml")
         except ImportError:
-            self.unavailable = (
-                "NVML not available: the nvidia-ml-py package (pynvml) is not installed"
-            )
+            self.unavailable = "NVML not available: the nvidia-ml-py package (pynvml) is not installed"
             return
         try:
             self.module.nvmlInit()
         except Exception as err:
-            self.unavailable = (
-                f"NVML not available: {_text(err) or type(err).__name__} (no NVIDIA driver?)"
-            )
+            self.unavailable = (f"NVML not available: {_text(err) or type(err).__name__}"
+                                " (no NVIDIA driver?)")
             self.module = None
             return
         self.gpus = self._visible_gpus(cuda_uuids)
         if not self.gpus:
-            self.unavailable = (
-                "no GPU visible to this process (CUDA_VISIBLE_DEVICES or none installed)"
-            )
+            self.unavailable = "no GPU visible to this process (CUDA_VISIBLE_DEVICES or none installed)"
 
     def _visible_gpus(self, cuda_uuids: list[str] | None) -> list[Gpu]:
         nv = self.module
@@ -128,34 +107,22 @@ class Nvml:
             if found is None:
                 continue  # a device NVML does not list: no figures for it
             nvml_index, handle, parent = devices[found]
-            gpus.append(
-                Gpu(
-                    index=cuda_index,
-                    nvml_index=nvml_index,
-                    uuid=uuids[found],
-                    name=_text(self._call(nv.nvmlDeviceGetName, handle) or "unknown"),
-                    handle=handle,
-                    has_energy_counter=self._call(nv.nvmlDeviceGetTotalEnergyConsumption,
-                                                  parent if parent is not None else handle)
-                    is not None,
-                    parent=parent,
-                )
-            )
+            energy = self._call(nv.nvmlDeviceGetTotalEnergyConsumption,
+                                parent if parent is not None else handle)
+            gpus.append(Gpu(index=cuda_index, nvml_index=nvml_index, uuid=uuids[found],
+                            name=_text(self._call(nv.nvmlDeviceGetName, handle) or "unknown"),
+                            handle=handle, has_energy_counter=energy is not None, parent=parent))
         return gpus
 
     def _mig_slices(self, handle: Any) -> list[Any]:
-        """The MIG devices of a physical GPU in MIG mode (none otherwise, or where NVML is too
-        old to say)."""
+        """The MIG devices of a physical GPU in MIG mode; none otherwise."""
         nv = self.module
         mode = self._call(getattr(nv, "nvmlDeviceGetMigMode", None), handle)
         if not mode or not mode[0]:  # (current, pending); current 1: MIG enabled
             return []
-        slices = []
-        for k in range(int(self._call(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0)):
-            found = self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, k)
-            if found is not None:
-                slices.append(found)
-        return slices
+        count = int(self._call(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0)
+        slices = [self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, k) for k in range(count)]
+        return [found for found in slices if found is not None]
 
     @staticmethod
     def _call(function: Any, *args: Any) -> Any:
@@ -167,16 +134,12 @@ class Nvml:
             return None
 
     def sample(self, gpu: Gpu) -> dict[str, float | None]:
-        """Utilisation %, memory used (bytes), power (W) and the energy counter (J) of one GPU."""
         nv = self.module
         util = self._call(nv.nvmlDeviceGetUtilizationRates, gpu.handle)  # None on a MIG slice
         memory = self._call(nv.nvmlDeviceGetMemoryInfo, gpu.handle)
         power_mw = self._call(nv.nvmlDeviceGetPowerUsage, gpu.power_handle)
-        energy_mj = (
-            self._call(nv.nvmlDeviceGetTotalEnergyConsumption, gpu.power_handle)
-            if gpu.has_energy_counter
-            else None
-        )
+        energy_mj = (self._call(nv.nvmlDeviceGetTotalEnergyConsumption, gpu.power_handle)
+                     if gpu.has_energy_counter else None)
         return {
             "utilization_pct": float(util.gpu) if util is not None else None,
             "memory_used_bytes": float(memory.used) if memory is not None else None,
@@ -191,8 +154,7 @@ class Nvml:
 
 
 def torch_uuids() -> list[str] | None:
-    """The UUIDs of the CUDA devices this process sees, in CUDA's order (None where torch
-    cannot say). Initialises CUDA: call it only for a run on a CUDA device."""
+    """The visible CUDA devices' UUIDs in CUDA's order, or None; initialises CUDA."""
     import torch
 
     try:

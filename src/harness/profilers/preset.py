@@ -1,55 +1,10 @@
-"""The contract between a preset and the run that hosts it.
+"""The contract between a preset and the run that hosts it (docs/architecture.md, "Presets").
 
-A preset is a Lightning Callback or a Lightning Profiler that is also a `Preset`. The run
-(harness.run.build, or a user's Trainer through harness.session) puts the configured presets
-together with `Presets.of`, and then calls a preset's code at three moments only:
-
-1. `link(shared)`, once, before the Trainer runs: what the preset offers the others goes into
-   the run's one `RunShared`, and it keeps that object for what it needs from them.
-2. Lightning's own hooks while the run trains and predicts (the preset's business).
-3. At the end, on global rank zero (harness.run.finish): `write_reports(reports_dir)` for
-   every preset, in config order, returning a `Report` (figures for result.json's metrics,
-   flags, terminal tables); then `diagnose(reports_dir, result)` for every preset, after
-   all reports, since a diagnosis reads the others' figures.
-
-Every method has a default that does nothing, so a preset overrides only what it does.
-
-**What presets share** (`RunShared`). No preset looks another up: what one needs from
-another goes through this object, written at `link` and read in Lightning hooks (at `link`
-a preset later in the list may not have offered its part yet):
-
-- `batches` (offered by harness): examples per batch per phase on this rank (`BatchCounts`),
-  read by harness.run.observe.check_what_ran.
-- `timed_from_step` (offered by the preset that times steps, speed): its first measured
-  training step; None without it. Read by diagnose (its communication window ends before
-  it) and by `BatchObserver`.
-- `cautions` (offered by the preset that times steps, speed): its thresholds and wording for
-  the `contended` and `noisy` flags it decides (harness.profilers.speed_flags.Cautions); None
-  without it. Read by diagnose, whose findings word those flags.
-- `between_steps` (offered by whoever has slow work that must not land in a timed step, such
-  as a logger's flush to its store): run by the preset that times steps just before its
-  clock restarts (after each validation, at each training epoch's end, after predict);
-  without one, by `BatchObserver` at the same moments.
-- `untimed(work)` (offered by the preset that times steps): for one-off slow work a preset
-  must do at a given step, such as the snapshot's dump at its window's end or py-spy writing
-  its files: called from a step's hooks (or between steps), it runs `work` at the first
-  moment no step is timed: at once when the step in progress has been recorded (or none
-  runs), else just after it is, with the clock paused around it (the measured window
-  closes, and the next step starts after the work). Without a timer: at once. So the work
-  lands in no step's time whichever order the presets' hooks run in.
-
-Each batch is counted once: inside its timed step by the preset that times steps (its rate
-needs the count), else by harness's `BatchObserver` at the batch's start.
-
-**Lightning takes one profiler.** Callback presets combine freely; of the presets that are
-Lightning Profilers only `pytorch` + `memory` combine (`absorb`: the pytorch preset takes
-over the memory preset's report, one torch profiler for both). Any other pair is refused,
-naming both.
-
-**Step windows.** Presets that record part of a run (snapshot, pyspy, nsys, the diagnose
-preset's communication window) follow its training steps with a `StepWindow`; pytorch,
-memory, snapshot and pyspy check at the start of training that their window fits the run
-(`check_window`), so a report is never empty for want of steps.
+A preset is a Lightning Callback or Profiler that is also a `Preset`. The run puts the presets
+together with `Presets.of` and calls each at three moments only: `link(shared)` before the
+Trainer runs; Lightning's own hooks; at the end, on global rank zero (harness.run.finish),
+`write_reports` of every preset in config order, then `diagnose` (it reads the others'
+figures). What one preset needs from another goes through the run's one `RunShared`.
 """
 
 from __future__ import annotations
@@ -57,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +20,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import Profiler
 from lightning.pytorch.utilities.data import extract_batch_size
+from rich.table import Table
 from typing_extensions import override
 
 from harness.errors import ConfigError, HarnessError
@@ -73,8 +29,7 @@ from harness.result.schema import Diagnosis, RunResult
 
 
 class ReportError(HarnessError):
-    """A preset's report could not be made; the message (one line) says why. Raised by
-    `write_reports` after it wrote what it could: result.json's `report_errors` records it."""
+    """Raised by `write_reports` after writing what it could; result.json's `report_errors`."""
 
 
 @dataclass
@@ -87,10 +42,16 @@ class Report:
     clocks: dict[str, str] = field(default_factory=dict)  # result.json clocks: metric -> its clock
 
 
-# -- what presets share ------------------------------------------------------------------------
+def figures_table(title: str, columns: Sequence[str], labels: int = 1) -> Table:
+    """A terminal table for a Report: its first `labels` columns left-aligned, the figures right."""
+    table = Table(title=title)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index < labels else "right")
+    return table
+
+
 def count_examples(batch: Any) -> int | None:
-    """Examples in a batch on this rank, by Lightning's own batch-size extraction (the leading
-    dimension of the first tensor found in it), or None when no tensor holds it."""
+    """Examples in a batch on this rank, by Lightning's extract_batch_size; None if unreadable."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an ambiguous collection: the first size found is kept
         try:
@@ -106,7 +67,6 @@ class BatchCounts:
         self.sizes: dict[str, Counter[int | None]] = {phase: Counter() for phase in PHASES}
 
     def count(self, phase: str, batch: Any) -> int | None:
-        """Count `batch`'s examples (None: unreadable) and tally them."""
         examples = count_examples(batch)
         self.sizes[phase][examples] += 1
         return examples
@@ -123,12 +83,15 @@ def at_once(work: Callable[[], None]) -> None:
 
 @dataclass
 class RunShared:
-    """What the presets of one run offer each other (the module docstring has the table)."""
+    """What one run's presets offer each other: written at `link`, read in Lightning's hooks."""
 
+    # Counted once per batch: inside its timed step by the step timer, else by BatchObserver.
     batches: BatchCounts = field(default_factory=BatchCounts)
-    timed_from_step: int | None = None  # None: no preset times steps
-    cautions: Any = None  # speed_flags.Cautions of the preset that times steps
+    timed_from_step: int | None = None  # the first measured step; None: no step timer
+    cautions: Any = None  # the step timer's speed_flags.Cautions
+    # Slow work kept out of timed steps (a logger's flush), run where the step clock restarts.
     between_steps: list[Callable[[], None]] = field(default_factory=list)
+    # untimed(work): one-off slow work from a step's hooks, run once no step is timed.
     untimed: Callable[[Callable[[], None]], None] = at_once
 
     def run_between_steps(self) -> None:
@@ -137,8 +100,7 @@ class RunShared:
 
 
 class BatchObserver(Callback):
-    """Harness's own callback in every Trainer: when no preset times steps, it counts each
-    batch into `shared.batches` and runs `shared.between_steps` where a step timer would."""
+    """Counts batches and runs `shared.between_steps` when no preset times steps."""
 
     def __init__(self, shared: RunShared) -> None:
         self.shared = shared
@@ -152,37 +114,33 @@ class BatchObserver(Callback):
             self.shared.run_between_steps()
 
     @override
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, *_: Any) -> None:
         self._seen("train", batch)
 
     @override
-    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
-                                  dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, *_: Any) -> None:
         if not trainer.sanity_checking:
             self._seen("validation", batch)
 
     @override
-    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
-                               dataloader_idx: int = 0) -> None:
+    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, *_: Any) -> None:
         self._seen("inference", batch)
 
     @override
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, *_: Any) -> None:
         self._between_steps()
 
     @override
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, *_: Any) -> None:
         self._between_steps()
 
     @override
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_end(self, *_: Any) -> None:
         self._between_steps()
 
 
-# -- the contract ------------------------------------------------------------------------------
 class Preset:
-    """Base of every preset, listed first among its bases; the module docstring says when the
-    run calls each method. The defaults do nothing."""
+    """Base of every preset, listed first among its bases; the defaults do nothing."""
 
     shared: RunShared
 
@@ -192,19 +150,14 @@ class Preset:
 
     @classmethod
     def can_absorb(cls, other: type) -> bool:
-        """Whether a preset of this class can take over the work of one of class `other`,
-        both Lightning Profilers (Lightning takes one): the rule `absorb` follows, known from
-        the classes alone, so a clash is refused before anything runs (`check_one_profiler`)."""
+        """Whether this Lightning Profiler preset can take over `other`'s work (see `absorb`)."""
         return False
 
-    def absorb(self, other: Preset) -> bool:
-        """Take over `other`'s work when both are Lightning Profilers (Lightning takes one);
-        True when this preset now does both."""
-        return False
+    def absorb(self, other: Preset) -> None:
+        """Take over the work of `other`, whose class `can_absorb` accepts."""
 
     def write_reports(self, reports_dir: Path) -> Report:
-        """Write reports/<name>.* and return what result.json and the terminal get; raise
-        ReportError (one line) after writing what could be written."""
+        """Write reports/<name>.* and return the Report; raise ReportError after writing."""
         return Report()
 
     def diagnose(self, reports_dir: Path, result: RunResult) -> Diagnosis | None:
@@ -224,8 +177,7 @@ class Presets:
 
     @classmethod
     def of(cls, built: dict[str, Any]) -> Presets:
-        """`built`: config name -> the object its `_target_` built. A plain Lightning Callback
-        runs too (it writes no report); anything else is a HarnessError."""
+        """`built`: config name -> its built object; a plain Callback runs without a report."""
         presets = cls()
         profiler_name: str | None = None
         for name, obj in built.items():
@@ -249,55 +201,44 @@ class Presets:
         return presets
 
 
+# Lightning takes one profiler: of the presets that are one, only pytorch + memory combine
 def combine_profilers(first_name: str, first: Any, second_name: str, second: Any
                       ) -> tuple[str, Any]:
-    """The (name, profiler) that does the work of both presets, or a ConfigError."""
-    for name, kept, other in ((first_name, first, second), (second_name, second, first)):
-        if isinstance(kept, Preset) and kept.absorb(other):
-            return name, kept
-    raise _clash(first_name, second_name)
+    """The (name, profiler) that does the work of both presets, or a ConfigError naming both."""
+    name, _ = _absorber((first_name, type(first)), (second_name, type(second)))
+    kept, other = (first, second) if name == first_name else (second, first)
+    kept.absorb(other)
+    return name, kept
 
 
 def check_one_profiler(targets: list[tuple[str, Any, Any]]) -> None:
-    """Lightning takes one Profiler: presets of which two are one, and neither can take over
-    the other's work, are refused before anything runs (harness.run.job.check_config; the
-    same rule as combine_profilers, on the classes). `targets`: check_targets' (key, class,
-    node) list."""
+    """combine_profilers' rule on check_targets' (key, class, node) list, before anything runs."""
     chosen = [key.removeprefix("profiler.") for key, _, _ in targets
               if key.startswith("profiler.")]
     kept: tuple[str, type] | None = None
     for key, found, _ in targets:
-        if not (key.startswith("profiler.") and isinstance(found, type)
-                and issubclass(found, Profiler)):
-            continue
-        name = key.removeprefix("profiler.")
-        if kept is None or _can_absorb(kept[1], found):
-            kept = kept or (name, found)
-        elif _can_absorb(found, kept[1]):
-            kept = (name, found)
-        else:
-            raise _clash(kept[0], name, chosen)
+        if key.startswith("profiler.") and isinstance(found, type) and issubclass(found, Profiler):
+            name = key.removeprefix("profiler.")
+            kept = (name, found) if kept is None else _absorber(kept, (name, found), chosen)
 
 
-def _can_absorb(kept: type, other: type) -> bool:
-    return issubclass(kept, Preset) and kept.can_absorb(other)
-
-
-def _clash(first_name: str, second_name: str, chosen: list[str] | None = None) -> ConfigError:
-    return ConfigError(
-        "profiler", f"[{','.join(chosen or (first_name, second_name))}]",
-        f"at most one Lightning Profiler among the presets: '{first_name}' and"
-        f" '{second_name}' cannot run together (Lightning takes one profiler and each of them"
+def _absorber(first: tuple[str, type], second: tuple[str, type], chosen: list[str] | None = None
+              ) -> tuple[str, type]:
+    """Of two Profiler presets' (name, class), the one that absorbs the other, else ConfigError."""
+    for kept, other in ((first, second), (second, first)):
+        if issubclass(kept[1], Preset) and kept[1].can_absorb(other[1]):
+            return kept
+    raise ConfigError(
+        "profiler", f"[{','.join(chosen or (first[0], second[0]))}]",
+        f"at most one Lightning Profiler among the presets: '{first[0]}' and"
+        f" '{second[0]}' cannot run together (Lightning takes one profiler and each of them"
         " is one; only pytorch + memory merge)",
-        f"keep one of them, e.g. profiler=[speed,system,{second_name}], and run the other in"
+        f"keep one of them, e.g. profiler=[speed,system,{second[0]}], and run the other in"
         " a second run")
 
 
-# -- step windows ------------------------------------------------------------------------------
 def planned_training_steps(trainer: Any) -> float:
-    """Training batches the fit will run on this rank (inf when unbounded). Known only once
-    Lightning has set up the training data (num_training_batches is inf before that): call it
-    at the start of training."""
+    """Training batches the fit will run on this rank (inf: unbounded); call at training start."""
     per_epoch = trainer.num_training_batches
     epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else math.inf
     planned = per_epoch * epochs if per_epoch else 0
@@ -308,7 +249,7 @@ def planned_training_steps(trainer: Any) -> float:
 
 
 def check_window(preset: str, window: str, needed: int, trainer: Any, fix: str) -> None:
-    """Raise a one-line HarnessError when a `needed`-step window does not fit into the fit."""
+    """A one-line HarnessError when a `needed`-step window does not fit into the fit."""
     planned = planned_training_steps(trainer)
     if needed > planned:
         raise HarnessError(
@@ -319,25 +260,39 @@ def check_window(preset: str, window: str, needed: int, trainer: Any, fix: str) 
         )
 
 
+@dataclass
 class StepWindow:
-    """Training steps [start, start + length) of a preset that records part of a run.
+    """Training steps [start, start + length) that a preset records."""
 
-    Call `opens_now()` in on_train_batch_start (True just before the window's first
-    step) and `step_done()` in on_train_batch_end (True once its last step finished).
-    """
-
-    def __init__(self, start: int, length: int) -> None:
-        self.start = start
-        self.length = length
-        self.done = 0  # training steps finished so far
-
-    @property
-    def end(self) -> int:
-        return self.start + self.length
+    start: int
+    length: int
+    done: int = 0  # training steps finished so far
 
     def opens_now(self) -> bool:
         return self.done == self.start
 
     def step_done(self) -> bool:
         self.done += 1
-        return self.done == self.end
+        return self.done == self.start + self.length
+
+
+class WindowPreset(Preset, Callback):
+    """A Callback preset that records the training steps of its `window` (None: no window)."""
+
+    window: StepWindow | None = None
+
+    def window_opens(self, trainer: Any) -> None:
+        """The window's first step is about to start."""
+
+    def window_closed(self) -> None:
+        """The window's last step has ended."""
+
+    @override
+    def on_train_batch_start(self, trainer: Any, *_: Any) -> None:
+        if self.window is not None and self.window.opens_now():
+            self.window_opens(trainer)
+
+    @override
+    def on_train_batch_end(self, *_: Any) -> None:
+        if self.window is not None and self.window.step_done():
+            self.window_closed()

@@ -1,8 +1,4 @@
-"""One `py-spy record` process: its command line, start, stop and what it said.
-
-py-spy reads the Python stacks of a running process through ptrace at a fixed
-rate; harness.profilers.pyspy runs one of these per output format.
-"""
+"""One `py-spy record` process: its command line, start, stop and what it said."""
 
 from __future__ import annotations
 
@@ -28,41 +24,11 @@ def permission_problem(stderr: str) -> bool:
     return any(word in text for word in ("permission denied", "operation not permitted", "ptrace"))
 
 
-def pyspy_command(
-    executable: str,
-    pid: int,
-    output: Path,
-    fmt: str,
-    rate: int,
-    subprocesses: bool,
-    native: bool,
-    idle: bool,
-    gil: bool,
-    nonblocking: bool,
-) -> list[str]:
-    """The `py-spy record` command line for one output format."""
-    command = [
-        executable,
-        "record",
-        "--pid",
-        str(pid),
-        "--rate",
-        str(rate),
-        "--format",
-        fmt,
-        "--output",
-        str(output),
-    ]
-    for flag, wanted in (
-        ("--subprocesses", subprocesses),
-        ("--native", native),
-        ("--idle", idle),
-        ("--gil", gil),
-        ("--nonblocking", nonblocking),
-    ):
-        if wanted:
-            command.append(flag)
-    return command
+def pyspy_command(executable: str, pid: int, output: Path, fmt: str, rate: int,
+                  **flags: bool) -> list[str]:
+    """The `py-spy record` command line for one format; `flags`: py-spy's switches, on or off."""
+    return [executable, "record", "--pid", str(pid), "--rate", str(rate), "--format", fmt,
+            "--output", str(output), *(f"--{flag}" for flag, on in flags.items() if on)]
 
 
 @dataclass
@@ -82,8 +48,7 @@ class Recorder:
     def start(self, timeout_s: float) -> str | None:
         """Start py-spy and wait until it samples; returns why it could not, or None."""
         self.output.parent.mkdir(parents=True, exist_ok=True)
-        # py-spy's messages go to a file, not a pipe: a thread reading a pipe
-        # would itself show up in the samples.
+        # a file, not a pipe: a thread reading a pipe would show up in the samples
         handle, name = tempfile.mkstemp(prefix="harness-pyspy-", suffix=".log")
         self._log = Path(name)
         with os.fdopen(handle, "w") as log:

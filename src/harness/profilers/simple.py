@@ -1,11 +1,5 @@
-"""The `simple` preset: wall time per Lightning action, from Lightning's SimpleProfiler.
-
-Writes reports/simple.{json,csv}; docs/presets/simple.md explains their fields.
-
-Lightning times every hook it calls ("actions"). With `verbose: false` the
-hooks of each callback fold into one row per callback (they are many and each
-is tiny), everything else is kept; `verbose: true` keeps every action.
-Actions nest (an epoch contains its batches), so shares do not add up to 100 %.
+"""The `simple` preset: wall time per Lightning action, from Lightning's SimpleProfiler; without
+`verbose` each callback's hooks fold into one row (docs/presets/simple.md).
 """
 
 from __future__ import annotations
@@ -20,9 +14,8 @@ from lightning.pytorch.profilers import SimpleProfiler
 from rich.table import Table
 from typing_extensions import override
 
-from harness.config.checks import non_negative_int
-from harness.errors import ConfigError
-from harness.profilers.preset import Preset, Report
+from harness.config.checks import boolean, non_negative_int
+from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_report
 
 DOC = "docs/presets/simple.md#output"
@@ -37,9 +30,7 @@ def fold_action(action: str) -> str:
     return action
 
 
-def time_rows(
-    durations: dict[str, list[float]], run_s: float, verbose: bool
-) -> list[dict[str, Any]]:
+def time_rows(durations: dict[str, list[float]], run_s: float, verbose: bool) -> list[dict[str, Any]]:
     """Rows of the time report, longest total first."""
     grouped: dict[str, list[float]] = {}
     for action, values in durations.items():
@@ -47,33 +38,20 @@ def time_rows(
     rows = []
     for action, values in grouped.items():
         total = math.fsum(values)
-        rows.append(
-            {
-                "action": action,
-                "calls": len(values),
-                "total_s": total,
-                "mean_s": total / len(values),
-                "share_of_run_pct": 100.0 * total / run_s if run_s > 0 else None,
-            }
-        )
-    rows.sort(key=lambda row: row["total_s"], reverse=True)
-    return rows
+        rows.append({"action": action, "calls": len(values), "total_s": total,
+                     "mean_s": total / len(values),
+                     "share_of_run_pct": 100.0 * total / run_s if run_s > 0 else None})
+    return sorted(rows, key=lambda row: row["total_s"], reverse=True)
 
 
 class SimplePreset(Preset, SimpleProfiler):
     """Lightning's SimpleProfiler that writes reports/simple.{json,csv} instead of printing."""
 
     def __init__(self, verbose: bool = False, console_rows: int = 15) -> None:
-        # Lightning's Profiler tears itself down in __del__, which needs its __init__ to have
-        # run: it runs first, so a refused option leaves a whole profiler behind, not half one.
+        # first: Lightning's __del__ needs a whole profiler even when an option is refused
         super().__init__(extended=True)
-        if not isinstance(verbose, bool):
-            raise ConfigError(
-                "profiler.simple.verbose", verbose, "true or false", "profiler.simple.verbose=true"
-            )
-        non_negative_int("profiler.simple.console_rows", console_rows, 15)
-        self.verbose = verbose
-        self.console_rows = console_rows
+        self.verbose = boolean("profiler.simple.verbose", verbose)
+        self.console_rows = non_negative_int("profiler.simple.console_rows", console_rows, 15)
         self._first_setup: float | None = None
         self._last_describe: float | None = None
         self.stages: list[str] = []
@@ -122,16 +100,10 @@ class SimplePreset(Preset, SimpleProfiler):
         return Report(metrics, tables=[self._table(rows)])
 
     def _table(self, rows: list[dict[str, Any]]) -> Table:
-        table = Table(title=f"Time per action (top {self.console_rows}; reports/simple.csv has all)")
-        for column in ("action", "calls", "total s", "mean s", "share %"):
-            table.add_column(column, justify="left" if column == "action" else "right")
+        table = figures_table(f"Time per action (top {self.console_rows}; reports/simple.csv has all)",
+                              ("action", "calls", "total s", "mean s", "share %"))
         for row in rows[: self.console_rows]:
             share = row["share_of_run_pct"]
-            table.add_row(
-                row["action"],
-                str(row["calls"]),
-                f"{row['total_s']:.4f}",
-                f"{row['mean_s']:.6f}",
-                "-" if share is None else f"{share:.1f}",
-            )
+            table.add_row(row["action"], str(row["calls"]), f"{row['total_s']:.4f}",
+                          f"{row['mean_s']:.6f}", "-" if share is None else f"{share:.1f}")
         return table

@@ -1,15 +1,5 @@
-"""The `snapshot` preset: CUDA memory history over a window of steps, for pytorch.org/memory_viz.
-
-torch's memory history (harness.private_api.record_memory_history) records every
-allocation with its stack; the dump is a pickle that memory_viz draws. With
-`dump_on_oom` the history runs from the start of training, so a run that dies
-of a CUDA out-of-memory error leaves a snapshot of how it got there (the
-regular snapshot still covers only the window: history restarts at its start).
-
-The dump at the window's end takes long (seconds for a large history): it runs through the
-run's `RunShared.untimed`, so it lands in no step the speed preset times, whichever of the two
-presets' hooks Lightning calls first (with the defaults the window ends where the speed
-preset's warm-up ends, the dump would otherwise fall into its first measured step).
+"""The `snapshot` preset: CUDA memory history over a window of steps, for pytorch.org/memory_viz;
+with `dump_on_oom`, from training's start so an OOM leaves one too (docs/presets/snapshot.md).
 """
 
 from __future__ import annotations
@@ -20,12 +10,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from harness import private_api
 from harness.config.checks import non_negative_int, positive_int
-from harness.profilers.preset import Preset, Report, RunShared, StepWindow, check_window
+from harness.profilers.preset import Report, RunShared, StepWindow, WindowPreset, check_window
 from harness.reports.files import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -35,7 +24,7 @@ def is_cuda_oom(err: BaseException) -> bool:
     return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
 
 
-class SnapshotPreset(Preset, Callback):
+class SnapshotPreset(WindowPreset):
     """Records CUDA memory history for `steps` training steps from step `warmup` and dumps it."""
 
     def __init__(
@@ -58,7 +47,6 @@ class SnapshotPreset(Preset, Callback):
         self.files: list[str] = []
         self.shared = RunShared()  # alone until linked: no step timer to keep the dump out of
 
-    # -- recording -------------------------------------------------------------------
     def _start(self) -> None:
         private_api.record_memory_history(self.max_entries)
         self.recording = True
@@ -75,7 +63,6 @@ class SnapshotPreset(Preset, Callback):
         self.files.append(path.name)
         log.info("snapshot: wrote %s (open it at https://pytorch.org/memory_viz)", path)
 
-    # -- Lightning hooks ---------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.rank = trainer.global_rank
@@ -86,41 +73,25 @@ class SnapshotPreset(Preset, Callback):
                 log.info("snapshot: skipped, %s; the run goes on", self.skipped)
 
     @override
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
         if self.skipped:
             return
-        check_window(
-            "snapshot",
-            "warmup + steps",
-            self.warmup + self.steps,
-            trainer,
-            "lower profiler.snapshot.warmup / profiler.snapshot.steps",
-        )
+        check_window("snapshot", "warmup + steps", self.warmup + self.steps, trainer,
+                     "lower profiler.snapshot.warmup / profiler.snapshot.steps")
         if self.dump_on_oom:
             self._start()
 
     @override
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if self.skipped or not self.window.opens_now():
+    def window_opens(self, trainer: pl.Trainer) -> None:
+        if self.skipped:
             return
         if self.recording:  # restart, so the window's snapshot holds the window only
             self._stop()
         self._start()
 
     @override
-    def on_train_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if self.skipped:
-            return
-        if self.window.step_done() and self.recording:
+    def window_closed(self) -> None:
+        if self.recording:
             self.shared.untimed(self._window_ended)
 
     def _window_ended(self) -> None:
@@ -134,21 +105,19 @@ class SnapshotPreset(Preset, Callback):
             self._start()
 
     @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_end(self, *_: Any) -> None:
         if self.recording:
             self._stop()
 
     @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        if self.skipped or not self.recording:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        if not self.recording:  # never True when skipped
             return
         if self.dump_on_oom and is_cuda_oom(exception):
             self._dump("snapshot-oom")
         self._stop()
 
-    # -- reports ---------------------------------------------------------------------
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         write_json(reports_dir / "snapshot.json", {

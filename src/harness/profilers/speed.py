@@ -1,24 +1,7 @@
 """The `speed` preset: end-to-end throughput of training, validation and inference.
 
-Clock: time.perf_counter on a CPU; on CUDA `sync` picks it (harness.profilers.event_timer:
-CUDA events per step by default, a synchronise per step with `step`, the measured window
-alone with `window`). Warm-up steps (compilation, allocator and cache warm-up) are recorded
-but left out of every figure. The preset times steps for the whole run
-(harness.profilers.preset.RunShared): it counts each batch's examples inside the step, runs
-the run's between-steps work (a logger's flush) just before its clock restarts, and the
-other presets' one-off slow work (`untimed`: the snapshot's dump) with its clock paused.
-
-Beside the clock, over each phase's measured window (its measured steps, paused while another
-phase runs): who else used the machine (harness.contention: the CPUs, and the GPU where NVML
-tells), flagged `contended:<phase>` above `contended_above`; how much the steps vary, flagged
-`noisy:<phase>`; the peak memory increase over the phase's start (harness.memory_peaks). Each
-flag is said in one line beside the speed table, with what to do.
-
-Multi-process runs (DDP): every rank times its own steps; at the end of fit and of predict
-the ranks' step records are gathered on every rank, so rank 0 can report each rank's figures
-and a total throughput that is the sum of the ranks'.
-
-reports/speed.json's fields are explained in docs/presets/speed.md (its "doc" key).
+Times every step of every phase past warm-up and is the run's step timer (RunShared); also reads
+contention, step noise and memory per phase. Fields and clocks: docs/presets/speed.md.
 """
 
 from __future__ import annotations
@@ -49,8 +32,8 @@ from harness.profilers.event_timer import (
     clocks,
 )
 from harness.profilers.nvml import Nvml, torch_uuids
-from harness.profilers.preset import Preset, Report, RunShared
-from harness.profilers.speed_flags import Cautions
+from harness.profilers.preset import Preset, Report, RunShared, figures_table
+from harness.profilers.speed_flags import Cautions, phase_word
 from harness.profilers.step_timer import (
     PhaseTimer,
     StepRecord,
@@ -63,23 +46,23 @@ from harness.reports.files import write_csv, write_report
 
 log = logging.getLogger(__name__)
 DOC = "docs/presets/speed.md#output"
-# Per-step rates sent to the loggers (MLflow charts them under these names): iterations per
-# second, and examples per second (the step's examples on this rank x world size / its time,
-# comparable across batch sizes; the headline figure sums the ranks' own measurements).
-RATE_METRIC = {
-    "train": "training_rate", "validation": "validation_rate", "inference": "inference_rate",
-}
-EXAMPLES_RATE_METRIC = {
-    "train": "training_examples_rate",
-    "validation": "validation_examples_rate",
-    "inference": "inference_examples_rate",
-}
-# Per-phase figures copied into result.json's metrics as <phase>_<figure>.
+# Per-step rates for the loggers: iterations/s and examples/s (this rank's x world size).
+RATE_METRIC = {phase: f"{phase_word(phase)}_rate" for phase in PHASES}
+EXAMPLES_RATE_METRIC = {phase: f"{phase_word(phase)}_examples_rate" for phase in PHASES}
 HEADLINE = ("seconds_per_iteration", "examples_per_second", "median_step_s", "p90_step_s",
             "between_steps_share", "first_step_s", "measured_steps", "mad_step_s",
             "median_between_s")
 CONTENTION = ("other_cpu_share", "run_delay_share")  # and, on CUDA, gpu_other_sm_share
 GPU_CLOCKS = ("window_seconds_per_iteration", "events_over_window")  # CUDA only
+TABLE_FIGURES = (("seconds_per_iteration", ".4f"), ("median_step_s", ".4f"), ("p90_step_s", ".4f"),
+                 ("examples_per_second", ".1f"), ("between_steps_share", ".1%"))
+CLOCK_TITLES = {  # the clock in force, as the speed table's title and speed.json's `clock` say it
+    "host": "time.perf_counter",
+    "step": "time.perf_counter after torch.cuda.synchronize at every step",
+    "events": "CUDA events per step, checked against the measured window (torch.cuda.synchronize"
+              " at its ends)",
+    "window": "the measured window alone (torch.cuda.synchronize at its ends)",
+}
 
 
 class SpeedPreset(Preset, Callback):
@@ -90,18 +73,17 @@ class SpeedPreset(Preset, Callback):
                  contended_above: float = 0.10, noisy_above: float = 0.25,
                  noisy_mean_over_median: float = 1.5) -> None:
         self.warmup_steps = non_negative_int("profiler.speed.warmup_steps", warmup_steps, 5)
-        self.min_measured_steps = positive_int("profiler.speed.min_measured_steps",
-                                               min_measured_steps, 10)
+        self.cautions = Cautions(  # the thresholds in force
+            self.warmup_steps,
+            positive_int("profiler.speed.min_measured_steps", min_measured_steps, 10),
+            positive_number("profiler.speed.contended_above", contended_above, 0.10, "a share > 0"),
+            positive_number("profiler.speed.noisy_above", noisy_above, 0.25, "a share > 0"),
+            positive_number("profiler.speed.noisy_mean_over_median", noisy_mean_over_median, 1.5,
+                            "a ratio > 0"))
         self.sync = one_of("profiler.speed.sync", sync, SYNC_MODES, "events")
-        self.contended_above = positive_number("profiler.speed.contended_above",
-                                               contended_above, 0.10, "a share > 0")
-        self.noisy_above = positive_number("profiler.speed.noisy_above", noisy_above, 0.25,
-                                           "a share > 0")
-        self.noisy_mean_over_median = positive_number(
-            "profiler.speed.noisy_mean_over_median", noisy_mean_over_median, 1.5, "a ratio > 0")
         self.log_rates = log_rates
         self.batch_size = batch_size
-        self.timers: dict[str, PhaseTimer | EventPhaseTimer] = {
+        self.timers: dict[str, PhaseTimer] = {
             phase: PhaseTimer(phase, self.warmup_steps) for phase in PHASES}
         self.clock = "host"  # the clock in force: host (a CPU), step, events or window
         self.cuda: Any = torch.cuda  # the CUDA boundary the event timers use (tests fake it)
@@ -110,17 +92,14 @@ class SpeedPreset(Preset, Callback):
         self.device: torch.device | None = None
         self.inference_mode: bool | None = None
         self.rank = 0
-        # phase -> rank -> that rank's step records, once gathered at the end of the phase
         self.rank_steps: dict[str, dict[int, list[StepRecord]]] = {}
-        # who else used the machine over each phase's measured window (harness.contention);
-        # under DDP every rank's own CPU time, gathered: the ranks on this host are ours
+        # under DDP every rank's own CPU time is gathered: the ranks on this host are ours
         self.cpu_windows = {phase: CpuWindow() for phase in PHASES}
         self.rank_cpu: dict[str, list[dict[str, Any]]] = {}
         self.nvml: Any = None  # an open Nvml on CUDA; None elsewhere or without NVML
         self.gpu_windows: dict[str, GpuWindow] = {}
         self.memory: dict[str, dict[str, int | None]] = {}  # phase -> its memory figures
-        # per phase: the logger step of each record (global_step for training), and how many
-        # records' rates the loggers have had
+        # per phase: each record's logger step, and how many records' rates were logged
         self._rate_steps: dict[str, list[int]] = {phase: [] for phase in PHASES}
         self._rates_logged = dict.fromkeys(PHASES, 0)
         self._running: str | None = None  # the phase whose clock runs (its steps go on)
@@ -130,10 +109,9 @@ class SpeedPreset(Preset, Callback):
     def link(self, shared: RunShared) -> None:
         super().link(shared)
         shared.timed_from_step = self.warmup_steps
-        shared.cautions = self._cautions()
+        shared.cautions = self.cautions
         shared.untimed = self.untimed
 
-    # -- Lightning hooks ---------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.world_size = trainer.world_size
@@ -177,11 +155,8 @@ class SpeedPreset(Preset, Callback):
             self.gpu_windows[phase].read()  # NVML keeps a short buffer of samples
         self._run_held(phase)  # its restart opens the window when warm-up is over
 
-    # -- other presets' slow work, outside every timed step (RunShared.untimed) ---------------
     def untimed(self, work: Callable[[], None]) -> None:
-        """Run `work` where no step is timed: after the step in progress is recorded (this
-        preset's on_*_batch_end may come after the caller's), else at once; either way with
-        the clock paused around it."""
+        """RunShared.untimed: after the step in progress is recorded, else at once."""
         phase = self._running
         if phase is not None and self.timers[phase].in_step:
             self._held.append(work)
@@ -194,8 +169,7 @@ class SpeedPreset(Preset, Callback):
             self._paused(phase, works)
 
     def _paused(self, phase: str | None, works: list[Callable[[], None]]) -> None:
-        """`works` with `phase`'s clock stopped: its measured window closes before and opens
-        again after (as around a validation), and its next step starts after them."""
+        """`works` with `phase`'s measured window closed, as around a validation."""
         if phase is not None:
             self._close_window(phase)
         try:
@@ -205,7 +179,6 @@ class SpeedPreset(Preset, Callback):
             if phase is not None:
                 self._restart(phase)
 
-    # -- the measured window: measured steps, paused while another phase runs ----------------
     def _restart(self, phase: str) -> None:
         """A new epoch, or a return from another phase: the next iteration starts now."""
         self._running = phase
@@ -215,8 +188,7 @@ class SpeedPreset(Preset, Callback):
             self.timers[phase].restart(self._now())
 
     def _open_window(self, phase: str) -> None:
-        """Measured steps start: the machine's counters, then the clock's window (on CUDA a
-        synchronise), then the next step's origin, so neither costs a timed step anything."""
+        """Counters, then the clock's window, then the next step's origin: none costs a step."""
         timer = self.timers[phase]
         if not timer.window_open:
             self.cpu_windows[phase].open()
@@ -226,7 +198,6 @@ class SpeedPreset(Preset, Callback):
         timer.restart(self._now())
 
     def _close_window(self, phase: str) -> None:
-        """Measured steps stop: the clock's window first, then the counters."""
         timer = self.timers[phase]
         if not timer.window_open:
             return
@@ -235,154 +206,123 @@ class SpeedPreset(Preset, Callback):
         if phase in self.gpu_windows:
             self.gpu_windows[phase].close()
 
-    def _finish(self, phase: str) -> None:
-        """The phase is over: its window closes and (events) every step is read back."""
-        self._close_window(phase)
-        timer = self.timers[phase]
-        if isinstance(timer, EventPhaseTimer):
-            timer.finish()
+    def _stage_end(self, phases: tuple[str, ...]) -> None:
+        """Every step read back, the stage's memory peaks, and every rank's records."""
+        for phase in phases:
+            self._close_window(phase)
+            if isinstance(timer := self.timers[phase], EventPhaseTimer):
+                timer.finish()
+        self.memory[phases[0]] = memory_peaks.phase_end(phases[0], self.device)
+        self._gather_ranks(phases)
 
     def _between_steps(self, trainer: pl.Trainer, *phases: str) -> None:
-        """What must not land in a timed step, at a moment none is timed (after validation,
-        at epoch and phase ends): the per-step rates recorded since the last call go to the
-        loggers, then the run's between-steps work runs (a logger that writes to its store,
-        an MLflow flush, can take seconds: inside a step it would count into its time and
-        its batch wait)."""
-        if self.log_rates:
-            for phase in phases:
-                self._log_rates(trainer, phase)
+        """With no step timed: the new rates to the loggers, then the run's between-steps work."""
+        self._log_rates(trainer, *phases)
         self.shared.run_between_steps()
 
-    def _log_rates(self, trainer: pl.Trainer, phase: str) -> None:
-        steps = self.timers[phase].steps  # with events: those read back so far
-        done = self._rates_logged[phase]
-        for record in steps[done:]:
-            step = self._rate_steps[phase][record.index]
-            if record.step_s > 0:
-                rates = {RATE_METRIC[phase]: 1.0 / record.step_s,
-                         EXAMPLES_RATE_METRIC[phase]:
-                             record.examples * self.world_size / record.step_s}
-                for logger in trainer.loggers:
-                    logger.log_metrics(rates, step=step)
-        self._rates_logged[phase] = len(steps)
+    def _log_rates(self, trainer: pl.Trainer, *phases: str) -> None:
+        for phase in phases if self.log_rates else ():
+            steps = self.timers[phase].steps  # with events: those read back so far
+            for record in steps[self._rates_logged[phase]:]:
+                if record.step_s > 0:
+                    rates = {RATE_METRIC[phase]: 1.0 / record.step_s,
+                             EXAMPLES_RATE_METRIC[phase]:
+                                 record.examples * self.world_size / record.step_s}
+                    for logger in trainer.loggers:
+                        logger.log_metrics(rates, step=self._rate_steps[phase][record.index])
+            self._rates_logged[phase] = len(steps)
 
     @override
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_start(self, *_: Any) -> None:
         memory_peaks.phase_start("train", self.device)
 
     @override
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_predict_start(self, *_: Any) -> None:
         memory_peaks.phase_start("inference", self.device)
 
     @override
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_epoch_start(self, *_: Any) -> None:
         self._restart("train")
 
     @override
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             *_: Any) -> None:
         self._received("train", batch)
 
     @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         self._done("train", trainer)
 
     @override
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_validation_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         if not trainer.sanity_checking:
             self._close_window("train")  # validation inside training is no training step
             self._restart("validation")
 
     @override
-    def on_validation_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                  batch: Any, *_: Any) -> None:
         if not trainer.sanity_checking:
             self._received("validation", batch)
 
     @override
-    def on_validation_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-        batch_idx: int, dataloader_idx: int = 0,
-    ) -> None:
+    def on_validation_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         if not trainer.sanity_checking:
             self._done("validation", trainer)
 
     @override
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_validation_end(self, trainer: pl.Trainer, *_: Any) -> None:
         if trainer.sanity_checking:  # before training: its epoch start restarts its clock
             self._between_steps(trainer)
             return
         self._close_window("validation")
         self._between_steps(trainer, "train", "validation")
-        # Training resumes after validation: its next iteration starts now, so
-        # validation time is never charged to a training step.
-        self._restart("train")
+        self._restart("train")  # validation time is never charged to a training step
 
     @override
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._close_window("train")  # before the epoch's end work and any pass at the fit's end
-        self._running = None
-        self._run_held(None)
+    def on_train_epoch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._phase_paused("train")  # before the epoch's end work and any pass at the fit's end
         self._between_steps(trainer, "train")  # the next epoch's first iteration starts after this
 
     @override
-    def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_predict_epoch_start(self, *_: Any) -> None:
         self.inference_mode = torch.is_inference_mode_enabled()
         self._restart("inference")
 
     @override
-    def on_predict_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                               batch: Any, *_: Any) -> None:
         self._received("inference", batch)
 
     @override
-    def on_predict_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-        batch_idx: int, dataloader_idx: int = 0,
-    ) -> None:
+    def on_predict_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         self._done("inference", trainer)
 
     @override
-    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._close_window("inference")  # before any pass at predict's end
+    def on_predict_epoch_end(self, *_: Any) -> None:
+        self._phase_paused("inference")  # before any pass at predict's end
+
+    def _phase_paused(self, phase: str) -> None:
+        self._close_window(phase)
         self._running = None
         self._run_held(None)
 
     # Every rank runs these hooks, so the collective inside cannot hang.
     @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for phase in ("train", "validation"):
-            self._finish(phase)
-        self.memory["train"] = memory_peaks.phase_end("train", self.device)
-        self._gather_ranks(("train", "validation"))
-        if self.log_rates:
-            for phase in ("train", "validation"):
-                self._log_rates(trainer, phase)
+    def on_train_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._stage_end(("train", "validation"))
+        self._log_rates(trainer, "train", "validation")
 
     @override
-    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._finish("inference")
-        self.memory["inference"] = memory_peaks.phase_end("inference", self.device)
-        self._gather_ranks(("inference",))
+    def on_predict_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._stage_end(("inference",))
         self._between_steps(trainer, "inference")
 
     @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, trainer: pl.Trainer, *_: Any) -> None:
         self._running = None
         self._held.clear()  # work held by the step that failed: its preset ends on its own
-        if self.log_rates:  # an interrupted run keeps the rates it measured
-            for phase in PHASES:
-                self._log_rates(trainer, phase)
+        self._log_rates(trainer, *PHASES)  # an interrupted run keeps the rates it measured
 
     def _gather_ranks(self, phases: tuple[str, ...]) -> None:
         """Every rank's step records, and its own CPU time over the window (one collective)."""
@@ -395,22 +335,13 @@ class SpeedPreset(Preset, Callback):
             self.rank_cpu[phase] = [mine[phase][1] for mine in gathered]
 
     def _steps_by_rank(self, phase: str) -> dict[int, list[StepRecord]]:
-        """Each rank's steps of `phase`; only this rank's own when the ranks were not
-        gathered (one process, or the run stopped before the end of the phase)."""
+        """Each rank's steps of `phase`; this rank's own alone where they were not gathered."""
         return self.rank_steps.get(phase) or {self.rank: self.timers[phase].steps}
 
-    # -- reports -------------------------------------------------------------------
     def phase_summaries(self) -> dict[str, dict[str, Any]]:
-        """Figures per phase that ran at least one step.
-
-        Step-time figures are this rank's (rank 0 when reports are written);
-        `examples_per_second` is the whole run's: the sum of every rank's own
-        examples / measured time, or this rank's x world_size when the other
-        ranks' figures could not be collected (`ranks_measured` < world_size) or came from
-        the measured window (`clocks`).
-        """
+        """Figures per phase that ran a step; `examples_per_second` sums the ranks'."""
         summaries = {}
-        cautions = self._cautions()
+        cautions = self.cautions
         for phase, timer in self.timers.items():
             if not timer.recorded:
                 continue
@@ -425,7 +356,7 @@ class SpeedPreset(Preset, Callback):
                     figures["clocks"]["examples_per_second"] != "window"):
                 figures["examples_per_second"] = total_examples_per_second(per_rank)
             figures["ranks_measured"] = len(per_rank)
-            figures["thin"] = figures["measured_steps"] < self.min_measured_steps
+            figures["thin"] = figures["measured_steps"] < cautions.min_measured_steps
             figures.update(cautions.noise(figures))
             figures["contention"] = self._contention(phase)
             figures["memory"] = self.memory.get(phase)
@@ -433,39 +364,18 @@ class SpeedPreset(Preset, Callback):
             summaries[phase] = figures
         return summaries
 
-    def _cautions(self) -> Cautions:
-        return Cautions(self.warmup_steps, self.min_measured_steps, self.contended_above,
-                        self.noisy_above, self.noisy_mean_over_median)
-
     def _contention(self, phase: str) -> dict[str, Any] | None:
-        """Who else used the CPUs (and, on CUDA where NVML tells, the GPU) in the phase's
-        measured window; None when it never opened."""
-        found = self.cpu_windows[phase].figures(self.contended_above, self.rank_cpu.get(phase))
+        """Who else used the CPUs (and GPU) in the measured window; None: it never opened."""
+        found = self.cpu_windows[phase].figures(self.cautions.contended_above,
+                                                self.rank_cpu.get(phase))
         gpu = self.gpu_windows.get(phase)
         if found is None or gpu is None:
             return found
         gpu.own_pids |= {r["pid"] for r in self.rank_cpu.get(phase, [])}
-        found.update(gpu.figures(self.contended_above))
+        found.update(gpu.figures(self.cautions.contended_above))
         if found["gpu_contended"]:
             found["contended"] = True
         return found
-
-    def _clock_title(self) -> str:
-        """The clock in force, as the table's title and speed.json's `clock` say it."""
-        if self.clock == "host":
-            return "time.perf_counter"
-        if self.clock == "step":
-            return "time.perf_counter after torch.cuda.synchronize at every step"
-        if self.clock == "events":
-            return ("CUDA events per step, checked against the measured window (torch.cuda."
-                    "synchronize at its ends)")
-        return "the measured window alone (torch.cuda.synchronize at its ends)"
-
-    def _sync_note(self) -> str | None:
-        if self.clock == "host":
-            return (f"profiler.speed.sync={self.sync} is ignored on {self.device_type()}: no"
-                    " device queue to wait for, every figure is time.perf_counter's")
-        return None
 
     def device_type(self) -> str:
         return "cpu" if self.device is None else self.device.type
@@ -473,28 +383,28 @@ class SpeedPreset(Preset, Callback):
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         phases = self.phase_summaries()
-        flags = self._cautions().flags(phases)
+        flags = self.cautions.flags(phases)
         if self.nvml is not None:
             self.nvml.close()
         used = {phase: figures["clocks"] for phase, figures in phases.items()}
         payload = {
             "report": "speed",
             "doc": DOC,
-            "clock": self._clock_title(),
+            "clock": CLOCK_TITLES[self.clock],
             "sync": self.sync,
-            "sync_note": self._sync_note(),
+            "sync_note": (f"profiler.speed.sync={self.sync} is ignored on {self.device_type()}: no"
+                          " device queue to wait for, every figure is time.perf_counter's"
+                          if self.clock == "host" else None),
             "clocks": clock_legend(used),
             "warmup_steps_excluded": self.warmup_steps,
-            "min_measured_steps": self.min_measured_steps,
-            "contended_above": self.contended_above,
-            "noisy_above": self.noisy_above,
-            "noisy_mean_over_median": self.noisy_mean_over_median,
+            "min_measured_steps": self.cautions.min_measured_steps,
+            "contended_above": self.cautions.contended_above,
+            "noisy_above": self.cautions.noisy_above,
+            "noisy_mean_over_median": self.cautions.noisy_mean_over_median,
             "world_size": self.world_size,
             "inference_mode": self.inference_mode,
             "phases": phases,
         }
-        # the CSV keeps one row per phase; per-rank figures, clocks, contention and memory
-        # are in the JSON
         nested = ("per_rank", "clocks", "contention", "memory")
         rows = [{"phase": phase, **{k: v for k, v in figures.items() if k not in nested}}
                 for phase, figures in phases.items()]
@@ -513,8 +423,7 @@ class SpeedPreset(Preset, Callback):
         return Report(metrics, flags, tables, clocks=figure_clocks)
 
     def _metrics(self, phases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """result.json's metrics: per phase the headline, the contention shares, the memory
-        increase and, on CUDA, the window's clock (docs/running.md lists them)."""
+        """result.json's metrics (docs/running.md lists them)."""
         metrics: dict[str, Any] = {}
         cuda = self.device_type() == "cuda"
         for phase, figures in phases.items():
@@ -529,48 +438,26 @@ class SpeedPreset(Preset, Callback):
 
     def step_rows(self, rank: int = 0) -> list[dict[str, Any]]:
         """One row per step of every phase of one rank: its rates over time."""
-        rows = []
-        for phase in PHASES:
-            for s in self._steps_by_rank(phase).get(rank, []):
-                rows.append({
-                    "rank": rank,
-                    "phase": phase,
-                    "step": s.index,
-                    "step_s": s.step_s,
-                    "between_s": s.between_s,
-                    "examples": s.examples,
-                    RATE_METRIC[phase]: 1.0 / s.step_s if s.step_s > 0 else None,
-                    "warmup": s.warmup,
-                })
-        return rows
+        return [{"rank": rank, "phase": phase, "step": s.index, "step_s": s.step_s,
+                 "between_s": s.between_s, "examples": s.examples,
+                 RATE_METRIC[phase]: 1.0 / s.step_s if s.step_s > 0 else None, "warmup": s.warmup}
+                for phase in PHASES for s in self._steps_by_rank(phase).get(rank, [])]
 
-    # -- the terminal's tables (and the run's log) ---------------------------------
     def _table(self, phases: dict[str, dict[str, Any]]) -> Table:
-        """One row per phase; a thin phase (too few measured steps) says so beside its steps."""
-        table = Table(title=f"Speed (warm-up of {self.warmup_steps} steps excluded;"
-                            f" {self._clock_title()})")
-        for column in ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s",
-                       "between steps"):
-            table.add_column(column, justify="left" if column == "phase" else "right")
+        table = figures_table(
+            f"Speed (warm-up of {self.warmup_steps} steps excluded; {CLOCK_TITLES[self.clock]})",
+            ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s", "between steps"))
         for phase, f in phases.items():
-            table.add_row(
-                phase,
-                f"{f['measured_steps']}{' (thin)' if f['thin'] else ''}",
-                _fmt(f["seconds_per_iteration"], ".4f"),
-                _fmt(f["median_step_s"], ".4f"),
-                _fmt(f["p90_step_s"], ".4f"),
-                _fmt(f["examples_per_second"], ".1f"),
-                _fmt(f["between_steps_share"], ".1%"),
-            )
+            table.add_row(phase, f"{f['measured_steps']}{' (thin)' if f['thin'] else ''}",
+                          *(_fmt(f[key], spec) for key, spec in TABLE_FIGURES))
         return table
 
     def _rank_tables(self, phases: dict[str, dict[str, Any]]) -> list[Table]:
         """Multi-process runs: each rank's own figures, and their sum."""
         if self.world_size <= 1:
             return []
-        table = Table(title=f"Speed per rank ({self.world_size} ranks; total = sum of ranks)")
-        for column in ("phase", "rank", "steps", "s/iter", "examples/s"):
-            table.add_column(column, justify="left" if column == "phase" else "right")
+        table = figures_table(f"Speed per rank ({self.world_size} ranks; total = sum of ranks)",
+                              ("phase", "rank", "steps", "s/iter", "examples/s"))
         for phase, f in phases.items():
             for r in f["per_rank"]:
                 table.add_row(phase, str(r["rank"]), str(r["measured_steps"]),

@@ -1,17 +1,5 @@
-"""The speed preset's cautions about its own figures: each a result.json flag, said in one line
-beside the speed table with what to do.
-
-- `warmup_swallowed:<phase>`: every step was warm-up, so the phase has no figures;
-- `thin:<phase>`: fewer measured steps than `min_measured_steps`;
-- `contended:<phase>`: other processes took the machine during the phase's measured window
-  (harness.contention's rule, above `contended_above`);
-- `noisy:<phase>`: the steps vary too much for the headline figures to be read as precise:
-  a typical step lies more than `noisy_above` from the median (robust CV: 1.4826 x MAD /
-  median), or the mean step is more than `noisy_mean_over_median` x the median (a few slow
-  steps hold much of the time: the p90 misses them, every mean-based figure has them).
-
-The diagnose preset's `noisy` and `contended` findings read these flags: one rule, one place.
-"""
+"""The speed preset's cautions (`warmup_swallowed`, `thin`, `contended`, `noisy`), each a
+result.json flag said in one line with what to do (docs/presets/speed.md)."""
 
 from __future__ import annotations
 
@@ -19,17 +7,20 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from harness.measured import MAD_TO_SD
+
 log = logging.getLogger("harness.profilers.speed")
-# A robust standard deviation from the median absolute deviation (normal data: MAD x 1.4826).
-MAD_TO_SD = 1.4826
 NOISY_FIX = ("a quieter machine or more steps; repeat=3 shows the spread, reports/"
              "speed_steps.csv the slow steps (the first ones: more profiler.speed.warmup_steps)")
 CONTENDED_FIX = "rerun on a quiet machine (top shows who else runs)"
 
 
+def phase_word(phase: str) -> str:
+    return "training" if phase == "train" else phase
+
+
 def robust_cv(figures: dict[str, Any]) -> float | None:
-    """The spread of one step around the median, as a share of it: 1.4826 x MAD / median (a
-    standard deviation for normal data, unmoved by a few outliers); None without the figures."""
+    """1.4826 x MAD / median of the steps; None without the figures."""
     mad, median = figures.get("mad_step_s"), figures.get("median_step_s")
     if mad is None or not median:
         return None
@@ -47,8 +38,7 @@ class Cautions:
     noisy_mean_over_median: float
 
     def noise(self, figures: dict[str, Any]) -> dict[str, Any]:
-        """The phase's step spread and the `noisy` verdict (None where the steps were not
-        timed one by one: sync=window)."""
+        """The phase's step spread and `noisy` (None where steps were not timed: sync=window)."""
         cv = robust_cv(figures)
         mean, median = figures.get("seconds_per_iteration"), figures.get("median_step_s")
         skew = mean / median if mean is not None and median else None
@@ -74,7 +64,6 @@ class Cautions:
                          phase, figures["measured_steps"], self.min_measured_steps)
             if (figures.get("contention") or {}).get("contended"):
                 found.append(f"contended:{phase}")
-                # said as the thin line is (info): a caution about the figures, not a failure
                 log.info("%s", self.contended_line(phase, figures["contention"]))
             if figures.get("noisy"):
                 found.append(f"noisy:{phase}")
@@ -83,7 +72,6 @@ class Cautions:
         return found
 
     def contended_line(self, phase: str, c: dict[str, Any]) -> str:
-        """What was measured, what it means, and the fix."""
         seen = []
         if c.get("other_cpu_share") is not None and c.get("basis") != "run_delay":
             seen.append(f"other processes used {c['other_cpu_share']:.0%} of the {c['cpus']:g}"
@@ -102,8 +90,7 @@ class Cautions:
                 f" Fix: {CONTENDED_FIX}")
 
     def noise_said(self, figures: dict[str, Any]) -> list[str]:
-        """What made the phase noisy, in words (the speed line and the diagnose preset's
-        `noisy` finding both say it)."""
+        """What made the phase noisy, in words (for the speed line and diagnose's finding)."""
         said = []
         cv, skew = figures.get("robust_cv"), figures.get("mean_over_median")
         if cv is not None and cv > self.noisy_above:

@@ -1,17 +1,7 @@
-"""Per-phase step timing on the host's clock, and the arithmetic behind the speed report (no
-Lightning).
+"""Per-phase step timing on the host's clock, and the arithmetic behind the speed report.
 
-The clock the diagnose preset's passes and the speed preset's `sync=step` time steps with is
-`time.perf_counter`, read after `torch.cuda.synchronize()` when the device is a GPU, so a
-step's time includes the kernels it queued and not only their launch. (The speed preset's
-other GPU clocks, without a synchronise per step, are in harness.profilers.event_timer.)
-
-An iteration is one whole loop step as the user experiences it: from the end
-of the previous step (or the start of the phase) to the end of this one, so
-the wait for the next batch is inside it. Its `between_s` is the time from that
-same starting point to the moment the step receives its batch: the batch fetch and
-its transfer, plus whatever Lightning runs after harness's end-of-step hook (later
-callbacks' hooks, checkpoints, logging). The diagnose preset tells the two apart.
+An iteration runs from the previous step's end to this one's; `between_s` is the part before the
+batch arrived (docs/presets/speed.md).
 """
 
 from __future__ import annotations
@@ -52,8 +42,7 @@ class StepRecord:
 
 @dataclass
 class Segment:
-    """One stretch of a phase's measured window: from the moment measured steps start (the end
-    of warm-up, a return from another phase) to the moment they stop."""
+    """One stretch of a phase's measured window, from when measured steps start to their stop."""
 
     start_s: float  # host clock (after a synchronise on a GPU)
     first_step: int  # index of the first step that began in it
@@ -85,7 +74,6 @@ def step_figures(steps: list[StepRecord], world_size: int) -> dict[str, float | 
         "measured_time_s": total,
         "seconds_per_iteration": total / len(times) if len(times) else None,
         "median_step_s": median,
-        # the median absolute deviation: how far a typical step lies from the median
         "mad_step_s": float(np.median(np.abs(times - median))) if median is not None else None,
         "p90_step_s": float(np.percentile(times, 90)) if len(times) else None,
         "examples_per_second": examples / total if total > 0 else None,
@@ -100,25 +88,27 @@ def step_figures(steps: list[StepRecord], world_size: int) -> dict[str, float | 
 
 @dataclass
 class PhaseTimer:
-    """Collects step records for one phase (train, validation or inference) on the host clock
-    the caller reads (`now`), and the segments of its measured window."""
+    """One phase's step records on the clock the caller reads (`now`), and its window's segments."""
 
     name: str
     warmup_steps: int
-    steps: list[StepRecord] = field(default_factory=list)
+    host_steps: list[StepRecord] = field(default_factory=list)  # as the host's clock saw them
     segments: list[Segment] = field(default_factory=list)
     _origin: float | None = None  # end of the previous step, or the start of the phase
     _batch_at: float | None = None
     _examples: int = 0
 
     @property
+    def steps(self) -> list[StepRecord]:
+        return self.host_steps
+
+    @property
     def recorded(self) -> int:
         """Steps done so far, warm-up included."""
-        return len(self.steps)
+        return len(self.host_steps)
 
     @property
     def measuring(self) -> bool:
-        """Warm-up is over: the steps from here on are measured."""
         return self.recorded >= self.warmup_steps
 
     @property
@@ -131,7 +121,7 @@ class PhaseTimer:
         return self._batch_at is not None
 
     def restart(self, now: float) -> None:
-        """A new epoch or a return from another phase: the next iteration starts here."""
+        """The next iteration starts here (a new epoch, or back from another phase)."""
         self._origin = now
         self._batch_at = None
 
@@ -144,31 +134,23 @@ class PhaseTimer:
     def step_done(self, now: float) -> StepRecord | None:
         if self._origin is None or self._batch_at is None:
             return None
-        record = StepRecord(
-            index=len(self.steps),
-            step_s=now - self._origin,
-            between_s=self._batch_at - self._origin,
-            examples=self._examples,
-            warmup=len(self.steps) < self.warmup_steps,
-        )
-        self.steps.append(record)
+        record = StepRecord(self.recorded, now - self._origin, self._batch_at - self._origin,
+                            self._examples, warmup=self.recorded < self.warmup_steps)
+        self.host_steps.append(record)
         self._origin = now
         self._batch_at = None
         return record
 
     def open_window(self, now: float) -> None:
-        """Measured steps start: a segment of the measured window opens at `now`."""
         if not self.window_open:
             self.segments.append(Segment(now, first_step=self.recorded))
 
     def close_window(self, now: float) -> None:
-        """Measured steps stop (another phase runs, or the phase ends)."""
         if self.window_open:
             segment = self.segments[-1]
             segment.end_s, segment.steps = now, self.recorded - segment.first_step
 
     def summary(self, world_size: int) -> dict[str, float | int | None]:
-        """Figures over the measured (non-warm-up) steps; None where nothing was measured."""
         return step_figures(self.steps, world_size)
 
 
@@ -188,7 +170,7 @@ def rank_figures(rank: int, steps: list[StepRecord]) -> dict[str, float | int | 
 
 
 def total_examples_per_second(per_rank: list[dict[str, float | int | None]]) -> float | None:
-    """Throughput of the whole run: ranks work side by side, so their rates add up."""
+    """The run's throughput: ranks work side by side, so their rates add up."""
     rates = [r["examples_per_second"] for r in per_rank]
     if not rates or any(r is None for r in rates):
         return None

@@ -1,19 +1,6 @@
-"""The `summary` preset: torchinfo's table of layers and parameters, in the run's real precision.
-
-It is taken at the first batch the run sees, with that batch (or the module's
-example_input_array), on the run's device, inside Lightning's precision context (autocast at
-the run's dtype), so shapes, dtypes and sizes are those of the real run. Which part of the
-batch goes to `forward` is found by trying the usual shapes (harness.profilers.summary_inputs).
-Lightning's measure_flops (torch's FlopCounterMode) counts the same forward pass's FLOPs
-beside torchinfo's mult-adds (harness.profilers.flops says which to trust). torchinfo cannot
-hook into compiled modules, so any torch.compile'd child is swapped back to its original
-module for the summary and restored afterwards (harness.private_api.uncompiled). The forward
-pass runs under no_grad and is left out of the speed report's figures (it falls in the first,
-warm-up, step).
-
-A summary that cannot be taken never stops the run, and is never silent: summary.json holds
-the error, and write_reports raises it, so result.json's `report_errors` and one warning line
-say why (with the real exception, not torchinfo's "See above stack traces").
+"""The `summary` preset: torchinfo's table of layers and parameters at the first batch, in the
+run's precision context, with FlopCounterMode's count (docs/presets/summary.md). A failed summary
+never stops the run: summary.json holds the error and write_reports raises it.
 """
 
 from __future__ import annotations
@@ -37,20 +24,12 @@ from harness.profilers.summary_inputs import ForwardInput, forward_inputs
 from harness.reports.files import write_json, write_text
 
 DOC = "docs/presets/summary.md#output"
-COLUMNS = (
-    "input_size",
-    "output_size",
-    "num_params",
-    "params_percent",
-    "kernel_size",
-    "mult_adds",
-    "trainable",
-)
+COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "mult_adds",
+           "trainable")
 
 
 def _real_error(err: BaseException) -> str:
-    """torchinfo wraps forward's exception in "Failed to run torchinfo. See above stack
-    traces" (traces it never printed): the cause is the error the user can act on."""
+    """The cause under torchinfo's "Failed to run torchinfo" wrapper: what the user can act on."""
     cause = err.__cause__ if err.__cause__ is not None else err
     return first_line(cause)[:300]
 
@@ -62,14 +41,11 @@ def _dtype(tensor: torch.Tensor) -> str:
 class SummaryPreset(Preset, Callback):
     """Writes reports/summary.txt and summary.json; totals go to result.json."""
 
-    def __init__(
-        self, depth: int = 4, columns: list[str] | tuple[str, ...] = COLUMNS[:4] + ("mult_adds",)
-    ) -> None:
-        non_negative_int("profiler.summary.depth", depth, 4)
-        columns = list_of("profiler.summary.columns", columns, COLUMNS,
-                          "[input_size,output_size,num_params]", allow_empty=True)
-        self.depth = depth
-        self.columns = tuple(columns)
+    def __init__(self, depth: int = 4,
+                 columns: list[str] | tuple[str, ...] = COLUMNS[:4] + ("mult_adds",)) -> None:
+        self.depth = non_negative_int("profiler.summary.depth", depth, 4)
+        self.columns = tuple(list_of("profiler.summary.columns", columns, COLUMNS,
+                                     "[input_size,output_size,num_params]", allow_empty=True))
         self.done = False
         self.text: str | None = None
         self.totals: dict[str, Any] = {}
@@ -104,14 +80,9 @@ class SummaryPreset(Preset, Callback):
 
         def summarise() -> None:
             taken.append(torchinfo.summary(
-                pl_module,
-                input_data=candidate.torchinfo_data,
-                depth=self.depth,
-                col_names=self.columns,
-                device=device,
-                mode="train" if pl_module.training else "eval",
-                verbose=0,
-            ))
+                pl_module, input_data=candidate.torchinfo_data, depth=self.depth,
+                col_names=self.columns, device=device,
+                mode="train" if pl_module.training else "eval", verbose=0))
 
         with private_api.uncompiled(pl_module), trainer.precision_plugin.forward_context():
             autocast = torch.is_autocast_enabled(device.type)
@@ -145,28 +116,20 @@ class SummaryPreset(Preset, Callback):
         self.trust = which_to_trust(self.totals["total_mult_adds"], flops)
 
     @override
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             *_: Any) -> None:
         self._summarise(trainer, pl_module, batch)
 
     @override
-    def on_predict_batch_start(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                               batch: Any, *_: Any) -> None:
         self._summarise(trainer, pl_module, batch)
 
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         header = [
             "Model summary (torchinfo): layers, output shapes and parameters of the"
-            " LightningModule,"
-            " from one forward pass on the run's first batch.",
+            " LightningModule, from one forward pass on the run's first batch.",
             f"Context: {self.context}",
             "Expected overhead: one extra forward pass (no_grad) at the first step, inside the"
             " speed report's warm-up.",

@@ -1,20 +1,5 @@
-"""What the summary feeds `forward`: the module's `example_input_array`, else a real batch of
-the run, taken apart the ways Lightning users write `forward`.
-
-A batch is what the dataloader yields; `forward` takes what `training_step` passes it. The
-two match in a few common shapes, tried in this order (the first forward that runs wins):
-
-- `example_input_array`: Lightning's own declaration of forward's input (a tensor; a tuple of
-  positional inputs; a dict of keyword inputs). When set, it is the only input tried.
-- a dict batch whose keys name forward's parameters: those entries as keyword inputs
-  (PhysicsNeMo's `{"image": x}` with `forward(image)`);
-- a list/tuple batch and a forward with n > 1 required parameters: its first n items
-  (Lightning's demo Transformer: `(inputs, target)`, `forward(inputs, target)`);
-- a list/tuple batch and a forward whose parameter is annotated as a Tensor: its first item
-  (MNIST's `(x, y)` with `forward(x: Tensor)`), before the whole batch;
-- the whole batch as one input (what Lightning's default predict_step passes);
-- a list/tuple's first item, or a dict's first tensor (`forward(x)` on `(x, y)`).
-"""
+"""What the summary feeds `forward`: `example_input_array`, else the run's batch taken apart the
+ways users write `forward`, most likely first (docs/presets/summary.md, "What `forward` gets")."""
 
 from __future__ import annotations
 
@@ -89,7 +74,6 @@ def _declared(example: Any, names: list[str]) -> ForwardInput:
 
 
 def forward_inputs(module: Any, batch: Any) -> list[ForwardInput]:
-    """The inputs to try, most likely first (see the module docstring)."""
     parameters = _parameters(module)
     if module.example_input_array is not None:
         return [_declared(module.example_input_array, [p.name for p in parameters])]

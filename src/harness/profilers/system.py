@@ -1,15 +1,5 @@
-"""The `system` preset: a sampler thread that records CPU, memory, disk and GPU while the run runs.
-
-Every `interval_s` seconds (and once when a stage starts and ends) it records process and
-system CPU %, resident memory, system-wide disk read/write rates and, for each
-GPU the run uses (the trainer's devices, matched to NVML by UUID: harness.profilers.nvml),
-utilisation, memory used, power and NVML's energy counter. The sample at a stage's start
-has no CPU % or disk rate (nothing to compare with yet); it starts the energy count. Energy
-per GPU is the counter's difference where the GPU has one, and power integrated over time
-(trapezoids) where it does not. A MIG slice's power and energy are its whole GPU's, counted
-once however many of its slices the run uses. The thread runs from a stage's setup to its
-teardown, so it never outlives the run.
-"""
+"""The `system` preset: a sampler thread recording CPU, memory, disk and the run's GPUs every
+`interval_s` from each stage's setup to its teardown (docs/presets/system.md)."""
 
 from __future__ import annotations
 
@@ -28,21 +18,12 @@ from typing_extensions import override
 
 from harness.config.checks import positive_number
 from harness.profilers.nvml import Nvml, torch_uuids
-from harness.profilers.preset import Preset, Report
+from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_report
 from harness.terminal import size
 
 log = logging.getLogger(__name__)
 GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "power_w")
-CPU_FIELDS = (
-    "process_cpu_pct",
-    "system_cpu_pct",
-    "rss_bytes",
-    "children_rss_bytes",
-    "disk_read_bytes_per_s",
-    "disk_write_bytes_per_s",
-)
-# The system table's rows: what each measure is, with its unit (bytes are scaled per cell).
 CPU_LABELS = {
     "process_cpu_pct": "process CPU, % of one core",
     "system_cpu_pct": "system CPU, % of all cores",
@@ -53,34 +34,24 @@ CPU_LABELS = {
 }
 GPU_LABELS = {"utilization_pct": "utilisation, %", "memory_used_bytes": "memory used",
               "power_w": "power, W"}
+CPU_FIELDS = tuple(CPU_LABELS)
 
 
 class SystemSampler:
     """Samples the machine on a background thread between start() and stop()."""
 
-    def __init__(
-        self,
-        interval_s: float,
-        with_gpus: bool = True,
-        devices: list[int] | None = None,
-        cuda_uuids: list[str] | None = None,
-    ) -> None:
-        """`devices`: the CUDA indices the run uses (None: every visible GPU; []: none);
-        `cuda_uuids`: torch's UUIDs of the CUDA devices, to find them in NVML."""
+    def __init__(self, interval_s: float, with_gpus: bool = True, devices: list[int] | None = None,
+                 cuda_uuids: list[str] | None = None) -> None:
+        """`devices`: the run's CUDA indices (None: every visible GPU; []: none)."""
         self.interval_s = interval_s
         self.process = psutil.Process()
         self.nvml = Nvml(cuda_uuids) if with_gpus and devices != [] else None
-        self.gpu_note = (
-            None if self.nvml is None or self.nvml.unavailable is None else self.nvml.unavailable
-        )
-        if self.nvml is not None and devices is not None and not self.gpu_note:
+        self.gpu_note = ("GPU sampling turned off (profiler.system.gpus=false)" if not with_gpus
+                         else "the run uses no GPU" if self.nvml is None else self.nvml.unavailable)
+        if self.nvml is not None and devices and not self.gpu_note:
             self.nvml.gpus = [gpu for gpu in self.nvml.gpus if gpu.index in devices]
             if not self.nvml.gpus:
                 self.gpu_note = f"NVML lists none of the run's GPUs (cuda:{devices})"
-        if devices == []:
-            self.gpu_note = "the run uses no GPU"
-        if not with_gpus:
-            self.gpu_note = "GPU sampling turned off (profiler.system.gpus=false)"
         self.samples: list[dict[str, Any]] = []
         self.segments = 0
         self.active_s = 0.0
@@ -112,9 +83,8 @@ class SystemSampler:
         self._segment_start = time.perf_counter()
         self._take(first=True)  # energy and power from the stage's very start
         self._stopping.clear()
-        self._thread = threading.Thread(
-            target=self._loop, name="harness-system-sampler", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name="harness-system-sampler",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -150,16 +120,11 @@ class SystemSampler:
             "disk_read_bytes_per_s": None,
             "disk_write_bytes_per_s": None,
         }
-        if (not first and self._last is not None and disk is not None
-                and self._last[1] is not None):
-            elapsed = now - self._last[0]
-            if elapsed > 0:
-                sample["disk_read_bytes_per_s"] = (
-                    disk.read_bytes - self._last[1].read_bytes
-                ) / elapsed
-                sample["disk_write_bytes_per_s"] = (
-                    disk.write_bytes - self._last[1].write_bytes
-                ) / elapsed
+        before_s, before = self._last or (now, None)
+        if not first and disk is not None and before is not None and now > before_s:
+            elapsed = now - before_s
+            for key in ("read_bytes", "write_bytes"):
+                sample[f"disk_{key}_per_s"] = (getattr(disk, key) - getattr(before, key)) / elapsed
         self._last = (now, disk)
         for gpu in self.gpus:
             for key, value in self.nvml.sample(gpu).items():
@@ -167,17 +132,14 @@ class SystemSampler:
         self.samples.append(sample)
 
     def _system_cpu_pct(self) -> float | None:
-        """Busy share of all CPUs since the previous sample, in %. Not psutil.cpu_percent:
-        it keeps its previous reading per thread, and the samples come from two threads (the
-        sampler's and, for a stage's tail, the caller's), so its first and last were wrong."""
+        """Busy % of all CPUs since the last sample (psutil.cpu_percent's state is per thread)."""
         now = _busy_and_total(psutil.cpu_times())
         (busy, total), self._cpu_last = (
             (now[0] - self._cpu_last[0], now[1] - self._cpu_last[1]), now)
         return round(100 * busy / total, 1) if total > 0 else None
 
-    # -- figures -----------------------------------------------------------------------
     def gpu_energy(self, index: int) -> tuple[float | None, str]:
-        """Energy of one GPU over the sampled time, in joules, and how it was obtained."""
+        """(Joules one GPU used over the sampled time, how it was obtained)."""
         counter, power = f"gpu{index}_energy_counter_j", f"gpu{index}_power_w"
         total, methods = 0.0, set()
         for before, after in zip(self.samples, self.samples[1:], strict=False):
@@ -201,8 +163,7 @@ class SystemSampler:
 
 
 def run_gpus(trainer: pl.Trainer) -> tuple[list[int], list[str] | None]:
-    """The CUDA indices of the trainer's devices on this node and torch's UUIDs of the CUDA
-    devices; ([], None) for a run on another accelerator."""
+    """(The trainer's CUDA indices on this node, torch's UUIDs); ([], None) off CUDA."""
     device = trainer.strategy.root_device
     if device.type != "cuda":
         return [], None
@@ -211,15 +172,13 @@ def run_gpus(trainer: pl.Trainer) -> tuple[list[int], list[str] | None]:
 
 
 def _busy_and_total(times: Any) -> tuple[float, float]:
-    """(busy, total) seconds of psutil.cpu_times(): idle and I/O wait are not busy; guest
-    time is already inside user time on Linux, so it is not counted twice."""
+    """(busy, total) seconds of psutil.cpu_times(); guest time is already inside user time."""
     fields = times._asdict()
     total = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
     return total - fields["idle"] - fields.get("iowait", 0.0), total
 
 
-# harness's own MLflow tracker runs as a child of the job (harness.tracking.tracker): its
-# memory is not the run's, and must not read as its data loader workers'.
+# harness's own MLflow tracker is a child of the job: its memory is not the loader workers'.
 TRACKER_COMMAND = "harness.tracking.tracker_process"
 
 
@@ -242,9 +201,8 @@ class SystemPreset(Preset, Callback):
     """Runs a SystemSampler during every stage and writes reports/system.{json,csv}."""
 
     def __init__(self, interval_s: float = 1.0, gpus: bool = True) -> None:
-        self.interval_s = positive_number(
-            "profiler.system.interval_s", interval_s, 1.0, "a number of seconds > 0"
-        )
+        self.interval_s = positive_number("profiler.system.interval_s", interval_s, 1.0,
+                                          "a number of seconds > 0")
         self.with_gpus = bool(gpus)
         self.sampler: SystemSampler | None = None
 
@@ -263,13 +221,13 @@ class SystemPreset(Preset, Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.sampler is not None:
-            self.sampler.stop()
+        self._stop()
 
     @override
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, *_: Any) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
 
@@ -282,18 +240,13 @@ class SystemPreset(Preset, Callback):
             energy_j, method = sampler.gpu_energy(gpu.index)
             if gpu.parent is not None:
                 method += " (the whole GPU's: a MIG slice)"
-            gpus.append(
-                {
-                    "index": gpu.index,
-                    "nvml_index": gpu.nvml_index,
-                    "uuid": gpu.uuid,
-                    "name": gpu.name,
-                    "mig": gpu.parent is not None,
-                    **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_FIELDS},
-                    "energy_wh": energy_j / 3600.0 if energy_j is not None else None,
-                    "energy_method": method,
-                }
-            )
+            gpus.append({
+                "index": gpu.index, "nvml_index": gpu.nvml_index, "uuid": gpu.uuid,
+                "name": gpu.name, "mig": gpu.parent is not None,
+                **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_FIELDS},
+                "energy_wh": energy_j / 3600.0 if energy_j is not None else None,
+                "energy_method": method,
+            })
         return {
             "samples": len(sampler.samples),
             "execution_time_s": sampler.active_s,
@@ -332,13 +285,9 @@ class SystemPreset(Preset, Callback):
         return Report(metrics, tables=[self.table(figures)])
 
     def table(self, figures: dict[str, Any]) -> Table:
-        """The terminal's table of `figures` (summary()): means and maxima, each with its unit."""
-        table = Table(
-            title=f"System ({figures['samples']} samples every {self.interval_s:g} s,"
-            f" {figures.get('execution_time_s') or 0:.1f} s)"
-        )
-        for column in ("measure", "mean", "max"):
-            table.add_column(column, justify="left" if column == "measure" else "right")
+        table = figures_table(f"System ({figures['samples']} samples every {self.interval_s:g} s,"
+                              f" {figures.get('execution_time_s') or 0:.1f} s)",
+                              ("measure", "mean", "max"))
         for key in CPU_FIELDS:
             stats = figures.get(key) or {}
             table.add_row(CPU_LABELS[key], _fmt(key, stats.get("mean")), _fmt(key, stats.get("max")))

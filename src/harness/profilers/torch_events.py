@@ -1,9 +1,4 @@
-"""Rows of the PyTorch profiler's structured events (`key_averages()`), never its printed table.
-
-torch renamed the `cuda_*` attributes of an event to `device_*` (2.4); both
-spellings are read, so the columns are right on old and new torch, on CPU-only
-runs (device columns are 0) and on CUDA runs alike. Times come in microseconds.
-"""
+"""Rows of the PyTorch profiler's `key_averages()`, reading torch's `cuda_*` and `device_*` names."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ SORT_COLUMNS: dict[str, str] = {
     "count": "calls",
 }
 
-# Rows that are not operators: Lightning's and the schedule's record_function ranges, module
-# ranges, and (with with_stack) Python frames like "torch/nn/modules/module.py(1773): _call_impl".
+# Not operators: record_function and module ranges, and (with_stack) Python frames "f.py(17): g".
 _ANNOTATION_PREFIXES = ("[pl][", "ProfilerStep", "nn.Module:")
 _PYTHON_FRAME = re.compile(r"^\S+\(\d+\): |^<built-in ")
 
@@ -43,24 +37,22 @@ def _first(event: Any, *names: str) -> float:
 
 def event_row(event: Any) -> dict[str, Any]:
     """One averaged event as a flat row: bytes and milliseconds."""
-    row = {
+    return {
         "name": event.key,
         "calls": int(event.count),
         "self_cpu_memory_bytes": int(_first(event, "self_cpu_memory_usage")),
         "cpu_memory_bytes": int(_first(event, "cpu_memory_usage")),
-        "self_device_memory_bytes": int(
-            _first(event, "self_device_memory_usage", "self_cuda_memory_usage")
-        ),
+        "self_device_memory_bytes": int(_first(event, "self_device_memory_usage",
+                                               "self_cuda_memory_usage")),
         "device_memory_bytes": int(_first(event, "device_memory_usage", "cuda_memory_usage")),
         "self_cpu_time_ms": _first(event, "self_cpu_time_total") / 1000.0,
         "cpu_time_ms": _first(event, "cpu_time_total") / 1000.0,
-        "self_device_time_ms": _first(event, "self_device_time_total", "self_cuda_time_total")
-        / 1000.0,
+        "self_device_time_ms": _first(event, "self_device_time_total",
+                                      "self_cuda_time_total") / 1000.0,
         "device_time_ms": _first(event, "device_time_total", "cuda_time_total") / 1000.0,
         "flops": int(getattr(event, "flops", 0) or 0),
         "input_shapes": str(event.input_shapes) if getattr(event, "input_shapes", None) else "",
     }
-    return row
 
 
 def is_operator(row: dict[str, Any]) -> bool:
@@ -76,9 +68,6 @@ def top_rows(rows: list[dict[str, Any]], column: str, limit: int) -> list[dict[s
 
 def memory_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """Operators with the most memory (CPU + device, including children), largest first."""
-    operators = [
-        dict(row, total_memory_bytes=row["cpu_memory_bytes"] + row["device_memory_bytes"])
-        for row in rows
-        if is_operator(row)
-    ]
+    operators = [dict(row, total_memory_bytes=row["cpu_memory_bytes"] + row["device_memory_bytes"])
+                 for row in rows if is_operator(row)]
     return top_rows(operators, "total_memory_bytes", limit)

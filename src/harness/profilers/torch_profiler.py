@@ -1,28 +1,19 @@
-"""The `pytorch` and `memory` presets: Lightning's PyTorchProfiler over a window of steps.
-
-Recording every step costs far more than the steps themselves on a small model,
-so both presets record a window (torch.profiler.schedule): `pytorch` as
-wait / warmup / active steps, `memory` as `warmup` skipped steps then `steps`
-recorded ones. Each window ends in `_trace_ready`, which keeps the structured
-events (`key_averages()`) and writes the trace; the reports are built from those.
-
-Lightning takes one profiler and two torch profilers cannot run at once, so
-`pytorch` + `memory` MERGE: the pytorch preset records with profile_memory on,
-over its own schedule, and writes both reports (see `absorb_memory`).
+"""The `pytorch` and `memory` presets: Lightning's PyTorchProfiler over a window of steps
+(torch.profiler.schedule). Two torch profilers cannot run at once, so `pytorch` + `memory`
+merge: the pytorch preset records with profile_memory on and writes both reports (`absorb`).
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.profiler import ProfilerAction
 from typing_extensions import override
 
-from harness.config.checks import list_of, non_negative_int, one_of, positive_int
-from harness.errors import ConfigError
+from harness.config.checks import PositiveInt, check, list_of, non_negative_int, one_of, positive_int
 from harness.instrument import switches
 from harness.launch.ranks import global_rank
 from harness.private_api import PyTorchProfilerAccess
@@ -41,38 +32,12 @@ PHASE_OF_STEP = {
 }
 PHASES = tuple(PHASE_OF_STEP.values())
 
-_CANONICAL_SORT = {
-    "self_cuda_time_total": "self_device_time_total",
-    "cuda_time_total": "device_time_total",
-    "self_cuda_memory_usage": "self_device_memory_usage",
-    "cuda_memory_usage": "device_memory_usage",
-}
-
 
 def phase_of(action: str) -> str | None:
     for step, phase in PHASE_OF_STEP.items():
         if action.endswith(step):
             return phase
     return None
-
-
-class _PhaseSchedule:
-    """torch's schedule, but only for the phases the preset records (NONE for the others).
-    Built from the owner's window once it is first asked (the owner checks its options after
-    Lightning's __init__, which already asks for step 0)."""
-
-    def __init__(self, owner: PytorchPreset) -> None:
-        self.owner = owner
-        self.inner: Any = None
-
-    def __call__(self, step: int) -> ProfilerAction:
-        if self.owner.current_phase not in self.owner.phases:
-            return ProfilerAction.NONE
-        if self.inner is None:
-            owner = self.owner
-            self.inner = torch.profiler.schedule(wait=owner.wait, warmup=owner.warmup_steps,
-                                                 active=owner.active, repeat=1)
-        return self.inner(step)
 
 
 class PytorchPreset(Preset, PyTorchProfilerAccess):
@@ -102,14 +67,14 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         self.preset = name
         self.current_phase: str | None = None
         self.phases: tuple[str, ...] = ()  # none recorded until the options are checked
+        self._torch_schedule: Any = None
         reports = set(reports)
         needs_stack = bool(memory_timeline)  # torch's memory timeline needs shapes and stacks
-        # Lightning's Profiler tears itself down in __del__, which needs its __init__ to have
-        # run: it runs first, so a refused option leaves a whole profiler behind, not half one.
+        # first: Lightning's __del__ needs a whole profiler even when an option is refused
         super().__init__(
             export_to_chrome=False,  # traces are written by _trace_ready
             record_module_names=bool(with_modules),
-            schedule=_PhaseSchedule(self),
+            schedule=self._schedule_action,
             on_trace_ready=self._trace_ready,
             record_shapes=bool(record_shapes) or needs_stack,
             with_stack=bool(with_stack) or needs_stack,
@@ -123,19 +88,9 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         self.active = positive_int(f"{key}.active", active)
         self.phases = tuple(list_of(f"{key}.phases", phases, PHASES, "[train]", allow_empty=True))
         one_of(f"{key}.sort_by", sort_by, tuple(SORT_COLUMNS), "self_cpu_time_total")
-        if (
-            isinstance(row_limit, bool)
-            or not isinstance(row_limit, int)
-            or row_limit == 0
-            or row_limit < -1
-        ):
-            raise ConfigError(
-                f"{key}.row_limit",
-                row_limit,
-                "a positive integer, or -1 for all rows",
-                f"{key}.row_limit=20",
-            )
-        self.sort_by = _CANONICAL_SORT.get(sort_by, sort_by)
+        check(f"{key}.row_limit", row_limit, PositiveInt | Literal[-1], 20,
+              "a positive integer, or -1 for all rows")
+        self.sort_by = sort_by.replace("cuda", "device")  # torch 2.4's names for the cuda_* keys
         self.row_limit = row_limit
         self.reports = reports
         self.memory_top = positive_int("profiler.memory.top", memory_top)
@@ -144,26 +99,22 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         self.trace_rank0_only = bool(trace_rank0_only)
         self.trace_dir = Path(trace_dir) if trace_dir else None
         self.window_key = "wait + warmup + active"
+        self.window_fix = f"lower profiler.{name}.wait / warmup / active"
         self.merged_from: str | None = None
         self._window_checked = False
         self.windows: list[dict[str, Any]] = []
         self.files: list[str] = []
         self.group_by_shapes = bool(record_shapes)
 
-    # -- composition ---------------------------------------------------------------
     @override
     @classmethod
     def can_absorb(cls, other: type) -> bool:
-        """The pytorch preset takes over the memory preset. No other pair merges."""
+        """The pytorch preset takes over the memory preset; no other pair merges."""
         return not issubclass(cls, MemoryPreset) and issubclass(other, MemoryPreset)
 
     @override
-    def absorb(self, other: Preset) -> bool:
-        """The pytorch preset takes over the memory preset: profile_memory on, its report
-        written from our window."""
-        if not self.can_absorb(type(other)):
-            return False
-        memory = other
+    def absorb(self, memory: Any) -> None:
+        """profile_memory on, the memory report written from our window."""
         self.reports.add("memory")
         self.torch_profiler_kwargs["profile_memory"] = True
         self.memory_top = memory.memory_top
@@ -172,7 +123,15 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
             self.torch_profiler_kwargs["record_shapes"] = True
             self.torch_profiler_kwargs["with_stack"] = True
         self.merged_from = memory.preset
-        return True
+
+    def _schedule_action(self, step: int) -> ProfilerAction:
+        """torch's schedule for recorded phases, built lazily (Lightning's __init__ asks first)."""
+        if self.current_phase not in self.phases:
+            return ProfilerAction.NONE
+        if self._torch_schedule is None:
+            self._torch_schedule = torch.profiler.schedule(
+                wait=self.wait, warmup=self.warmup_steps, active=self.active, repeat=1)
+        return self._torch_schedule(step)
 
     @property
     def recorded_steps(self) -> tuple[int, int]:
@@ -180,12 +139,10 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         first = self.wait + self.warmup_steps
         return first, first + self.active - 1
 
-    # -- Lightning hooks -----------------------------------------------------------
     @override
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage=stage, local_rank=local_rank, log_dir=log_dir)
-        # harness.annotate ranges in the user's code become record_function ranges, so
-        # their names appear in this profiler's trace and tables.
+        # harness.annotate ranges become record_function ranges in this profiler's trace
         if not getattr(self, "_ranges_on", False):
             switches.enable("record_function")
             self._ranges_on = True
@@ -205,13 +162,8 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
             if phase == "train" and "train" in self.phases and not self._window_checked:
                 self._window_checked = True
                 if self.trainer is not None:
-                    check_window(
-                        self.preset,
-                        self.window_key,
-                        self.recorded_steps[1] + 1,
-                        self.trainer,
-                        self._window_fix(),
-                    )
+                    check_window(self.preset, self.window_key, self.recorded_steps[1] + 1,
+                                 self.trainer, self.window_fix)
         super().start(action_name)
 
     @override
@@ -226,9 +178,6 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         # End of a stage: stop the profiler (a window cut short still ends in _trace_ready).
         self.stop_profiling()
         return ""
-
-    def _window_fix(self) -> str:
-        return f"lower profiler.{self.preset}.wait / warmup / active"
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         phase = self.current_phase or "unknown"
@@ -258,7 +207,6 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
             except Exception as err:  # the plot is an extra: never lose the report for it
                 log.warning("memory timeline not written: %s: %s", type(err).__name__, err)
 
-    # -- reports (harness.profilers.torch_reports) ----------------------------------
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         metrics: dict[str, Any] = {}
@@ -298,6 +246,4 @@ class MemoryPreset(PytorchPreset):
         self.wait, self.warmup_steps = max(skipped - 1, 0), min(skipped, 1)
         self.active = positive_int("profiler.memory.steps", steps)
         self.window_key = "warmup + steps"
-
-    def _window_fix(self) -> str:
-        return "lower profiler.memory.warmup / profiler.memory.steps"
+        self.window_fix = "lower profiler.memory.warmup / profiler.memory.steps"

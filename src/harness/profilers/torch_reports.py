@@ -1,17 +1,12 @@
-"""The reports of the `pytorch` and `memory` presets, from the windows a PytorchPreset kept.
-
-`preset` below is a harness.profilers.torch_profiler.PytorchPreset after its run:
-`windows` holds, per recorded window, the phase, the operator rows (torch_events)
-and torch's own printed table. docs/presets/pytorch.md and memory.md explain the fields.
-"""
+"""The `pytorch` and `memory` presets' reports from a PytorchPreset's windows (docs/presets/)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
+from harness.profilers.preset import figures_table
 from harness.profilers.torch_events import SORT_COLUMNS, memory_rows, top_rows
 from harness.reports.files import write_csv, write_json, write_text
 from harness.terminal import size
@@ -32,13 +27,19 @@ def header(preset: Any, report: str) -> dict[str, Any]:
     }
 
 
+def _operators(preset: Any, top: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
+    """(each window's `top` operators, their CSV rows, training's top operator, else the first's)."""
+    windows = [{"phase": w["phase"], "operators": top(w["rows"])} for w in preset.windows]
+    csv_rows = [{"phase": w["phase"], **row} for w in windows for row in w["operators"]]
+    train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
+    return windows, csv_rows, train["operators"][0] if train and train["operators"] else None
+
+
 def write_ops(preset: Any, reports_dir: Path) -> dict[str, Any]:
     column = SORT_COLUMNS[preset.sort_by]
-    csv_rows, windows = [], []
-    for window in preset.windows:
-        rows = top_rows(window["rows"], column, preset.row_limit)
-        windows.append({"phase": window["phase"], "operators": rows})
-        csv_rows += [{"phase": window["phase"], **row} for row in rows]
+    windows, csv_rows, top = _operators(
+        preset, lambda rows: top_rows(rows, column, preset.row_limit))
     payload = {
         **header(preset, "pytorch"),
         "sort_by": preset.sort_by,
@@ -54,8 +55,6 @@ def write_ops(preset: Any, reports_dir: Path) -> dict[str, Any]:
                "Time (and memory when on) of every operator the PyTorch profiler saw, averaged by"
                f" name over steps {first}..{last} (0-based) of each phase in"
                f" {list(preset.phases)}\n\n" + "\n".join(tables))
-    train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
-    top = train["operators"][0] if train and train["operators"] else None
     return {
         "pytorch_windows": len(windows),
         "pytorch_recorded_steps": preset.active,
@@ -65,11 +64,7 @@ def write_ops(preset: Any, reports_dir: Path) -> dict[str, Any]:
 
 
 def write_memory(preset: Any, reports_dir: Path) -> dict[str, Any]:
-    csv_rows, windows = [], []
-    for window in preset.windows:
-        rows = memory_rows(window["rows"], preset.memory_top)
-        windows.append({"phase": window["phase"], "operators": rows})
-        csv_rows += [{"phase": window["phase"], **row} for row in rows]
+    windows, csv_rows, top = _operators(preset, lambda rows: memory_rows(rows, preset.memory_top))
     payload = {
         **header(preset, "memory"),
         "top": preset.memory_top,
@@ -78,8 +73,6 @@ def write_memory(preset: Any, reports_dir: Path) -> dict[str, Any]:
     }
     write_json(reports_dir / "memory.json", payload)
     write_csv(reports_dir / "memory.csv", csv_rows)
-    train = next((w for w in windows if w["phase"] == "train"), windows[0] if windows else None)
-    top = train["operators"][0] if train and train["operators"] else None
     return {
         "memory_recorded_steps": preset.active,
         "memory_top_op": top["name"] if top else None,
@@ -93,34 +86,19 @@ def console_tables(preset: Any) -> list[Any]:
     for window in preset.windows:
         if "ops" in preset.reports:
             column = SORT_COLUMNS[preset.sort_by]
-            table = Table(
-                title=f"PyTorch profiler, {window['phase']}: top 10 by {preset.sort_by}"
-            )
-            for name in ("operator", "calls", "self CPU ms", "CPU ms", "self dev ms", "dev ms"):
-                table.add_column(name, justify="left" if name == "operator" else "right")
+            table = figures_table(f"PyTorch profiler, {window['phase']}: top 10 by {preset.sort_by}",
+                                  ("operator", "calls", "self CPU ms", "CPU ms", "self dev ms", "dev ms"))
             for row in top_rows(window["rows"], column, 10):
-                table.add_row(
-                    row["name"][:60],
-                    str(row["calls"]),
-                    f"{row['self_cpu_time_ms']:.3f}",
-                    f"{row['cpu_time_ms']:.3f}",
-                    f"{row['self_device_time_ms']:.3f}",
-                    f"{row['device_time_ms']:.3f}",
-                )
+                table.add_row(row["name"][:60], str(row["calls"]), *(f"{row[key]:.3f}" for key in (
+                    "self_cpu_time_ms", "cpu_time_ms", "self_device_time_ms", "device_time_ms")))
             tables.append(table)
         if "memory" in preset.reports:
-            table = Table(title=f"Memory, {window['phase']}: top 10 operators (allocated;"
-                          " negative: freed)")
-            for name in ("operator", "calls", "self CPU", "CPU", "self device", "device"):
-                table.add_column(name, justify="left" if name == "operator" else "right")
+            table = figures_table(
+                f"Memory, {window['phase']}: top 10 operators (allocated; negative: freed)",
+                ("operator", "calls", "self CPU", "CPU", "self device", "device"))
             for row in memory_rows(window["rows"], 10):
-                table.add_row(
-                    row["name"][:60],
-                    str(row["calls"]),
-                    size(row["self_cpu_memory_bytes"]),
-                    size(row["cpu_memory_bytes"]),
-                    size(row["self_device_memory_bytes"]),
-                    size(row["device_memory_bytes"]),
-                )
+                table.add_row(row["name"][:60], str(row["calls"]), *(size(row[key]) for key in (
+                    "self_cpu_memory_bytes", "cpu_memory_bytes", "self_device_memory_bytes",
+                    "device_memory_bytes")))
             tables.append(table)
     return tables

@@ -1,9 +1,5 @@
-"""Every file harness writes goes through `write_text`: whole or not at all.
-
-A report lands as `<name>.json` (the full record) and `<name>.csv` (its table).
-Each file is written to a temporary name beside it and renamed into place, so a
-reader never sees half a file, and a failed write (disk full) leaves neither a
-partial file nor the temporary one behind.
+"""Every file harness writes is written whole or not at all: to a temporary name beside it,
+then renamed into place. A report is `<name>.json` (the record) and `<name>.csv` (its table).
 """
 
 from __future__ import annotations
@@ -35,9 +31,7 @@ def _jsonable(value: Any) -> Any:
 
 @contextlib.contextmanager
 def atomic_path(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
-    """A temporary name beside `path` for a tool that writes the file itself (a trace
-    exporter, matplotlib): renamed to `path` when the block ends, removed when it fails.
-    `suffix` ends the temporary name, for tools that pick the format by it."""
+    """A temporary name beside `path` for a tool that writes the file: renamed at the end."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,29 +50,21 @@ def atomic_path(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
 
 
 def write_bytes(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` atomically, creating the parent directory."""
     with atomic_path(path) as tmp, open(tmp, "wb") as out:
         out.write(data)
     return Path(path)
 
 
 def write_text(path: Path, text: str) -> Path:
-    """Write `text` to `path` atomically, creating the parent directory."""
     return write_bytes(path, text.encode())
 
 
 def write_json(path: Path, payload: Mapping[str, Any]) -> Path:
-    """Write `payload` as indented JSON."""
     return write_text(path, json.dumps(_jsonable(payload), indent=2, sort_keys=False) + "\n")
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]] | Any) -> Path:
-    """Write a list of flat dicts (or a pandas DataFrame) as CSV, one column per key.
-
-    A list of dicts is written with the csv module, byte for byte as pandas writes it (the
-    columns in the order keys first appear, an int column with a gap as floats): a job's
-    reports need not import pandas (~0.4 s) for a list. Values pandas would store in other
-    types (numpy ints, a column mixing numbers and text) still go through pandas."""
+    """Flat dicts (or a DataFrame) as CSV, byte for byte as pandas; plain values without it (~0.4 s)."""
     if hasattr(rows, "to_csv"):  # a DataFrame
         return write_text(path, rows.to_csv(index=False))
     rows = list(rows)
@@ -91,8 +77,7 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]] | Any) -> Path:
 
 
 def _csv_of_rows(rows: list[Mapping[str, Any]]) -> str | None:
-    """pandas' `DataFrame(rows).to_csv(index=False)` for plain Python values; None for
-    rows whose columns pandas would type in a way not reproduced here."""
+    """pandas' `DataFrame(rows).to_csv(index=False)` for plain values; None for the others."""
     columns = list(dict.fromkeys(key for row in rows for key in row))
     if not all(isinstance(key, str) for key in columns):
         return None
@@ -122,16 +107,8 @@ def _cell_kind(value: Any) -> str | None:
     return "str" if isinstance(value, str) else None  # a str enum is written by its value
 
 
-def _bool_text(value: bool) -> str:
-    return "True" if value else "False"
-
-
 def _float_text(value: float) -> str:
     return repr(float(value))
-
-
-def _as_is(value: str) -> str:
-    return value
 
 
 def _column_texts(values: list[Any]) -> list[str] | None:
@@ -140,14 +117,12 @@ def _column_texts(values: list[Any]) -> list[str] | None:
     present = set(kinds) - {"missing"}
     if None in present:
         return None
-    if present == {"bool"}:
-        write: Callable[[Any], str] = _bool_text
-    elif present == {"int"} and "missing" not in kinds:
-        write = str
+    if present == {"bool"} or (present == {"int"} and "missing" not in kinds):
+        write: Callable[[Any], str] = str  # True, False; an int64 column
     elif present and present <= {"int", "float"}:  # a float64 column, a gap included
         write = _float_text
     elif present <= {"str"}:
-        write = _as_is
+        write = str.__str__  # a str enum's value, as the csv module writes it
     else:  # bools beside numbers or text, numbers beside text: object columns
         return None
     return ["" if kind == "missing" else write(v) for v, kind in zip(values, kinds, strict=True)]

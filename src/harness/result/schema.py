@@ -1,15 +1,10 @@
-"""result.json, one typed record per run: what ran, how it ended and what it measured.
-
-The schema is the single description of the file: the run builds a `RunResult`,
-`harness.result.store` writes and loads it, and docs/running.md lists its fields
-from the descriptions below (tests/test_result_schema.py keeps the two in step).
-Sub-records that hold facts of other tools (SLURM variables, versions) stay plain
-mappings; everything harness decides itself is typed.
+"""result.json, one typed record per run: what ran, how it ended and what it measured. The
+single description of the file: docs/running.md lists its fields from the descriptions below.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +16,6 @@ SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
 Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interrupted"]
-STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
 OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
             "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis",
@@ -29,10 +23,6 @@ OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "r
 
 
 PHASE_PREFIXES = ("train_", "validation_", "inference_")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class _Record(BaseModel):
@@ -145,8 +135,6 @@ class Tracking(_Record):
 
 
 class RunResult(_Record):
-    """The whole of result.json."""
-
     schema_version: int = Field(SCHEMA_VERSION, description="layout version of this file")
     status: Status = Field(
         "running",
@@ -215,10 +203,8 @@ class RunResult(_Record):
     duration_s: float | None = Field(None, description="wall time of the whole job, seconds")
 
     def figures(self) -> dict[str, Any]:
-        """Every headline number of the run, flat, read where it lives: `metrics` (speed,
-        memory, compile time), the diagnosis's per-phase figures (`train_mfu`, ...) and
-        what ran (`compiled_graphs`, `graph_breaks`). For readers that want one mapping:
-        the sweep table, MLflow."""
+        """Every headline number of the run in one flat mapping (the sweep table, MLflow):
+        `metrics`, the diagnosis's per-phase figures and the compiled graphs and breaks."""
         found = dict(self.metrics)
         if self.observed is not None:
             for key in ("compiled_graphs", "graph_breaks"):
@@ -226,7 +212,8 @@ class RunResult(_Record):
                     found[key] = getattr(self.observed, key)
         if self.diagnosis is not None:
             found.update({key: value for key, value in self.diagnosis.model_dump().items()
-                          if key.startswith(PHASE_PREFIXES) and _is_number(value)})
+                          if key.startswith(PHASE_PREFIXES) and isinstance(value, (int, float))
+                          and not isinstance(value, bool)})
         return found
 
     @property
@@ -239,15 +226,3 @@ class RunResult(_Record):
         data = self.model_dump(mode="json")
         return {k: v for k, v in data.items() if not (k in OPTIONAL and v in (None, {}, []))}
 
-
-def fields_table() -> str:
-    """The markdown table of result.json's top-level fields that docs/running.md shows."""
-    lines = ["| field | type | meaning |", "|---|---|---|"]
-    for name, info in RunResult.model_fields.items():
-        if get_origin(info.annotation) is Literal:
-            kind = "one of " + ", ".join(get_args(info.annotation))
-        else:
-            kind = str(info.annotation).replace("typing.", "").replace("harness.result.schema.", "")
-            kind = kind.replace("<class '", "").replace("'>", "").replace(" | ", " or ")
-        lines.append(f"| `{name}` | {kind} | {info.description or ''} |")
-    return "\n".join(lines)

@@ -1,15 +1,13 @@
-"""The one writer and the one loader of result.json.
-
-Every reader (the sweep table, harness-report, the MLflow upload, tracking) loads
-through `load_result`, so a truncated, foreign or too-new file is refused the same
-way everywhere: one line naming the file and what is wrong with it.
-"""
+"""The one writer and the one loader of result.json: every reader loads through `load_result`,
+so a truncated, foreign or too-new file is refused the same way everywhere, in one line."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from harness.errors import HarnessError
@@ -31,7 +29,7 @@ def write_result(run_dir: Path, result: RunResult) -> Path:
     return write_json(Path(run_dir) / RESULT_FILE, result.as_json())
 
 
-def _why_unreadable(path: Path, text: str, err: json.JSONDecodeError) -> str:
+def _why_unreadable(text: str, err: json.JSONDecodeError) -> str:
     if not text.strip():
         return "empty file"
     if err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string"):
@@ -51,7 +49,7 @@ def load_result(path: Path) -> RunResult:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ResultFileError(f"{path}: {_why_unreadable(path, text, err)}") from None
+        raise ResultFileError(f"{path}: {_why_unreadable(text, err)}") from None
     if not isinstance(raw, dict) or "status" not in raw:
         raise ResultFileError(f"{path}: not a harness result (no 'status' field)")
     version = raw.get("schema_version", 1)
@@ -84,3 +82,30 @@ def _rename_metrics(raw: dict) -> None:
             for old, new in RENAMED_METRICS.items():
                 if key.endswith(old) and key[: -len(old)] + new not in table:
                     table[key[: -len(old)] + new] = table.pop(key)
+
+
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"  # Hydra's record of a job's overrides
+
+
+def job_dirs(root: Path) -> list[Path]:
+    """The job directories of a sweep under `root` (a result.json or Hydra's overrides.yaml
+    in them), in natural order (2 before 10); a job's own nested outputs are not jobs."""
+    root = Path(root)
+    found = {p.parent for p in root.rglob(RESULT_FILE)}
+    found |= {p.parent.parent for p in root.rglob(str(OVERRIDES_FILE))}
+    found.discard(root)
+    jobs = [d for d in found if not any(other in d.parents for other in found)]
+    return sorted(jobs, key=lambda d: [int(part) if part.isdigit() else part
+                                       for part in re.split(r"(\d+)", str(d.relative_to(root)))])
+
+
+def hydra_overrides(job_dir: Path) -> list[str] | None:
+    """The overrides Hydra recorded for the job in `job_dir`; None where it recorded none."""
+    path = Path(job_dir) / OVERRIDES_FILE
+    if not path.is_file():
+        return None
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return [str(o) for o in loaded] if isinstance(loaded, list) else None

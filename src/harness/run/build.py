@@ -32,8 +32,7 @@ def _build(key: str, node: DictConfig, **kwargs: Any) -> Any:
 
 
 def _build_a(kind: type, key: str, node: DictConfig, fix: str) -> Any:
-    """`_build`, then refuse what is not a `kind`: a factory `_target_` can return anything.
-    (A class of the wrong kind was refused before the run, harness.config.targets.)"""
+    """`_build`, then refuse what is not a `kind`: a factory `_target_` can return anything."""
     built = _build(key, node)
     if not isinstance(built, kind):
         raise HarnessError(
@@ -85,31 +84,21 @@ def build_user_callbacks(node: Any) -> list[Callback]:
             for key, child in callback_nodes(node)]
 
 
-def _switches_for(callbacks: list[Callback]) -> dict[str, bool]:
-    """Trainer switches the user's callbacks need: conf/trainer/default.yaml turns checkpointing
-    (and, in tests, the progress bar) off, and Lightning refuses a ModelCheckpoint or a
-    progress bar callback next to the switch that turns it off. Asking for one means wanting it."""
-    switches = {}
-    if any(isinstance(c, ModelCheckpoint) for c in callbacks):
-        switches["enable_checkpointing"] = True
-    if any(isinstance(c, ProgressBar) for c in callbacks):
-        switches["enable_progress_bar"] = True
-    return switches
-
-
 def build_trainer(
     cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback]
 ) -> pl.Trainer:
-    """The Trainer with the user's trainer.callbacks, the presets, harness's own callbacks
-    (`own`) and the logger."""
+    """The Trainer with the user's callbacks, the presets, harness's own and the logger."""
     user = build_user_callbacks(cfg.trainer.get("callbacks"))
     # Without its callbacks node: Hydra would merge the list below into a dict of nodes.
     node = copy.copy(cfg.trainer)  # a shallow copy keeps the parent: ${...} still resolve
     with open_dict(node):
         node.pop("callbacks", None)
-    # A logger that buffers (logger=mlflow) sends its metrics where no step is timed
-    # (harness.profilers.preset.RunShared.between_steps).
-    if hasattr(logger, "flush_if_due"):
+    # Lightning refuses a ModelCheckpoint or a progress bar of the user's beside the switch
+    # (off in conf/trainer/default.yaml) that turns it off.
+    switches = {key: True for key, kind in (("enable_checkpointing", ModelCheckpoint),
+                                            ("enable_progress_bar", ProgressBar))
+                if any(isinstance(c, kind) for c in user)}
+    if hasattr(logger, "flush_if_due"):  # a buffering logger sends where no step is timed
         presets.shared.between_steps.append(logger.flush_if_due)
     return _build(
         "trainer",
@@ -118,5 +107,5 @@ def build_trainer(
         callbacks=[*user, *presets.callbacks, *own],
         profiler=presets.profiler,
         logger=False if logger is None else logger,  # Trainer(logger=None) means its defaults
-        **_switches_for(user),
+        **switches,
     )

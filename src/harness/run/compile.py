@@ -21,12 +21,7 @@ def find_cxx() -> str | None:
 
 
 def compile_network(module: pl.LightningModule, attribute: str, mode: str) -> None:
-    """Replace `module.<attribute>` with its compiled version.
-
-    The LightningModule itself is left alone: compiling it breaks as soon as a
-    step calls `self.log`. (Why not the in-place `nn.Module.compile()`: see
-    harness.private_api.uncompiled.)
-    """
+    """Replace `module.<attribute>` with its compiled version (not the LightningModule)."""
     network = getattr(module, attribute, None)
     if not isinstance(network, torch.nn.Module):
         raise HarnessError(
@@ -43,11 +38,7 @@ def compile_network(module: pl.LightningModule, attribute: str, mode: str) -> No
 
 
 def compile_facts(seconds_before: float) -> dict[str, float | int]:
-    """What compilation did in this job: graphs, graph breaks and seconds spent compiling.
-
-    Read after the run; each measurement starts with the counters at zero
-    (harness.run.isolation), the seconds are a difference.
-    """
+    """Graphs, graph breaks (counted from zero each measurement) and seconds spent compiling."""
     return {
         "compiled_graphs": private_api.compiled_graphs(),
         "graph_breaks": private_api.graph_breaks(),

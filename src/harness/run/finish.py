@@ -1,17 +1,12 @@
-"""The presets' code that runs at the end of a run: their reports, then the diagnosis.
-
-Shared by harness's own jobs (harness.run.measure) and by a user's own training script
-(harness.session.ProfileSession), so both write the same reports/ and result.json. What
-each preset does here is its `harness.profilers.preset.Preset` contract: `write_reports`,
-then `diagnose`.
-"""
+"""The end of a run, for a job and a ProfileSession alike: every preset's reports, then the
+diagnosis (the `Preset` contract: `write_reports`, then `diagnose`)."""
 
 from __future__ import annotations
 
 import logging
 
 from harness.errors import HarnessError, first_line
-from harness.launch.slurm import SLURM_REPORT, slurm_report
+from harness.launch.slurm import SLURM_REPORT
 from harness.profilers.preset import Preset
 from harness.reports.files import write_json
 from harness.run.record import RunRecord
@@ -22,10 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def write_reports(presets: dict[str, Preset], record: RunRecord, diagnose: bool = True) -> None:
-    """Every preset's reports under reports/, its figures and flags into result.json, its
-    tables on the terminal. A report that fails is recorded in `report_errors` and said in
-    one warning line; the others are still written. `diagnose=False` leaves the diagnosis
-    to `diagnose_run` (repeat=N: once, on the pooled figures). Call on global rank zero only."""
+    """Every preset's reports under reports/, figures and flags into result.json, tables on the
+    terminal; a failed one goes to `report_errors`. `diagnose=False`: later (repeat=N). Rank 0."""
     reports_dir = record.output_dir / REPORTS_DIR
     result = record.result
     for name, preset in presets.items():
@@ -43,14 +36,14 @@ def write_reports(presets: dict[str, Preset], record: RunRecord, diagnose: bool 
     if diagnose:
         diagnose_run(presets, record)
     if result.slurm:
-        write_json(reports_dir / SLURM_REPORT, slurm_report(result.slurm))
+        write_json(reports_dir / SLURM_REPORT, {"report": "slurm", "what": "the SLURM job this run"
+                   " ran in (from the SLURM_* environment variables)", **result.slurm})
     if reports_dir.is_dir():
         record.add_reports(sorted(p for p in reports_dir.rglob("*") if p.is_file()))
 
 
 def diagnose_run(presets: dict[str, Preset], record: RunRecord) -> None:
-    """The diagnosis from result.json's figures as they stand (after every other report: it
-    reads their figures), into reports/diagnosis.* and result.json."""
+    """The diagnosis from result.json's figures (after every other report)."""
     reports_dir = record.output_dir / REPORTS_DIR
     result = record.result
     for name, preset in presets.items():

@@ -10,16 +10,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from harness.config.arguments import check_arguments
-from harness.config.composed import check_added_keys, check_resolves
-from harness.config.knobs import Knobs, check_trainer_keys, read_knobs, sweep_round
-from harness.config.targets import check_targets
+from harness.config.composed import check_job, check_resolves
+from harness.config.knobs import Knobs, read_knobs, sweep_round
 from harness.errors import ConfigError
-from harness.launch.job_scope import handle_interruption, job_scope
+from harness.launch import rank_processes
+from harness.launch.job_scope import end_process_group, handle_interruption, job_scope
 from harness.launch.nsys import relaunch_under_nsys
 from harness.launch.ranks import global_rank
 from harness.launch.slurm import slurm_metadata
 from harness.result.schema import RunResult
+from harness.run import torch_settings
 from harness.run.record import RunRecord
 from harness.terminal import show
 from harness.tracking.run_logging import log_finished_run
@@ -29,11 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResult:
-    """Run the job described by `cfg`, writing into `output_dir`.
-
-    result.json is written however the job ends; the exception, if any, is re-raised for
-    the CLI to report.
-    """
+    """Run the job into `output_dir`; result.json is written however it ends (errors re-raised)."""
     record = RunRecord(output_dir, overrides=overrides)
     try:
         check_resolves(cfg)  # before anything reads a value, the nsys re-launch's included
@@ -55,7 +51,7 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
         try:
             knobs = check_config(cfg, overrides, record.result)
             # torch and Lightning load here, after the config checks: a typo is said at once.
-            from harness.run import build, measure, torch_settings
+            from harness.run import build, measure
 
             started_with = torch_settings.capture()  # what the job puts back when it ends
             build.route_lightning_logs()  # each Lightning message once, through the job's log
@@ -69,8 +65,11 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
                 raise
         finally:
             _end_ranks(record)
-            if started_with is not None:
-                _put_back_settings(record, started_with)
+            # The process-wide torch settings the job changed go back (isolation names them).
+            if started_with is not None and (changed := torch_settings.restore(started_with)):
+                record.result.isolation = {**(record.result.isolation or {}),
+                                           "torch_settings_put_back": changed}
+                log.debug("put back after the job (it changed them): %s", ", ".join(changed))
             if global_rank() == 0:
                 _write(record)
                 if logger:
@@ -79,12 +78,7 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
 
 
 def _end_ranks(record: RunRecord) -> None:
-    """DDP: the job's ranks end with it. A rank > 0 says how its job ended; rank 0 ends the
-    process group, waits for the ranks it started (killing those that do not end) and takes
-    their endings into the point's status (an OOM on any rank is the point's)."""
-    from harness.launch import rank_processes
-    from harness.launch.job_scope import end_process_group
-
+    """DDP: the job's ranks end with it, and rank 0 takes their endings into its status."""
     rank = global_rank()
     if rank > 0:
         with contextlib.suppress(OSError):  # rank 0 then goes by its exit status instead
@@ -96,41 +90,23 @@ def _end_ranks(record: RunRecord) -> None:
         rank_processes.merge_rank_endings(record.result, endings)
 
 
-def _put_back_settings(record: RunRecord, started_with: dict[str, Any]) -> None:
-    """The process-wide torch settings the job changed go back to what it started with, so
-    the next job of a sweep starts from the sweep's; result.json's isolation names them."""
-    from harness.run import torch_settings
-
-    changed = torch_settings.restore(started_with)
-    if changed:
-        record.result.isolation = {**(record.result.isolation or {}),
-                                   "torch_settings_put_back": changed}
-        log.debug("put back after the job (it changed them): %s", ", ".join(changed))
-
-
 def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None = None) -> Knobs:
-    """Everything checked before compute is spent, each error a one-line ConfigError naming
-    the key: the knobs (recorded in `result` as soon as they are valid), `+key` typos, trainer
-    keys harness owns, the targets (importable, Lightning's kinds) and their arguments.
-    (Interpolations are checked before this, by check_resolves.)"""
+    """The knobs (into `result` as soon as they are valid), `check_job`, then the profiler list
+    (Lightning takes one Profiler): every check before compute, each a one-line ConfigError."""
     knobs = read_knobs(cfg)
     if result is not None:
         result.knobs = knobs.as_dict()
         result.sweep_round = sweep_round(cfg)
-    check_added_keys(overrides, cfg.keys())
-    check_trainer_keys(cfg)
-    targets = check_targets(cfg)  # each imports; the model is a LightningModule class
-    check_arguments(targets)  # each argument fits its constructor's type hints
-    # Here, not at the top: the targets above imported Lightning already; --help does not.
+    targets = check_job(cfg, overrides)
+    # Here, not at the top: the targets checked imported Lightning already; --help does not.
     from harness.profilers.preset import check_one_profiler
 
-    check_one_profiler(targets)  # Lightning takes one Profiler
+    check_one_profiler(targets)
     return knobs
 
 
 def _write(record: RunRecord) -> None:
-    """result.json (an OutputError when the disk refuses it); its path is shown once the
-    run measured something."""
+    """result.json (an OutputError when the disk refuses it), its path shown once measured."""
     path = record.write()
     if record.result.device is not None:
         show(f"[bold]result:[/bold] {path}")

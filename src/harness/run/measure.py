@@ -1,10 +1,5 @@
-"""The measurement of a job, top to bottom: `repeat` times from a clean state, each time build
-the data, model, presets and Trainer from config, fit and/or predict, record what ran and the
-presets' reports; then pool the repeats.
-
-Loaded only once the config is known good (harness.run.job), so its imports of torch and
-Lightning cost nothing on the way to a config error.
-"""
+"""The measurement of a job, loaded once its config is known good: `repeat` times from a clean
+state, build, fit and/or predict, record what ran and the presets' reports; pool the repeats."""
 
 from __future__ import annotations
 
@@ -27,6 +22,7 @@ from harness.errors import HarnessError, first_line
 from harness.launch.ddp import distributed_facts, prepare_ranks
 from harness.launch.ranks import global_rank
 from harness.measured import summarize
+from harness.profilers.preset import Presets
 from harness.result.schema import Device, Repeats, RunResult
 from harness.run import build, torch_settings
 from harness.run.compile import compile_facts, compile_network
@@ -40,8 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> None:
-    """`repeat` measurements, each from a clean state (the jobs of a sweep share a process);
-    with several, result.json's metrics are pooled over them and diagnosed once, on the pool."""
+    """`repeat` measurements, each from a clean state; several are pooled, then diagnosed."""
     runs: list[dict[str, Any]] = []
     presets: dict[str, Any] = {}
     try:
@@ -63,8 +58,7 @@ def measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: An
 
 def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
                  ) -> dict[str, Any]:
-    """Fit and/or predict once with fresh objects; figures land in `record.result`. Returns
-    the presets that measured them (repeat=N diagnoses after the last one)."""
+    """Fit and/or predict once with fresh objects, into `record.result`; returns the presets."""
     result = record.result
     pl.seed_everything(knobs.seed, workers=True, verbose=False)
     datamodule = build.build_datamodule(cfg)
@@ -84,42 +78,38 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     # Nothing before the fit may initialise CUDA (Lightning refuses to fork a process that
     # did); until CUDA is initialised its allocator has no peaks to reset.
     memory_peaks.reset(device if device.type != "cuda" or torch.cuda.is_initialized() else None)
-    compiled = None
     try:
         if knobs.trains:
             trainer.fit(module, datamodule=datamodule)
         if knobs.infers:
             _infer_after(trainer, module, datamodule, knobs, record)
     finally:
-        # The device's facts after the fit: reading them initialises CUDA.
+        compiled = compile_facts(compiling_before) if knobs.compile else None
         try:
-            record_trainer(result, trainer, knobs.lightning_precision)
+            record_what_ran(result, trainer, knobs.lightning_precision, presets, compiled)
         except Exception as err:  # a broken device: the fit's own error says more
             log.warning("the device's facts could not be read: %s", first_line(err))
-        result.torch_settings = torch_settings.read()  # what the measurement ran with
-        result.metrics.update(memory_peaks.read(device))
-        if knobs.compile:
-            compiled = compile_facts(compiling_before)  # graphs and breaks: what ran (observed)
+        if compiled:
             result.metrics["compile_time_s"] = compiled.pop("compile_time_s")
-        result.observed = observed_of(presets.shared.batches, compiled)
         check_what_ran(result, knobs, trainer.world_size)
-        if trainer.is_global_zero and result.observed is not None:
+        if trainer.is_global_zero:
             for note in result.observed.notes:  # what ran differs from a knob: said, not hidden
                 log.info("what ran: %s", note)
         _flag_nonfinite_loss(result, loss_watch)
         if trainer.is_global_zero:
             write_reports(presets.by_name, record, diagnose=knobs.repeat == 1)
             _fail_partial_without_figures(result)
-        # Compiled graphs, caches and peak counters are reset before each measurement
-        # (harness.run.isolation.start_clean), not here.
     return presets.by_name
 
 
-def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> None:
-    """The precision Lightning used (and why, when it is not what was asked), the device,
-    versions and host, into `result`. After the fit: on CUDA, reading the device's name and
-    memory initialises CUDA."""
+def record_what_ran(result: RunResult, trainer: Any, asked_precision: str, presets: Presets,
+                    compiled: dict[str, Any] | None = None) -> None:
+    """After the fit, into `result`: what ran (`observed`), torch settings, memory peaks, then the
+    precision used (why not the one asked), device, versions, host (may fail: CUDA starts)."""
     device = trainer.strategy.root_device
+    result.observed = observed_of(presets.shared.batches, compiled)
+    result.torch_settings = torch_settings.read()
+    result.metrics.update(memory_peaks.read(device))
     result.precision_used = trainer.precision
     if trainer.precision != asked_precision:
         result.precision_note = (
@@ -134,8 +124,6 @@ def record_trainer(result: RunResult, trainer: Any, asked_precision: str) -> Non
 
 
 def _device_facts(device: Any) -> dict[str, Any]:
-    """What the run ran on; `memory_bytes` is the GPU's memory (CUDA), else the machine's RAM:
-    what the peak memory figures are held against."""
     if device.type == "cuda":
         return {
             "accelerator": "cuda",
@@ -148,7 +136,6 @@ def _device_facts(device: Any) -> dict[str, Any]:
 
 
 def _cpu_name() -> str:
-    """The CPU model as /proc/cpuinfo names it, or what platform knows."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text().splitlines():
@@ -175,9 +162,7 @@ def _versions() -> dict[str, str | None]:
 
 
 def _pool_repeats(result: RunResult, requested: int, runs: list[dict[str, Any]]) -> None:
-    """repeat=N in one job: `metrics` become one consistent summary of the N measurements
-    (harness.measured.summarize), each run's own figures and their range under `repeats`.
-    (In a sweep, repeats run as rounds of jobs instead: the rounds sweeper.)"""
+    """repeat=N: `metrics` summarise the runs; each run's figures and their range: `repeats`."""
     result.metrics, low, high = summarize(runs)
     result.repeats = Repeats(
         requested=requested, completed=len(runs), min=low, max=high, per_repeat=runs,
@@ -195,8 +180,7 @@ def _flag_nonfinite_loss(result: Any, loss_watch: LossWatch) -> None:
 
 
 def _fail_partial_without_figures(result: Any) -> None:
-    """A `partial` run keeps the phases it measured: if warm-up swallowed every training step
-    (the speed preset measured none), nothing was measured and the run failed."""
+    """A `partial` run whose warm-up swallowed every training step measured nothing: failed."""
     if result.status == "partial" and result.metrics.get("train_measured_steps") == 0:
         result.status, result.reason = "failed", (
             "nothing measured: every training step was warm-up (profiler.speed.warmup_steps;"
@@ -206,8 +190,7 @@ def _fail_partial_without_figures(result: Any) -> None:
 
 def _infer_after(trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any,
                  knobs: Knobs, record: RunRecord) -> None:
-    """Inference; when it fails after training was measured, the run is `partial`: the
-    training figures stay and the inference phase says why it has none."""
+    """Inference; when it fails after training was measured, the run is `partial`."""
     try:
         _predict(trainer, module, datamodule, fitted=knobs.trains)
     except (KeyboardInterrupt, SystemExit):
@@ -247,8 +230,7 @@ def _predict(trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any,
 
 
 def _inference_loaders(module: pl.LightningModule, datamodule: Any, fitted: bool) -> Any:
-    """None: Lightning's own predict_dataloader (of the DataModule, or with data=none of the
-    module) is used; else the validation loaders, for data without a predict split."""
+    """None: Lightning's own predict_dataloader is used; else the validation loaders."""
     source = module if datamodule is None else datamodule
     base = pl.LightningModule if datamodule is None else pl.LightningDataModule
     if is_overridden("predict_dataloader", source, base):

@@ -1,12 +1,5 @@
-"""What really ran, read off the run, and held against the knobs the table labels it with.
-
-`observed_of` reads it; `check_what_ran` compares the examples per batch the run counted
-(harness.profilers.preset.BatchCounts: each batch counted once, by the speed preset inside
-its step or by harness's BatchObserver), the precision Lightning used and the graphs
-TorchDynamo compiled with the knobs. A knob the user set or swept that did not take effect
-makes the run `invalid`: its figures stay in result.json but no table shows them as a
-measurement of that knob.
-"""
+"""What really ran (examples per batch, precision, compiled graphs), held against the knobs: a
+knob the user set that did not take effect makes the run `invalid` (figures kept, not shown)."""
 
 from __future__ import annotations
 
@@ -21,8 +14,7 @@ from harness.result.schema import Observed, RunResult
 
 
 def _set_by_user(key: str, value: Any, overrides: list[str]) -> bool:
-    """Set on the command line, or to a value other than harness's default (a named sweep,
-    the user's own primary config with -cd)."""
+    """Set on the command line, or to a value other than harness's default (a named sweep)."""
     if any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides):
         return True
     defaults = OmegaConf.load(conf_dir() / "config.yaml")
@@ -42,11 +34,8 @@ def observed_of(batches: BatchCounts, compiled: dict[str, Any] | None) -> Observ
 
 
 def check_what_ran(result: RunResult, knobs: Knobs, world_size: int) -> None:
-    """Hold `result.observed` against the knobs: make the run invalid (or note it) where what
-    ran contradicts a knob. Knobs left at their default only get a note: the user did not
-    ask for them."""
-    observed = result.observed
-    assert observed is not None, "observed_of first"
+    """Make the run invalid where what ran contradicts a knob the user set (left at its default: a note)."""
+    observed = result.observed  # set by observed_of just before
     readable = {phase: n for phase, n in observed.examples_per_batch.items() if n is not None}
     problems = []
     main_phase = next((p for p in ("train", "inference", "validation") if p in readable), None)

@@ -1,8 +1,5 @@
-"""The RunResult of the job in progress, and how an exception becomes a status.
-
-result.json is written when the job ends, whatever the ending: a run that fails
-still leaves its status, a one-line reason and whatever it measured.
-"""
+"""The RunResult of the job in progress (written however the job ends), and how an exception
+becomes a status."""
 
 from __future__ import annotations
 
@@ -40,9 +37,7 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
 
 
 def _out_of_memory(err: BaseException) -> BaseException | None:
-    """The out-of-memory error `err` is or wraps, else None. torch.compile wraps what its
-    backend raised (BackendCompilerFailed: "backend='inductor' raised:" first, the
-    OutOfMemoryError as `inner_exception` and cause), so the first line alone misses it."""
+    """The out-of-memory error `err` is or wraps (BackendCompilerFailed's `inner_exception`), else None."""
     seen: set[int] = set()
     found: BaseException | None = err
     while found is not None and id(found) not in seen:
@@ -68,8 +63,7 @@ def write_error_log(output_dir: Path, err: BaseException) -> Path:
 
 
 def saved_traceback(output_dir: Path, err: BaseException) -> str:
-    """Where the traceback of `err` is, for a message: the run's error.log (written now if the
-    run did not write it), else a file in the temporary directory; or why it is nowhere."""
+    """Where `err`'s traceback is, for a message: error.log (written if need be), else a temp file."""
     path = error_log_path(output_dir)
     if path.is_file():
         return f"traceback in {path}"
@@ -80,8 +74,7 @@ def saved_traceback(output_dir: Path, err: BaseException) -> str:
 
 
 def temporary_traceback(err: BaseException) -> str:
-    """The traceback of `err` in a file of the temporary directory (there is no run
-    directory to hold it), for a message: where it is, or why it is nowhere."""
+    """The traceback of `err` in a temporary file, for a message: where it is, or why not."""
     try:
         handle, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
         with open(handle, "w") as out:
@@ -116,14 +109,10 @@ class RunRecord:
         found.update(str(path.relative_to(self.output_dir)) for path in paths)
         self.result.reports = sorted(found)
 
-    @property
-    def path(self) -> Path:
-        return self.output_dir / RESULT_FILE
-
     def write(self) -> Path:
         """result.json, or an OutputError naming it when it cannot be written."""
         self.result.duration_s = time.time() - self.started
         try:
             return write_result(self.output_dir, self.result)
         except OSError as err:
-            raise OutputError(err, self.path) from err
+            raise OutputError(err, self.output_dir / RESULT_FILE) from err

@@ -1,20 +1,7 @@
-"""Process-wide torch settings: what a job ran with, and every job of a sweep starting alike.
-
-Hydra's basic launcher runs the jobs of a sweep one after another in one process, and some
-of torch's switches are process-wide: a module that sets `torch.backends.cudnn.benchmark`
-or `torch.set_float32_matmul_precision("medium")` in job 1 (or `trainer.benchmark=true`,
-which Lightning turns into the former) would set it for every later job, and a DDP job
-leaves Lightning's `torch.set_num_threads(cpus // ranks)` and `OMP_NUM_THREADS` behind.
-harness.run.job captures them when a job starts (`capture`), result.json keeps the values
-the measurement ran with (`read`, after it: `torch_settings`), and the job's end puts back
-every one the job changed (`restore`): each job starts from what the sweep started with.
-
-Public torch API only. The TF32 switches have two APIs since torch 2.9: the legacy
-`allow_tf32` / `set_float32_matmul_precision`, and the per-backend `fp32_precision`.
-Reading a legacy one raises RuntimeError once the two were mixed (then it reads None), and
-`restore` sets the legacy ones first, then the new ones from the generic level down: the
-order that round-trips on 2.13.
-"""
+"""Process-wide torch settings (docs/running.md#torch-settings): `capture` at a job's start,
+`read` after its measurement (result.json's `torch_settings`), `restore` at its end, so every
+job of a sweep run in one process starts alike. Since torch 2.9 the TF32 switches have a
+legacy and a per-backend API; `restore` sets the legacy ones first: the order that round-trips."""
 
 from __future__ import annotations
 
@@ -110,8 +97,7 @@ def capture() -> dict[str, Any]:
 
 
 def restore(captured: dict[str, Any]) -> list[str]:
-    """Put back every setting that differs from `captured`; returns their names
-    (`env:<NAME>` for an environment variable)."""
+    """Put back every setting that differs from `captured`; their names (`env:<NAME>`)."""
     before, now = captured["torch"], read()
     changed = [name for name, value in before.items() if now.get(name) != value]
     if changed:

@@ -1,22 +1,6 @@
-"""The Hydra callbacks of a sweep (conf/config.yaml, `hydra.callbacks`): Hydra's hooks, told
-to the sweep in progress (harness.sweep.progress).
-
-- `ProgressCallback` (`progress`) applies the top-level `verbose` knob, in single runs too;
-  in a multirun it starts the sweep, says when each job of an in-process sweep starts
-  and ends, and ends the sweep (Hydra calls it last: its sweep.log starts before and ends
-  after the other callbacks' lines).
-- `ComparisonCallback` (`sweep_report`) checks its settings (`rows`, `baseline`,
-  `repeat_keys`) when the sweep starts, against the keys and values it varies, so a typo or
-  a row over a pooled key costs no compute; when
-  the multirun ends it writes comparison.{md,csv,json,png} into the sweep directory and
-  shows the table. It reads the jobs back from disk (Hydra gives callbacks no job return
-  values, and other launchers run jobs elsewhere), so it sees exactly what
-  `harness-report` sees.
-
-A callback cannot end the command without cutting short the callbacks after it: the
-sweep's verdict (exit 1 only when no job measured its point) stays on the sweep for
-`harness.cli`. A sweep stopped before its end (Ctrl-C, SIGTERM) never reaches
-`on_multirun_end`: harness.cli ends it instead (SweepInProgress.end_early).
+"""The Hydra callbacks of a sweep (conf/config.yaml `hydra.callbacks`): `ProgressCallback` says
+each job's start and end; `ComparisonCallback` refuses bad input before the first job and writes
+comparison.* at the end. The sweep's verdict waits in harness.sweep.progress for `harness.cli`.
 """
 
 from __future__ import annotations
@@ -28,26 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from typing_extensions import override
 
 from harness import terminal
-from harness.sweep.progress import TableSettings, current, sweep_of
+from harness.sweep.progress import SweepInProgress, TableSettings, current, sweep_of
 
 log = logging.getLogger(__name__)
-
-
-def check_verbose(config: DictConfig) -> bool:
-    from harness.config.checks import boolean
-
-    return boolean("verbose", config.get("verbose", False))
 
 
 class ProgressCallback(Callback):
     """Applies `verbose`; in a multirun, the sweep's progress (see the module docstring)."""
 
     def _apply_verbose(self, config: DictConfig) -> None:
-        if check_verbose(config):  # the jobs, their DDP ranks and submitit jobs inherit it
+        from harness.config.checks import check
+
+        if check("verbose", config.get("verbose", False), bool, "true"):  # jobs inherit it
             os.environ[terminal.VERBOSE_ENV] = "1"
 
     @override
@@ -63,19 +43,18 @@ class ProgressCallback(Callback):
                  sweep.directory, quiet)
 
     @staticmethod
-    def _job(config: DictConfig) -> tuple[int, str]:
+    def _job(config: DictConfig, sweep: SweepInProgress) -> tuple[int, str]:
         """(number, label) of the job `config` is of, in the sweep's progress lines."""
         from harness.config.sweep_keys import job_label
 
-        sweep = current()
         number = int(config.hydra.job.get("num", 0)) + 1
-        return number, job_label(list(config.hydra.overrides.task), sweep.swept if sweep else [])
+        return number, job_label(list(config.hydra.overrides.task), sweep.swept)
 
     @override
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = current()
         if sweep is not None and sweep.running:  # a job of this process's sweep
-            sweep.job_starting(*self._job(config))
+            sweep.job_starting(*self._job(config, sweep))
 
     @override
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
@@ -84,7 +63,7 @@ class ProgressCallback(Callback):
         if sweep is None:  # a single run (or a job a submitit launcher started elsewhere)
             self._say_hidden(output_dir / f"{config.hydra.job.name}.log")
         elif sweep.running:
-            sweep.job_ended(*self._job(config), output_dir)
+            sweep.job_ended(*self._job(config, sweep), output_dir)
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -104,11 +83,24 @@ class ProgressCallback(Callback):
                      " prints them", count, where)
 
 
-def _plain(value: Any) -> Any:
-    """A ListConfig as Hydra hands it to the callback, as a list (anything else as it is)."""
-    from omegaconf import ListConfig, OmegaConf
+def _check_values(config: DictConfig) -> None:
+    from hydra.core.global_hydra import GlobalHydra
 
-    return OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    from harness.config.composed import check_values
+    from harness.config.knobs import FP16, Here, check_device, cuda_here
+    from harness.config.overrides import as_typed
+    from harness.config.sweep_keys import split_sweep
+
+    sweeper = config.hydra.get("sweeper") or {}
+    if "Autotune" in str(sweeper.get("_target_", "")) or not GlobalHydra.instance().is_initialized():
+        return  # outside Hydra's multirun (a test's bare config) there is nothing to compose
+    values, fixed = split_sweep(as_typed(config.hydra.overrides.task), sweeper.get("params") or {})
+    precisions = values.get("precision") or [str(config.get("precision"))]
+    launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower()
+    here = "slurm" not in launcher  # the local launcher's processes run here too
+    cuda = here and any(p.lower() in FP16 for p in precisions) and cuda_here(config)
+    check_device({"precision": precisions}, Here(here=here, cuda=cuda))
+    check_values(config, values, fixed)
 
 
 class ComparisonCallback(Callback):
@@ -131,10 +123,13 @@ class ComparisonCallback(Callback):
             # `+batchsize=1,2` would fail every job: said once, before the first.
             check_added_keys(as_typed(config.hydra.overrides.task),
                              [k for k in config if k != "hydra"])
-            repeat_keys = check_repeat_keys(_plain(self._repeat_keys))
+            plain = self._repeat_keys  # as Hydra hands it over: a ListConfig, or None
+            repeat_keys = check_repeat_keys(
+                OmegaConf.to_container(plain) if isinstance(plain, ListConfig) else plain)
             check_settings(self.settings.rows, self.settings.baseline, swept_values_of(config),
                            repeat_keys=repeat_keys)
             self.settings = replace(self.settings, repeat_keys=repeat_keys)
+            _check_values(config)
         except ConfigError as err:
             log.error("%s", err)
             # Hydra turns a callback's Exception into a warning and runs the sweep anyway.

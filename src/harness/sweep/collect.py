@@ -1,13 +1,9 @@
-"""Read a sweep (or a single run) back from disk: one JobResult per job directory.
-
-Only the files each job wrote are used (result.json, and .hydra/overrides.yaml
-when result.json is missing or unreadable), so the table can be rebuilt at any
-time, whichever launcher ran the jobs and even while some are still running.
+"""Read a sweep (or a single run) back from disk: one JobResult per job directory, from its
+result.json, else .hydra/overrides.yaml, whichever launcher ran it, even while some still run.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,15 +12,10 @@ from harness.autotune.job import SET_BY_AUTOTUNE
 from harness.config.overrides import AUTOTUNE_STAGE, MEASUREMENT_KEYS, parse_overrides
 from harness.errors import HarnessError
 from harness.result.schema import RunResult
-from harness.result.store import RESULT_FILE, load_result
+from harness.result.store import RESULT_FILE, hydra_overrides, job_dirs, load_result
 
 MULTIRUN_FILE = "multirun.yaml"
-OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 HYDRA_FILE = Path(".hydra") / "hydra.yaml"
-
-OK = "ok"
-MISSING = "missing"
-UNREADABLE = "unreadable"
 
 
 @dataclass
@@ -45,7 +36,7 @@ class JobResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == OK
+        return self.status == "ok"
 
 
 @dataclass
@@ -58,48 +49,14 @@ class Collection:
 
 
 def settings_of(overrides: list[str]) -> dict[str, str]:
-    """The point a job measured: its overrides without how it was measured (repeat, round;
-    in an autotune sweep also the mode and steps it set, so that a point's probe, halving
-    rounds and confirm rounds pool into one cell)."""
+    """The point a job measured: its overrides without how it was measured (repeat, round...)."""
     settings = parse_overrides(overrides)
     how = (*MEASUREMENT_KEYS, *SET_BY_AUTOTUNE) if AUTOTUNE_STAGE in settings else MEASUREMENT_KEYS
     return {k: v for k, v in settings.items() if k not in how}
 
 
-def _natural_key(path: Path) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
-
-
-def _job_dirs(root: Path) -> list[Path]:
-    found = {p.parent for p in root.rglob(RESULT_FILE)}
-    found |= {p.parent.parent for p in root.rglob(str(OVERRIDES_FILE))}
-    found.discard(root)
-    # Directories nested inside another job (its own outputs) are not jobs of the sweep.
-    jobs = [d for d in found if not any(other in d.parents for other in found)]
-    return sorted(jobs, key=lambda p: _natural_key(p.relative_to(root)))
-
-
 def _overrides_from_hydra(job_dir: Path) -> dict[str, str]:
-    path = job_dir / OVERRIDES_FILE
-    if not path.is_file():
-        return {}
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(path.read_text()) or []
-    except yaml.YAMLError:
-        return {}
-    return settings_of([str(x) for x in loaded]) if isinstance(loaded, list) else {}
-
-
-def _samples(result: RunResult, figures: dict[str, Any]) -> list[dict[str, Any]]:
-    """One dict of figures per repeat: each repeat's own metrics (the speed figures), with
-    the job's figures only the whole job has (repeat=N diagnoses once, on the pool: FLOP/s,
-    MFU, shares; compiled graphs) joining every repeat's. `figures` is result.figures(),
-    which reads them where they live (a schema-2 result.json copied them into metrics)."""
-    if result.repeats is not None and result.repeats.per_repeat:
-        return [{**figures, **run} for run in result.repeats.per_repeat]
-    return [figures]
+    return settings_of(hydra_overrides(job_dir) or [])
 
 
 def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
@@ -107,7 +64,7 @@ def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
     result_path = job_dir / RESULT_FILE
     if not result_path.is_file():
         reason = "no result.json (job still running, killed, or crashed before writing it)"
-        return JobResult(job_dir, MISSING, reason, _overrides_from_hydra(job_dir)), None
+        return JobResult(job_dir, "missing", reason, _overrides_from_hydra(job_dir)), None
     try:
         result = load_result(result_path)
     except HarnessError as err:
@@ -115,35 +72,24 @@ def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
         what = str(err).removeprefix(f"{result_path}: ")
         reason = f"result.json unreadable: {what}"
         problem = f"{result_path}: unreadable ({what}); the job is shown as 'unreadable'"
-        return JobResult(job_dir, UNREADABLE, reason, _overrides_from_hydra(job_dir)), problem
+        return JobResult(job_dir, "unreadable", reason, _overrides_from_hydra(job_dir)), problem
     settings = settings_of(result.overrides) if result.overrides else _overrides_from_hydra(job_dir)
     figures = result.figures()
-    job = JobResult(
-        path=job_dir,
-        status=result.status,
-        reason=result.reason,
-        settings=settings,
-        figures=figures,
-        samples=_samples(result, figures),
-        result=result,
-    )
-    return job, None
+    # Per repeat, its own speed figures over the whole job's (repeat=N diagnoses once, on the pool).
+    per_repeat = result.repeats.per_repeat if result.repeats is not None else None
+    samples = [{**figures, **run} for run in per_repeat] if per_repeat else [figures]
+    return JobResult(job_dir, result.status, result.reason, settings, figures, samples, result), None
 
 
 def collect(root: Path) -> Collection:
     """Every job under `root` (a multirun directory, or one run's directory)."""
     root = Path(root)
     if not root.exists():
-        raise HarnessError(
-            f"{root} does not exist. Fix: pass a sweep directory (multirun/DATE/TIME)"
-        )
+        raise HarnessError(f"{root} does not exist. Fix: pass a sweep directory (multirun/DATE/TIME)")
     if not root.is_dir():
         raise HarnessError(f"{root} is not a directory. Fix: pass a sweep directory, not a file")
-    if (root / RESULT_FILE).is_file():
-        job, problem = read_job(root)
-        return Collection(root, [job], [problem] if problem else [])
-    job_dirs = _job_dirs(root)
-    if not job_dirs:
+    found = [root] if (root / RESULT_FILE).is_file() else job_dirs(root)
+    if not found:
         if (root / MULTIRUN_FILE).is_file():
             raise HarnessError(
                 f"{root} is a sweep directory with no jobs in it yet (multirun.yaml but no job"
@@ -154,34 +100,22 @@ def collect(root: Path) -> Collection:
             " directories inside it. Fix: pass the directory `harness -m` printed"
             " (multirun/DATE/TIME) or a run's output directory"
         )
-    jobs: list[JobResult] = []
-    problems: list[str] = []
-    for job_dir in job_dirs:
-        job, problem = read_job(job_dir)
-        jobs.append(job)
-        if problem:
-            problems.append(problem)
-    mixed = _mixed_sweeps(root, job_dirs)
-    return Collection(root, jobs, ([mixed] if mixed else []) + problems)
+    read = [read_job(job_dir) for job_dir in found]
+    problems = [_mixed_sweeps(root, found), *(problem for _, problem in read)]
+    return Collection(root, [job for job, _ in read], [p for p in problems if p])
 
 
 def _sweep_of(job_dir: Path) -> str | None:
-    """The directory of the sweep that ran the job: the parent of the output directory
-    Hydra recorded in the job's .hydra/hydra.yaml (None for a single run or no record)."""
     import yaml
 
     try:
         hydra = yaml.safe_load((job_dir / HYDRA_FILE).read_text())["hydra"]
-        if hydra["mode"] != "MULTIRUN":
-            return None
-        return str(Path(hydra["runtime"]["output_dir"]).parent)
+        return str(Path(hydra["runtime"]["output_dir"]).parent) if hydra["mode"] == "MULTIRUN" else None
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
 
 
 def _mixed_sweeps(root: Path, job_dirs: list[Path]) -> str | None:
-    """A warning when the jobs under `root` come from more than one sweep (a date directory
-    holding two sweeps, jobs copied together): their table would compare them as one."""
     origins: dict[str, list[str]] = {}
     for job_dir in job_dirs:
         origin = _sweep_of(job_dir)

@@ -1,14 +1,6 @@
-"""Named sweeps: every `sweeps/*.yaml` becomes an option of the `sweep` config group.
-
-`harness -m sweep=NAME` then composes that file at the global level, so it can
-set `hydra.sweeper.params` (the grid) and any other key; command-line overrides
-are applied after it and win. Registration only reads small yaml files, so it
-is cheap enough to do at every CLI start-up.
-
-Sweeps are looked up in the packaged `sweeps/`, then in `./sweeps/` of the
-working directory, then in each directory of $HARNESS_SWEEPS_PATH; a later
-file with the same name replaces an earlier one.
-"""
+"""Named sweeps: every `sweeps/*.yaml` becomes an option of the `sweep` config group, composed
+at the global level (`harness -m sweep=NAME`; docs/sweeps.md). Looked up in the packaged
+`sweeps/`, `./sweeps/`, then $HARNESS_SWEEPS_PATH; a later file of a name replaces an earlier."""
 
 from __future__ import annotations
 
@@ -23,25 +15,14 @@ GROUP = "sweep"
 PATH_VARIABLE = "HARNESS_SWEEPS_PATH"
 
 
-def sweep_dirs() -> list[Path]:
-    """Directories searched for named sweeps, lowest priority first."""
-    dirs = [sweeps_dir(), Path.cwd() / "sweeps"]
-    extra = os.environ.get(PATH_VARIABLE, "")
-    dirs += [Path(p) for p in extra.split(os.pathsep) if p]
-    unique: list[Path] = []
-    for d in dirs:
-        if d.is_dir() and d.resolve() not in [u.resolve() for u in unique]:
-            unique.append(d)
-    return unique
-
-
 def find_sweeps() -> dict[str, Path]:
-    """Name -> yaml file of every named sweep."""
-    found: dict[str, Path] = {}
-    for directory in sweep_dirs():
-        for path in sorted(directory.glob("*.yaml")):
-            found[path.stem] = path
-    return found
+    """Name -> yaml file of every named sweep (a later directory's file of a name wins)."""
+    extra = [Path(p) for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    dirs: dict[Path, Path] = {}  # each directory once, where it first comes
+    for directory in (sweeps_dir(), Path.cwd() / "sweeps", *extra):
+        if directory.is_dir():
+            dirs.setdefault(directory.resolve(), directory)
+    return {path.stem: path for directory in dirs.values() for path in sorted(directory.glob("*.yaml"))}
 
 
 def register_sweeps() -> None:

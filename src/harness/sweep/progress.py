@@ -1,28 +1,6 @@
-"""The sweep in progress in this process: one `SweepInProgress`, and the lines it prints.
-
-A multirun's Hydra callbacks (harness.sweep.callbacks) start it when the multirun starts;
-`current()` returns it, in the process that runs the sweep only (a submitit job or a
-single run has none). It holds:
-
-- where the sweep writes: its directory, and its `sweep.log`, which harness.terminal
-  copies every line it prints into; and whether one of its jobs is running in this
-  process (`job_running`: the terminal then leaves the job's own output to its cli.log
-  and prints each warning once per sweep);
-- its progress (`Progress`): job k/N, elapsed time and ETA, one line per finished job
-  (status, examples/s and between-steps share, `contended` / `noisy` after a phase so
-  flagged, from the job's result.json). Hydra's basic
-  launcher runs the jobs in this process and the callbacks say when each starts and ends;
-  the submitit launchers run them elsewhere and say the same when they submit and collect
-  them; the rounds sweeper announces how many jobs there are;
-- its comparison (`table`: rows, baseline, plot, repeat keys) and, once written, its
-  `verdict`: the exit status of the command, non-zero only when no job of the sweep
-  measured its point;
-- how to end it before Hydra does: between its jobs SIGTERM stops it as Ctrl-C does, and
-  `harness.cli` calls `end_early`, which writes the table of the jobs that finished.
-
-Its MLflow parent run is found the way its jobs find it, through the sweep directory
-(harness.tracking.parent_run). Nothing heavy is imported here: harness.cli asks `current()`
-after every command.
+"""The sweep this process runs (`current()`; None in a submitit job or a single run): its
+directory and sweep.log, progress lines, comparison settings, the `verdict` that sets the
+exit status, and `end_early`. docs/architecture.md (the sweep's data flow) says the rest.
 """
 
 from __future__ import annotations
@@ -36,28 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from harness import terminal
-from harness.measured import MAIN_PHASES, USABLE, is_finite_number
+from harness.measured import MAIN_PHASES, USABLE, duration, is_finite_number
 
 log = logging.getLogger(__name__)
 SWEEP_LOG = "sweep.log"  # what the sweep printed: progress, table, the jobs' warnings
 
 
-def duration(seconds: float) -> str:
-    """9.4 s, 1m05s, 2h03m."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    return f"{minutes // 60}h{minutes % 60:02d}m"
-
-
 def job_outcome(output_dir: Path) -> tuple[str, str]:
-    """(status, 'ok: train 1,234.5 ex/s (between steps 3%) contended, inference ...') from
-    result.json; a phase's figures end with ` contended` / ` noisy` as the table's cells do."""
+    """(status, 'ok: train 1,234.5 ex/s (between steps 3%) contended, inference ...')."""
     from harness.errors import HarnessError
+    from harness.measured import cautions
     from harness.result.store import load_result
-    from harness.sweep.verdict import cautions
 
     try:
         result = load_result(output_dir)
@@ -81,7 +48,7 @@ def job_outcome(output_dir: Path) -> tuple[str, str]:
 
 
 class Progress:
-    """Counts the jobs of one sweep and says where it stands (through logging)."""
+    """Counts the jobs of one sweep and says where it stands."""
 
     def __init__(self, total: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -98,7 +65,7 @@ class Progress:
         text = f"elapsed {duration(self.clock() - self.started)}"
         left = (self.total or 0) - len(self.durations)
         if self.durations and left > 0:
-            # The mean job so far: rough where jobs differ much (batch sizes), so "~".
+            # the mean job so far: rough where jobs differ (batch sizes), so "~"
             eta = sum(self.durations) / len(self.durations) * left
             text += f", ETA ~{duration(eta)}"
         return text
@@ -107,11 +74,10 @@ class Progress:
         log.info("%s %s: %s (%s)", self._job(number), label, note, self._clock())
 
     def finished(self, number: int, label: str, output_dir: Path, seconds: float) -> str:
-        """One line for a finished job; returns its status."""
+        """One line for a finished job (an error when it measured nothing); its status."""
         self.durations.append(seconds)
         status, outcome = job_outcome(output_dir)
         self.statuses.append(status)
-        # A job that measured nothing is an error line; one that measured part, a warning.
         level = {"ok": logging.INFO, "partial": logging.WARNING}.get(status, logging.ERROR)
         log.log(level, "%s %s: %s [%s; %s]", self._job(number), label, outcome,
                 duration(seconds), self._clock())
@@ -142,7 +108,7 @@ class Verdict:
 
 
 def verdict_of(statuses: list[str]) -> Verdict:
-    """Non-zero when no job of the sweep ended ok or partial (or none ran)."""
+    """Non-zero when no job ended ok or partial."""
     if not statuses:
         return Verdict(1, "the sweep ran no job")
     if "ok" in statuses or "partial" in statuses:
@@ -156,7 +122,7 @@ def verdict_of(statuses: list[str]) -> Verdict:
 
 @dataclass
 class SweepInProgress:
-    """The sweep this process runs; see the module docstring."""
+    """The sweep this process runs (the module docstring)."""
 
     directory: Path
     swept: list[str] = field(default_factory=list)  # the keys it varies: they name its jobs
@@ -172,7 +138,7 @@ class SweepInProgress:
     _sigterm_before: Any = None
 
     def announce_jobs(self, total: int) -> None:
-        """The sweeper tells how many jobs the sweep launches, every round included."""
+        """How many jobs the sweep launches, every round included (from the sweeper)."""
         self.progress.total = total
 
     def job_starting(self, number: int, label: str) -> None:
@@ -191,21 +157,14 @@ class SweepInProgress:
             self.verdict = verdict_of(self._write_table(settings))
 
     def end(self) -> None:
-        """The sweep is over: SIGTERM back to what it was, the terminal no longer follows it.
-        Its verdict stays, for harness.cli."""
-        if not self.running:
-            return
-        self._stop()
-        terminal.follow(None)
+        """SIGTERM back to what it was, the terminal no longer following; the verdict stays."""
+        if self._stop():
+            terminal.follow(None)
 
     def end_early(self, interrupted: bool) -> None:
-        """The sweep stopped before its end (`interrupted`: by Ctrl-C or SIGTERM, else by an
-        error: a setting refused at its start, a job that exited): the table of the jobs
-        that finished, and the command that rebuilds it. harness.cli calls this; Hydra does
-        not. What is said after it still goes to sweep.log."""
-        if not self.running:
+        """Stopped early (`interrupted`: Ctrl-C or SIGTERM, else an error): the finished jobs' table."""
+        if not self._stop():
             return
-        self._stop()
         settings, self.table = self.table, None
         if settings is None:
             return
@@ -218,27 +177,34 @@ class SweepInProgress:
                     f"the table shows the {done} job(s) that finished" if done
                     else "no job finished", self.directory, self.directory)
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
+        """Whether it ran until now."""
         from harness.launch.signals import restore_sigterm
 
-        # Hydra skips on_job_end for a job that raised SystemExit (an interrupted job): the
-        # job is over, and what follows is the sweep's to print.
+        if not self.running:
+            return False
+        # Hydra skips on_job_end for a job that raised SystemExit: what follows is the sweep's
         self.running = self.job_running = False
         restore_sigterm(self._sigterm_before)
+        return True
 
     def _write_table(self, settings: TableSettings) -> list[str]:
         """comparison.* and the table of the jobs in the sweep directory; their statuses."""
         try:
             from harness.sweep.report_cli import report_sweep
 
-            comparison = report_sweep(self.directory, rows=settings.rows,
-                                      baseline=settings.baseline, plot=settings.plot,
-                                      repeat_keys=settings.repeat_keys)
+            comparison = report_sweep(self.directory, **vars(settings))
             return [job.status for job in comparison.jobs]
         except Exception as err:  # the jobs' own results are safe on disk: say so, go on
+            from harness.errors import HarnessError
+            from harness.sweep.collect import collect
+
             log.warning("could not build the sweep comparison: %s. Rebuild it with:"
                         " harness-report %s", err, self.directory)
-            return _statuses_on_disk(self.directory)
+            try:
+                return [job.status for job in collect(self.directory).jobs]
+            except HarnessError:
+                return []
 
 
 _current: SweepInProgress | None = None  # the sweep this process started last
@@ -246,15 +212,11 @@ _current: SweepInProgress | None = None  # the sweep this process started last
 
 def current() -> SweepInProgress | None:
     """The sweep this process runs (or ran last: its verdict); None in any other process."""
-    if _current is None or _current.pid != os.getpid():
-        return None
-    return _current
+    return _current if _current is not None and _current.pid == os.getpid() else None
 
 
 def sweep_of(config: Any) -> SweepInProgress:
-    """The sweep of this multirun's composed `config`, started by the first callback that
-    asks: its directory made, SIGTERM turned into a stop between jobs (the table of the
-    jobs that finished is still written), the terminal following it."""
+    """The sweep of this multirun's `config`, started by the first callback that asks."""
     from harness.config.sweep_keys import swept_keys_of
     from harness.launch.signals import stop_sweep_on_sigterm
 
@@ -272,17 +234,6 @@ def sweep_of(config: Any) -> SweepInProgress:
 
 
 def sweep_progress() -> Progress:
-    """The progress of this process's sweep (a launcher's lines add to the callbacks'), or
-    a count of its own where no callback started one."""
+    """The progress of this process's sweep, or a count of its own where none started."""
     sweep = current()
     return sweep.progress if sweep is not None and sweep.running else Progress()
-
-
-def _statuses_on_disk(sweep_dir: Path) -> list[str]:
-    from harness.errors import HarnessError
-    from harness.sweep.collect import collect
-
-    try:
-        return [job.status for job in collect(sweep_dir).jobs]
-    except HarnessError:
-        return []

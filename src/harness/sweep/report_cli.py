@@ -1,17 +1,6 @@
-"""`harness-report`: rebuild a sweep's comparison from its job directories, or diff two.
-
-    harness-report DIR          comparison.{md,csv,json,png} in DIR, table on the terminal
-    harness-report A B          what changed from A to B, metric by metric (ratios B/A)
-
-Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is full); 2 bad input,
-or a directory it cannot write; 3 --fail-if-worse found no regression but could not decide
-a comparison (a side contended or noisy): none ruled out. A regression wins over 3.
-
-`report_sweep` is what `harness-report DIR` does, and what a sweep does at its end
-(harness.sweep.progress), so the two write the same files: `harness-report DIR` takes the
-sweep's own `rows`, `baseline` and `repeat_keys` (hydra.callbacks.sweep_report, as its
-multirun.yaml records them) unless the command line gives them (`table_settings`). Fast to
-start: argparse here, pandas and matplotlib only once there is work, never torch.
+"""`harness-report DIR`: a sweep's comparison rebuilt from its job directories (`report_sweep`,
+which a sweep's end runs too); `harness-report A B`: what changed from A to B. Exit statuses: the
+parser's epilog. Fast to start: pandas and matplotlib only once there is work, never torch.
 """
 
 from __future__ import annotations
@@ -39,10 +28,7 @@ def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None 
                  plot: bool = True, write: bool = True,
                  settings_prefix: str | None = None,
                  repeat_keys: Sequence[str] | None = None) -> Comparison:
-    """The comparison of the jobs in `sweep_dir`: its tables on the terminal, and (unless
-    write=False) comparison.md, .csv, .json and (with `plot`) .png in `sweep_dir`. An error
-    in `rows`, `baseline` or `repeat_keys` (None: the default, harness.sweep.table.REPEAT_KEYS)
-    names them after `settings_prefix` (the sweep's own setting)."""
+    """The comparison of `sweep_dir` on the terminal and (`write`) in comparison.* there."""
     from harness.sweep import render
     from harness.sweep.collect import collect
     from harness.sweep.table import REPEAT_KEYS, SETTINGS_KEY, build
@@ -61,49 +47,31 @@ def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None 
             if png:
                 written.append(png)
         show("[bold]comparison:[/bold] " + ", ".join(str(p) for p in written))
-    _autotune_verdict(sweep_dir, write)
+    from harness.autotune.report import rebuild
+
+    rebuild(sweep_dir, write=write)  # an autotune sweep: every point it tried, its verdict
     return comparison
 
 
-# What `harness-report DIR` takes from the sweep's own settings when the command line does not
-# give it: the setting (hydra.callbacks.sweep_report.<name>) -> its flag.
+# A sweep's own setting (hydra.callbacks.sweep_report.<name>) -> the flag that overrides it.
 RECORDED = {"rows": "--rows", "baseline": "--baseline", "repeat_keys": "--repeat-keys"}
-
-
-def recorded_settings(sweep_dir: Path) -> dict[str, Any]:
-    """The sweep's own table settings that its multirun.yaml records (hydra.callbacks.
-    sweep_report: `rows`, `baseline`, `repeat_keys`, those that are set); {} for a run's
-    directory, a sweep of another app, or a file that cannot be read."""
-    import yaml
-
-    from harness.sweep.collect import MULTIRUN_FILE
-
-    try:
-        config = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    node: Any = config
-    for key in ("hydra", "callbacks", "sweep_report"):
-        node = node.get(key) if isinstance(node, dict) else None
-    if not isinstance(node, dict):
-        return {}
-    return {name: node[name] for name in RECORDED if node.get(name) is not None}
 
 
 def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
                    repeat_keys: str | None) -> tuple[str | None, str | None, tuple[str, ...]]:
-    """(rows, baseline, repeat keys) for `harness-report DIR`: each as given on the command
-    line (None: not given), else as the sweep set it (`recorded_settings`), so the table is
-    the sweep's own. The sweep's baseline is left out when --rows makes one of its keys the
-    row key (it could name no variant there): the first variant is the baseline then."""
-    from harness.sweep.table import (
-        REPEAT_KEYS,
-        SETTINGS_KEY,
-        check_repeat_keys,
-        parse_variant_spec,
-    )
+    """(rows, baseline, repeat keys) for `harness-report DIR`: the command line's, else the sweep's."""
+    import yaml
 
-    recorded = recorded_settings(sweep_dir)
+    from harness.sweep.collect import MULTIRUN_FILE
+    from harness.sweep.table import REPEAT_KEYS, SETTINGS_KEY, check_repeat_keys, parse_variant_spec
+
+    try:  # none for a run's directory, another app's sweep, or a file that cannot be read
+        node = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        node = None
+    for key in ("hydra", "callbacks", "sweep_report"):
+        node = node.get(key) if isinstance(node, dict) else None
+    recorded = {k: node[k] for k in RECORDED if node.get(k) is not None} if isinstance(node, dict) else {}
     used: dict[str, Any] = {}
     if rows is None and "rows" in recorded:
         rows = used["rows"] = str(recorded["rows"])
@@ -127,14 +95,6 @@ def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
         log.info("the table as the sweep set it (multirun.yaml): %s.%s; %s %s",
                  SETTINGS_KEY, said, flags, "change them" if len(used) > 1 else "changes it")
     return rows, baseline, chosen
-
-
-def _autotune_verdict(sweep_dir: Path, write: bool) -> None:
-    """An autotune sweep: every point it tried and its verdict, rebuilt from the jobs, after
-    the table (autotune.json rewritten unless write=False)."""
-    from harness.autotune.report import rebuild
-
-    rebuild(sweep_dir, write=write)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -191,16 +151,16 @@ def _run(args: argparse.Namespace) -> int:
     if len(args.dirs) != 2:
         raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
                            " Fix: harness-report DIR, or harness-report A B")
+    from harness.judge import TOLERANCE
     from harness.sweep import diff
     from harness.sweep.table import build
-    from harness.sweep.verdict import TABLE_TOLERANCE
 
     a, b = (build(collect(Path(d)), rows=args.rows, baseline=args.baseline,
                   settings_prefix="--", repeat_keys=repeat_keys) for d in args.dirs)
     for side, comp in (("A", a), ("B", b)):
         for problem in comp.problems:
             log.warning("(%s) %s", side, problem)
-    tolerance = TABLE_TOLERANCE if args.fail_if_worse is None else args.fail_if_worse
+    tolerance = TOLERANCE if args.fail_if_worse is None else args.fail_if_worse
     result = diff.diff(a, b, tolerance)
     if args.out:  # written first: a reader that stops early (`| head`) must not cost the files
         written = _written(lambda: diff.write(result, args.out),

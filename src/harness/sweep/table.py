@@ -1,24 +1,6 @@
-"""The comparison of a sweep as data: one point per combination of swept values, as a pandas frame.
-
-The swept keys make rows and column groups (variants). A point pools every job (and every
-repeat inside a job, and every round of a sweep) that ran the same settings: its figures are
-one consistent statistic over those samples (harness.measured.summarize: the median s/it,
-examples/s derived from it) with their min..max range. The jobs of a point that differ only
-in a repeat key (`seed`, by default: `repeat_keys`) are samples of it too, as rounds are. A
-job that did not measure what it was asked gives no number: `invalid` (a knob did not take
-effect) and failed jobs show their status; a `partial` job keeps the phases it measured, and
-the phase that failed says so. A phase measured on too few steps is `thin`; one measured on
-a busy machine or with erratic steps is `contended` or `noisy` (harness.sweep.verdict), and
-its samples are left out of every verdict.
-
-On top of the points: speed-ups against the baseline variant in the same row (with their
-range over the samples, whether that range holds 1.0, and the verdict on the counted
-samples: real, same or inconclusive), each row's best variant beyond noise, and, with a
-sweep over batch_size, the memory headroom. Everything is computed here once;
-harness.sweep.render and harness.sweep.plot only read it. The sweep's own settings (`rows`,
-`baseline`, `repeat_keys`) are checked by `check_settings`, when a sweep starts and when a
-table is built.
-"""
+"""The comparison of a sweep as data (`build`): one point per combination of swept values, its
+samples pooled; speed-ups with their verdicts, each row's best and the sweep's fastest point, all
+from harness.judge; the memory headroom. docs/sweeps.md says what each column means."""
 
 from __future__ import annotations
 
@@ -34,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from harness.config.overrides import ROUND_KEY, parse_overrides
 from harness.config.sweep_keys import short_setting
 from harness.errors import ConfigError, HarnessError
-from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, summarize
+from harness.judge import TOLERANCE, band_of, fastest, job_noise, judge
+from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, sample_of, summarize
 from harness.sweep.collect import Collection, JobResult
-from harness.sweep.verdict import TABLE_TOLERANCE, Band, band_of, judge, sample_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,13 +27,9 @@ DEFAULT = "(default)"
 ROW_PREFERENCE = ("batch_size",)
 # Keys that never make rows or variants: they say how a run was launched, not what ran.
 NOT_AXES = ("sweep",)
-# Keys whose values are repeats of one point, not variants: their jobs pool into the point's
-# samples, as the rounds of a sweep do (`harness -m batch_size=8,16 seed=0,1,2`: two points
-# of three samples). A setting of the table (hydra.callbacks.sweep_report.repeat_keys,
-# harness-report --repeat-keys); the rounds key never makes an axis (collect drops it).
+# Keys whose values are repeats of one point, not variants (`seed=0,1,2`: three samples each).
 REPEAT_KEYS = ("seed", ROUND_KEY)
-# Where a sweep's `rows`, `baseline` and `repeat_keys` are set (the comparison callback,
-# conf/config.yaml); harness-report names them --rows, --baseline and --repeat-keys.
+# Where a sweep's `rows`, `baseline` and `repeat_keys` are set; harness-report's --rows...
 SETTINGS_KEY = "hydra.callbacks.sweep_report"
 
 
@@ -65,18 +43,15 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("train_seconds_per_iteration", "s",
-           "training: seconds per iteration (median over samples), warm-up excluded", False),
-    Metric("train_examples_per_second", "examples/s",
-           "training: examples per iteration / seconds per iteration, warm-up excluded", True),
-    Metric("train_between_steps_share", "share",
-           "training: share of each iteration between steps (batch fetch, end-of-step work)", False, False),
-    Metric("inference_seconds_per_iteration", "s",
-           "inference (predict, eval mode): seconds per iteration, warm-up excluded", False),
-    Metric("inference_examples_per_second", "examples/s",
-           "inference: examples per iteration / seconds per iteration, warm-up excluded", True),
-    Metric("inference_between_steps_share", "share",
-           "inference: share of each iteration between steps (batch fetch, end-of-step work)", False, False),
+    *(metric for phase, name in (("train", "training"), ("inference", "inference (predict, eval mode)"))
+      for metric in (
+          Metric(f"{phase}_seconds_per_iteration", "s",
+                 f"{name}: seconds per iteration (median over samples), warm-up excluded", False),
+          Metric(f"{phase}_examples_per_second", "examples/s",
+                 f"{name}: examples per iteration / seconds per iteration, warm-up excluded", True),
+          Metric(f"{phase}_between_steps_share", "share",
+                 f"{name}: share of each iteration between steps (batch fetch, end-of-step work)",
+                 False, False))),
     Metric("train_flop_per_s", "FLOP/s",
            "training: FLOPs of a step (diagnose preset) / seconds per iteration", True, False),
     Metric("train_mfu", "share",
@@ -93,12 +68,13 @@ RATIOS = {
     "inference_speedup": "inference_examples_per_second",
     "memory_ratio": "peak_memory_bytes",
 }
+# the columns of each ratio: <ratio><suffix> (add_ratios)
+RATIO_SUFFIXES = ("", "_min", "_max", "_within_spread", "_thin", "_verdict", "_verdict_reason")
 
 # Where a point's peak_memory_bytes comes from (`memory_source`), in the order looked for.
 DEVICE_MEMORY, RSS_INCREASE, PROCESS_RSS = "device allocated", "peak RSS increase", "process RSS"
 
-# Memory headroom (`largest_batches`): the share of memory kept free, and when the line
-# through memory against batch size is noise or stretched too far to read.
+# Memory headroom (`largest_batches`): the share kept free; when its line is noise or stretched too far.
 KEEP_FREE = 0.10
 MIN_GROWTH_OVER_NOISE = 3.0
 MIN_GROWTH_SHARE = 0.05
@@ -124,13 +100,17 @@ class Comparison:
     headroom: dict[str, dict[str, Any]] = field(default_factory=dict)  # see largest_batches
     repeat_keys: dict[str, list[str]] = field(default_factory=dict)  # pooled key -> its values
     repeat_settings: tuple[str, ...] = REPEAT_KEYS  # the keys asked to pool (swept or not)
+    noise: dict[str, float] = field(default_factory=dict)  # phase -> job-to-job noise (log sd)
+    fastest: dict[str, dict[str, Any]] = field(default_factory=dict)  # see fastest_points
 
     @property
     def status_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for job in self.jobs:
-            counts[job.status] = counts.get(job.status, 0) + 1
-        return counts
+        return dict(Counter(job.status for job in self.jobs))
+
+    @property
+    def axes(self) -> list[str]:
+        """The keys a point's label names: the row key, then the variant keys."""
+        return ([self.row_key] if self.row_key else []) + self.variant_keys
 
     @property
     def repeated(self) -> bool:
@@ -143,12 +123,16 @@ class Comparison:
 
     @cached_property
     def _by_place(self) -> dict[tuple[str, str], Any]:
-        # Built on first use, once: the renderings look a point up per cell.
         return {(str(p["row"]), p["variant"]): p for _, p in self.points.iterrows()}
 
     def point(self, row: str, variant: str) -> Any:
-        """The point (a row of `points`) at this row value and variant; None if none ran."""
         return self._by_place.get((row, variant))
+
+    def point_label(self, point: Any) -> str:
+        """'batch_size=16, precision=bf16': the row's setting and the variant's."""
+        row = [f"{self.row_key}={point['row']}"] if self.row_key else []
+        variant = [] if point["variant"] == "all" else [point["variant"]]
+        return ", ".join(row + variant) or "all"
 
     def short_label(self, label: str) -> str:
         """'precision=bf16, compile=true' -> 'bf16 compile=true': bare words stand alone."""
@@ -156,7 +140,8 @@ class Comparison:
         return " ".join(short_setting(k, settings.get(k, DEFAULT)) for k in self.variant_keys)
 
 
-def _sort_key(value: str) -> tuple[int, float, str]:
+def sort_key(value: str) -> tuple[int, float, str]:
+    """Numbers first, by value (`(0, value, '')`), then words."""
     try:
         return (0, float(value), "")
     except ValueError:
@@ -179,9 +164,7 @@ def parse_variant_spec(spec: str, prefix: str = "") -> dict[str, str]:
 
 
 def choose_row_key(axes: list[str], rows: str | None) -> str | None:
-    """The key whose values make the rows: `rows`, else batch_size if swept, else the first
-    of two or more swept keys. One swept key that is not a preferred row key makes columns
-    (variants) with a single row, so that its values get speed-ups against each other."""
+    """`rows`, else batch_size if swept, else the first of two or more swept keys."""
     fallback = axes[0] if len(axes) > 1 else None
     return rows or next((k for k in ROW_PREFERENCE if k in axes), fallback)
 
@@ -191,8 +174,7 @@ def _repeat_keys_name(prefix: str) -> str:
 
 
 def check_repeat_keys(value: Any, prefix: str = f"{SETTINGS_KEY}.") -> tuple[str, ...]:
-    """The repeat keys as a tuple of names, from a list (the config's) or a comma-separated
-    string (harness-report's); a ConfigError naming the setting for anything else."""
+    """The repeat keys from a list (the config's) or a comma-separated string (harness-report's)."""
     if value is None:
         return REPEAT_KEYS
     if isinstance(value, str):
@@ -205,7 +187,6 @@ def check_repeat_keys(value: Any, prefix: str = f"{SETTINGS_KEY}.") -> tuple[str
 
 def _pooled_error(prefix: str, setting: str, value: str, key: str,
                   axes: list[str]) -> ConfigError:
-    """`rows` or `baseline` names a key whose values are samples of each point."""
     keys = _repeat_keys_name(prefix)
     instead = f"{prefix}{setting}={axes[0]}" if setting == "rows" and axes else f"drop {key}"
     return ConfigError(f"{prefix}{setting}", value,
@@ -217,10 +198,7 @@ def _pooled_error(prefix: str, setting: str, value: str, key: str,
 def check_settings(rows: str | None, baseline: str | None, swept: Mapping[str, Sequence[str]],
                    prefix: str = f"{SETTINGS_KEY}.",
                    repeat_keys: Sequence[str] = REPEAT_KEYS) -> None:
-    """Raise a ConfigError naming `<prefix>rows` or `<prefix>baseline` when it cannot match
-    this sweep, whose swept keys and values are `swept` (the keys in `repeat_keys` pool into
-    the points): when a sweep starts, and when a table is built (by harness-report too:
-    prefix `--`)."""
+    """Raise a ConfigError naming `<prefix>rows` or `<prefix>baseline` when it matches no swept key."""
     axes = [k for k in swept if k not in NOT_AXES and k not in repeat_keys]
     if rows is not None and rows not in axes:
         if rows in swept and rows in repeat_keys:
@@ -251,31 +229,21 @@ def check_settings(rows: str | None, baseline: str | None, swept: Mapping[str, S
 
 def _choose_baseline(spec: str | None, variants: list[str],
                      settings_of: dict[str, dict[str, str]]) -> str:
-    """The variant `spec` names (checked by check_settings), else the first."""
     if not spec:
         return variants[0]
     wanted = parse_variant_spec(spec)
     for label in variants:
         if all(settings_of[label].get(k, DEFAULT) == v for k, v in wanted.items()):
             return label
-    raise HarnessError(  # each value was swept, but no job ran this combination
-        f"baseline={spec!r} matches no variant that ran in this sweep. Fix: choose one of: "
-        + "; ".join(variants)
-    )
+    raise HarnessError(f"baseline={spec!r} matches no variant that ran in this sweep. Fix: choose"
+                       f" one of: {'; '.join(variants)}")  # each value ran, not this combination
 
 
 def swept_and_fixed(jobs: list[JobResult]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Keys whose value differs between jobs (in first-seen order) with their values, and
-    the rest with their one value."""
-    values: dict[str, list[str]] = {}
-    for job in jobs:
-        for key in job.settings:
-            values.setdefault(key, [])
-    for key, seen in values.items():
-        for job in jobs:
-            value = job.settings.get(key, DEFAULT)
-            if value not in seen:
-                seen.append(value)
+    """Keys whose value differs between jobs with their values (first seen first); the rest."""
+    keys = dict.fromkeys(key for job in jobs for key in job.settings)
+    values = {key: list(dict.fromkeys(job.settings.get(key, DEFAULT) for job in jobs))
+              for key in keys}
     swept = {key: seen for key, seen in values.items() if len(seen) > 1}
     fixed = {key: seen[0] for key, seen in values.items() if len(seen) == 1}
     return swept, fixed
@@ -284,16 +252,14 @@ def swept_and_fixed(jobs: list[JobResult]) -> tuple[dict[str, list[str]], dict[s
 def build(collection: Collection, rows: str | None = None, baseline: str | None = None,
           settings_prefix: str = f"{SETTINGS_KEY}.",
           repeat_keys: Sequence[str] = REPEAT_KEYS) -> Comparison:
-    """Arrange the collected jobs as rows x variants, with speed-ups against the baseline;
-    the jobs of a point that differ only in `repeat_keys` are its samples
-    (`settings_prefix` names the settings in an error: `--` for harness-report)."""
+    """The collected jobs as rows x variants, jobs differing only in `repeat_keys` pooled."""
     import pandas as pd
 
     jobs = collection.jobs
     swept, fixed = swept_and_fixed(jobs)
     check_settings(rows, baseline, swept, settings_prefix, repeat_keys)
     axes = [k for k in swept if k not in NOT_AXES and k not in repeat_keys]
-    pooled = {k: sorted(values, key=_sort_key) for k, values in swept.items()
+    pooled = {k: sorted(values, key=sort_key) for k, values in swept.items()
               if k in repeat_keys}
     row_key = choose_row_key(axes, rows)
     variant_keys = [k for k in axes if k != row_key]
@@ -307,35 +273,22 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
         settings_of.setdefault(label, job.settings)
     variants = list(settings_of)
     chosen = _choose_baseline(baseline, variants, settings_of)
+    row_values = sorted({str(row) for row, _ in groups}, key=sort_key)
 
     records = []
-    for (row, label), members in groups.items():
-        record: dict[str, Any] = {}
-        if row_key:
-            record[row_key] = row
-        for key in variant_keys:
-            record[key] = members[0].settings.get(key, DEFAULT)
+    for (row, label), members in sorted(groups.items(), key=lambda item: (
+            row_values.index(str(item[0][0])), variants.index(item[0][1]))):
+        record: dict[str, Any] = {row_key: row} if row_key else {}
+        record.update({key: members[0].settings.get(key, DEFAULT) for key in variant_keys})
         record.update(row=row, variant=label, baseline=label == chosen)
         record.update(point(members))
         record["pooled"] = ", ".join(
             f"{len({m.settings.get(k, DEFAULT) for m in members})} {k}s" for k in pooled) or None
         records.append(record)
-    frame = pd.DataFrame.from_records(records)
-    for name in METRIC_NAMES:
-        for column in (name, f"{name}_min", f"{name}_max"):
-            if column not in frame:
-                frame[column] = None
-    for column in ("memory_source", "memory_start_bytes"):
-        if column not in frame:
-            frame[column] = None
+    frame = pd.DataFrame.from_records(records)  # in row, then sweep order
+    noise = add_bands(frame)
     add_ratios(frame, chosen)
     add_best(frame)
-
-    row_values = sorted({str(r) for r in frame["row"]}, key=_sort_key)
-    order = {v: i for i, v in enumerate(variants)}
-    frame["_r"] = frame["row"].map(lambda r: row_values.index(str(r)))
-    frame["_v"] = frame["variant"].map(order)
-    frame = frame.sort_values(["_r", "_v"]).drop(columns=["_r", "_v"]).reset_index(drop=True)
     comparison = Comparison(
         root=collection.root,
         row_key=row_key,
@@ -353,76 +306,47 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
         repeat_settings=tuple(repeat_keys),
     )
     comparison.headroom = largest_batches(comparison)
+    comparison.noise = noise
+    comparison.fastest = fastest_points(comparison)
     return comparison
 
 
 def _context(jobs: list[JobResult]) -> dict[str, Any]:
-    """Device and versions of the first job that recorded them: printed above the table."""
-    for job in jobs:
-        result = job.result
+    for result in (job.result for job in jobs):
         if result is not None and result.device is not None:
-            return {
-                "accelerator": result.device.accelerator,
-                "device_name": result.device.device_name,
-                "world_size": result.device.world_size,
-                "memory_bytes": result.device.memory_bytes,
-                "torch": result.versions.get("torch"),
-                "lightning": result.versions.get("lightning"),
-                "host": result.host,
-            }
+            device = {k: getattr(result.device, k)
+                      for k in ("accelerator", "device_name", "world_size", "memory_bytes")}
+            return {**device, "torch": result.versions.get("torch"),
+                    "lightning": result.versions.get("lightning"), "host": result.host}
     return {}
 
 
-# -- one point ---------------------------------------------------------------------------
-def peak_memory(figures: dict[str, Any]) -> tuple[float | None, str | None]:
-    """(bytes, where they come from) for one run's figures: the device's peak (CUDA); on a
-    CPU the training phase's peak RSS increase over its start (what the phase took, not the
-    ~0.5 GiB of libraries the process holds anyway; inference's without training); the
-    process's peak RSS for results written before the increase."""
+def peak_memory(figures: dict[str, Any]) -> tuple[float | None, str | None, float | None]:
+    """(bytes, memory_source, the resident set at an RSS increase's start): the first source found."""
     device = figures.get("peak_device_allocated_bytes")
     if is_finite_number(device):
-        return float(device), DEVICE_MEMORY
+        return float(device), DEVICE_MEMORY, None
     for phase in MAIN_PHASES:
         increase = figures.get(f"{phase}_peak_rss_increase_bytes")
         if is_finite_number(increase):
-            return float(increase), RSS_INCREASE
-    rss = figures.get("peak_rss_bytes")
-    if is_finite_number(rss):
-        return float(rss), PROCESS_RSS
-    return None, None
-
-
-def memory_start(figures: dict[str, Any]) -> float | None:
-    """The resident set at the start of the phase whose increase `peak_memory` gives (what
-    the headroom adds back to the increase), else None."""
-    if peak_memory(figures)[1] != RSS_INCREASE:
-        return None
-    for phase in MAIN_PHASES:
-        if is_finite_number(figures.get(f"{phase}_peak_rss_increase_bytes")):
             start = figures.get(f"{phase}_rss_start_bytes")
-            return float(start) if is_finite_number(start) else None
-    return None
+            return float(increase), RSS_INCREASE, float(start) if is_finite_number(start) else None
+    rss = figures.get("peak_rss_bytes")
+    return (float(rss), PROCESS_RSS, None) if is_finite_number(rss) else (None, None, None)
 
 
 def _sample(figures: dict[str, Any]) -> dict[str, Any]:
-    values = {name: figures.get(name) for name in METRIC_NAMES if name != "peak_memory_bytes"}
-    values["peak_memory_bytes"] = peak_memory(figures)[0]
-    values["memory_start_bytes"] = memory_start(figures)
+    values = {name: figures.get(name) for name in METRIC_NAMES}
+    values["peak_memory_bytes"], _, values["memory_start_bytes"] = peak_memory(figures)
     return values
-
-
-def _status(jobs: list[JobResult]) -> str:
-    usable = [j.status for j in jobs if j.status in USABLE]
-    if usable:
-        return "partial" if "partial" in usable else "ok"
-    return jobs[0].status
 
 
 def point(jobs: list[JobResult]) -> dict[str, Any]:
     """The pooled figures of the jobs of one (row, variant), with status and phase notes."""
     usable = [j for j in jobs if j.status in USABLE]
     first = usable[0] if usable else jobs[0]
-    record: dict[str, Any] = {"jobs": " ".join(j.name for j in jobs), "status": _status(jobs),
+    status = "partial" if any(j.status == "partial" for j in usable) else first.status
+    record: dict[str, Any] = {"jobs": " ".join(j.name for j in jobs), "status": status,
                               "reason": None if usable else first.reason}
     samples = [_sample(s) for j in usable for s in j.samples]
     record["samples"] = len(samples)
@@ -434,8 +358,12 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
     start = value.get("memory_start_bytes")
     record["memory_start_bytes"] = start if is_finite_number(start) else None
     flags = {f for j in usable if j.result for f in j.result.flags}
-    for phase in MAIN_PHASES:
-        record.update(phase_band(usable, phase))
+    for phase in MAIN_PHASES:  # a job's flags hold for each of its repeats
+        samples = [found for job in usable for figures in job.samples
+                   if (found := sample_of(figures, job.result.flags if job.result else [], phase))]
+        record[f"{phase}_samples"] = samples
+        record[f"{phase}_contended"] = any(s.contended for s in samples)
+        record[f"{phase}_noisy"] = any(s.noisy for s in samples)
     for phase in PHASES:
         record[f"{phase}_thin"] = f"thin:{phase}" in flags
         errors = [j.result.phase_errors[phase] for j in usable
@@ -443,29 +371,33 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         record[f"{phase}_error"] = errors[0] if errors else None
     bounds = [j.result.diagnosis.bound_by for j in usable if j.result and j.result.diagnosis]
     record["bound_by"] = majority(bounds)
-    # A NaN or infinite training loss in any job of the point (result.json flag).
     record["train_nonfinite_loss"] = "nonfinite_loss" in flags
-    rounds = {j.result.sweep_round for j in jobs if j.result and j.result.sweep_round is not None}
-    record["rounds"] = len(rounds)
+    record["rounds"] = len({j.result.sweep_round for j in jobs
+                            if j.result and j.result.sweep_round is not None})
     return record
 
 
-def phase_band(jobs: list[JobResult], phase: str) -> dict[str, Any]:
-    """A point's robust band for `phase` over its jobs' samples (harness.sweep.verdict; a
-    job's flags hold for each of its repeats) and its cautions: `<phase>_contended` /
-    `_noisy` when any sample is, `<phase>_counted`, the samples its verdicts rest on."""
-    samples = [found for job in jobs for figures in job.samples
-               if (found := sample_of(figures, job.result.flags if job.result else [], phase))]
-    band = band_of(samples)
-    return {f"{phase}_band": band,
-            f"{phase}_contended": any(s.contended for s in samples),
-            f"{phase}_noisy": any(s.noisy for s in samples),
-            f"{phase}_counted": band.counted if band else 0}
+def add_bands(frame: pd.DataFrame) -> dict[str, float]:
+    """Add `<phase>_band` and `_counted` (widened by the phase's job noise); return that noise."""
+    noise = {}
+    for phase in MAIN_PHASES:
+        samples = frame[f"{phase}_samples"]
+        noise[phase] = job_noise([[s.figure for s in found if s.counted] for found in samples])
+        bands = [band_of(found, noise[phase]) for found in samples]
+        frame[f"{phase}_band"] = pd_objects(bands, frame.index)
+        frame[f"{phase}_counted"] = [b.counted if b else 0 for b in bands]
+    return noise
+
+
+def pd_objects(values: list[Any], index: Any) -> Any:
+    import pandas as pd
+
+    # object dtype keeps True / False / None and dataclasses (not numpy bools, not NaN)
+    return pd.Series(values, index=index, dtype=object)
 
 
 def majority(bounds: list[str]) -> str | None:
-    """The bound most of the point's samples name; a tie names both ("compute/host"), in the
-    order they first appear, so a report reads the same however often it is made."""
+    """The bound most samples name; a tie names both in first-seen order ("compute/host")."""
     if not bounds:
         return None
     counts = Counter(bounds)
@@ -473,121 +405,75 @@ def majority(bounds: list[str]) -> str | None:
     return "/".join(dict.fromkeys(b for b in bounds if counts[b] == top))
 
 
-# -- ratios and the best variant ------------------------------------------------------------
 def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
-    """Per ratio: the value, its range over the samples of both sides, the noise flag and,
-    for the speed-ups, the verdict.
-
-    The range is min(variant) / max(baseline) .. max(variant) / min(baseline) over every
-    sample; the speed-up is within noise when that range holds 1.0 (the samples of the two
-    overlap). The verdict (`<ratio>_verdict`: real, same or inconclusive, and
-    `<ratio>_verdict_reason`) rests on the counted samples only (harness.sweep.verdict,
-    against TABLE_TOLERANCE); none where a side's spread is unknown (older results that ran
-    once) or for memory. A ratio involving a thin phase is flagged `<ratio>_thin`.
-    """
-    import pandas as pd
-
+    """Each ratio's columns (RATIO_SUFFIXES), the speed-ups' verdicts from harness.judge."""
     base = frame[frame["variant"] == baseline].set_index("row")
     for ratio, metric in RATIOS.items():
         phase = metric.split("_", 1)[0]
-        columns: dict[str, list[Any]] = {c: [] for c in ("", "_min", "_max", "_within_spread",
-                                                           "_thin", "_verdict",
-                                                           "_verdict_reason")}
+        rows = []
         for _, p in frame.iterrows():
-            found: dict[str, Any] = dict.fromkeys(columns)
+            rows.append(found := dict.fromkeys(RATIO_SUFFIXES))
             ref = base.loc[p["row"]] if p["row"] in base.index else None
-            if ref is not None and is_finite_number(p.get(metric)) and is_finite_number(
-                    ref.get(metric)) and ref[metric] > 0:
-                found[""] = p[metric] / ref[metric]
-                repeated = p["samples"] > 1 or ref["samples"] > 1
-                if repeated and p["variant"] != baseline:
-                    found["_min"], found["_max"], found["_within_spread"] = ratio_range(
-                        p, ref, metric)
-                if phase in PHASES:
-                    found["_thin"] = bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
-                if phase in MAIN_PHASES and p["variant"] != baseline:
-                    verdict = judge(ref[f"{phase}_band"], p[f"{phase}_band"], TABLE_TOLERANCE)
-                    if verdict is not None:
-                        found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
-            for suffix, value in found.items():
-                columns[suffix].append(value)
-        for suffix, values in columns.items():
-            # object dtype keeps True / False / None (not numpy bools, not NaN)
-            frame[f"{ratio}{suffix}"] = pd.Series(values, index=frame.index, dtype=object)
+            if ref is None or not (is_finite_number(p[metric]) and is_finite_number(ref[metric])
+                                   and ref[metric] > 0):
+                continue
+            found[""] = p[metric] / ref[metric]
+            if (p["samples"] > 1 or ref["samples"] > 1) and p["variant"] != baseline:
+                found["_min"], found["_max"], found["_within_spread"] = ratio_range(p, ref, metric)
+            if phase in PHASES:
+                found["_thin"] = bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
+            verdict = (judge(ref[f"{phase}_band"], p[f"{phase}_band"], TOLERANCE)
+                       if phase in MAIN_PHASES and p["variant"] != baseline else None)
+            if verdict is not None:
+                found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
+        for suffix in RATIO_SUFFIXES:
+            frame[f"{ratio}{suffix}"] = pd_objects([found[suffix] for found in rows], frame.index)
 
 
 def ratio_range(side: Any, base: Any, metric: str) -> tuple[float, float, bool]:
-    """side/base over their samples: (lowest, highest, whether 1.0 lies between: the two
-    overlap, so the ratio is within noise). `side` and `base` hold <metric>_min and _max."""
+    """side/base over their <metric>_min.._max: (lowest, highest, whether 1.0 lies between)."""
     low = side[f"{metric}_min"] / base[f"{metric}_max"]
     high = side[f"{metric}_max"] / base[f"{metric}_min"]
     return low, high, bool(low <= 1.0 <= high)
 
 
 def add_best(frame: pd.DataFrame) -> None:
-    """`<phase>_best`: per row, True for the variant with the highest robust figure when it
-    is beyond noise: its counted samples' lowest above every other variant's highest
-    (harness.sweep.verdict). Every point of the row must rest on two or more counted
-    samples (repeats, rounds or seeds): a point that ran once has no known noise between
-    runs, and a contended or noisy one none at all, so no variant of its row is called best."""
-    import pandas as pd
-
+    """`<phase>_best`: True for the row's fastest variant, where harness.judge.fastest decides."""
     for phase in MAIN_PHASES:
-        metric = f"{phase}_examples_per_second"
-        best = pd.Series(False, index=frame.index, dtype=object)
-        usable = frame[frame["status"].isin(USABLE) & frame[metric].map(is_finite_number)]
-        for _, group in usable.groupby("row", sort=False):
-            bands: dict[Any, Band] = {i: b for i, b in group[f"{phase}_band"].items()
-                                      if b is not None and b.counted > 1}
-            if len(group) < 2 or len(bands) < len(group):
-                continue
-            top = max(bands, key=lambda i: bands[i].value)
-            if bands[top].low > max(b.high for i, b in bands.items() if i != top):
-                best[top] = True
-        frame[f"{phase}_best"] = best
+        best = [False] * len(frame)
+        for _, group in _usable(frame, phase).groupby("row", sort=False):
+            if len(group) > 1:
+                found = fastest(dict(group[f"{phase}_band"].items()))
+                if found is not None and found.decided:
+                    best[frame.index.get_loc(found.key)] = True
+        frame[f"{phase}_best"] = pd_objects(best, frame.index)
 
 
-# -- memory headroom ---------------------------------------------------------------------------
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
-    """(intercept, slope) of the least-squares line, None when it cannot be fitted."""
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    if spread == 0:
-        return None
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-    return mean_y - slope * mean_x, slope
+def _usable(frame: pd.DataFrame, phase: str) -> pd.DataFrame:
+    metric = f"{phase}_examples_per_second"
+    return frame[frame["status"].isin(USABLE) & frame[metric].map(is_finite_number)]
 
 
-def _noise(rows: Any) -> float:
-    """The widest min..max of peak memory over a point's samples (0 when each ran once)."""
-    widths = [float(r["peak_memory_bytes_max"]) - float(r["peak_memory_bytes_min"])
-              for _, r in rows.iterrows()
-              if is_finite_number(r.get("peak_memory_bytes_max"))
-              and is_finite_number(r.get("peak_memory_bytes_min"))]
-    return max(widths, default=0.0)
+def fastest_points(comparison: Comparison) -> dict[str, dict[str, Any]]:
+    """Per phase, the sweep's fastest point (harness.judge.fastest): figure, band, ties, why."""
+    found: dict[str, dict[str, Any]] = {}
+    frame = comparison.points
+    for phase in MAIN_PHASES:
+        best = fastest(dict(_usable(frame, phase)[f"{phase}_band"].items()))
+        if best is None:
+            continue
+        found[phase] = {"point": comparison.point_label(frame.loc[best.key]),
+                        "row": str(frame.loc[best.key, "row"]),
+                        "variant": frame.loc[best.key, "variant"],
+                        "examples_per_second": best.band.value, "low": best.band.low,
+                        "high": best.band.high, "decided": best.decided,
+                        "ties": [comparison.point_label(frame.loc[k]) for k in best.ties],
+                        "why": best.why}
+    return found
 
 
 def largest_batches(comparison: Comparison) -> dict[str, dict[str, Any]]:
-    """With rows over batch_size: variant -> per-example bytes, fixed bytes and the largest
-    batch_size that should fit (`Comparison.headroom`, computed once by `build`).
-
-    Peak memory grows about linearly with the batch: a fixed part (weights, optimizer state,
-    the framework) plus a part per example. A straight line through a variant's measured
-    points (least squares, at least two batch sizes) gives both; the largest batch that keeps
-    KEEP_FREE of the memory free is read off it. It is an estimate: fragmentation and kernels
-    that pick other algorithms at other sizes bend the line, so the next step is a run at
-    that size. None is given where the line is noise: when memory grows over the measured
-    batch sizes by less than MIN_GROWTH_OVER_NOISE x the spread between a point's repeated
-    samples, or by less than MIN_GROWTH_SHARE of the memory used (the process RSS of older
-    CPU results, mostly libraries and the allocator's pool, hides what a batch adds). On a
-    CPU the line goes through the peak RSS increase of the training phase (`peak_memory`),
-    so its fixed part is the phase's one-time costs; the resident set at the phase's start
-    (`memory_start_bytes`, the median over the variant's points) is added back to it
-    (`start_bytes`) before the line is held against the machine's RAM. Past
-    MAX_EXTRAPOLATION x the largest measured batch the figure is only a lower bound
-    (`at_least`).
-    """
+    """Rows over batch_size: variant -> the largest batch_size that should fit (docs/sweeps.md)."""
     capacity = comparison.context.get("memory_bytes")
     if comparison.row_key != "batch_size" or not capacity:
         return {}
@@ -597,15 +483,20 @@ def largest_batches(comparison: Comparison) -> dict[str, dict[str, Any]]:
         rows = points[(points["variant"] == label) & points["status"].isin(USABLE)]
         pairs = [(float(r["row"]), float(r["peak_memory_bytes"])) for _, r in rows.iterrows()
                  if is_finite_number(r["peak_memory_bytes"]) and str(r["row"]).isdigit()]
-        line = _line(*map(list, zip(*pairs, strict=True))) if len(pairs) >= 2 else None
-        if line is None or line[1] <= 0:
+        try:
+            per_example, fixed = statistics.linear_regression([x for x, _ in pairs],
+                                                              [y for _, y in pairs])
+        except statistics.StatisticsError:  # under two points, or one batch size
             continue
-        fixed, per_example = line
+        # the widest min..max of a point's samples (0 when each ran once)
+        noise = max((r["peak_memory_bytes_max"] - r["peak_memory_bytes_min"]
+                     for _, r in rows.iterrows() if is_finite_number(r["peak_memory_bytes_max"])
+                     and is_finite_number(r["peak_memory_bytes_min"])), default=0.0)
         starts = [float(s) for s in rows["memory_start_bytes"] if is_finite_number(s)]
         start = statistics.median(starts) if starts else 0.0
         sizes = sorted(int(x) for x, _ in pairs)
         growth = per_example * (sizes[-1] - sizes[0])
-        if (growth < MIN_GROWTH_OVER_NOISE * _noise(rows)
+        if (per_example <= 0 or growth < MIN_GROWTH_OVER_NOISE * noise
                 or growth < MIN_GROWTH_SHARE * max(y for _, y in pairs)):
             continue
         fixed += start

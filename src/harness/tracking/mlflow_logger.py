@@ -1,16 +1,6 @@
-"""A Lightning logger that records a run into MLflow without ever slowing or ending it.
-
-Built on Lightning's public `Logger` API; MLflow's `MlflowClient` runs in the job's tracker
-process (harness.tracking.tracker), so the job never imports MLflow. For three reasons:
-- the run is created when the logger is built, under a file lock for a local sqlite
-  store, so parallel jobs never race to create the database;
-- per-step metrics are buffered and sent in one batch, at most every `flush_every_s`,
-  and only after a validation, an epoch or predict (RunShared.between_steps): a
-  store write (about 5 ms on sqlite, seconds on a slow server) inside a step would
-  count as that step's time;
-- a failing store (server down, database locked) turns tracking off for the rest of
-  the run instead of ending it; the run ends with one warning.
-"""
+"""A Lightning logger that records a run into MLflow, through the job's tracker process, without
+ever slowing or ending it: per-step metrics are sent only where no step is timed (`flush_if_due`);
+a failing store turns tracking off for the rest of the run (docs/tracking.md)."""
 
 from __future__ import annotations
 
@@ -30,20 +20,15 @@ from typing_extensions import override
 from harness.config.checks import parsed_number
 from harness.config.overrides import as_typed
 from harness.errors import ConfigError, HarnessError
-from harness.tracking import store_access
-from harness.tracking.experiments import sweep_info
-from harness.tracking.run_facts import MAX_PARAM_CHARS, flatten
+from harness.tracking.store_access import MAX_PARAM_CHARS, now_ms, probe, short_reason
+from harness.tracking.store_ops import flatten
+from harness.tracking.tracker import sweep_info, tracker_for
 
 _NOT_A_METRIC_CHAR = re.compile(r"[^a-zA-Z0-9_/. -]+")
 
 
 def _from_hydra_job() -> tuple[str, str | None, bool]:
-    """(run name, parent run id its sweep left in the sweep dir, whether it is a sweep's job) of
-    the current Hydra job.
-
-    The name is the job's overrides; in a sweep only what tells the children apart, short
-    ("bs=8 bf16 r1"): the UI's runs table shows about 14 characters of a child's name.
-    """
+    """(run name, the sweep's parent run id, whether in a sweep) of the current Hydra job."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -54,14 +39,14 @@ def _from_hydra_job() -> tuple[str, str | None, bool]:
     job = HydraConfig.get()
     overrides = as_typed(job.overrides.task)  # a ${...} in an override stays as written
     if job.mode != RunMode.MULTIRUN:
-        return ",".join(overrides)[:250] or "harness", None, False
+        return ",".join(overrides) or "harness", None, False
     sweep = sweep_info(Path(str(job.sweep.dir)))
     name = run_name(overrides, sweep.get("swept_keys") or [])
-    return name[:250] or "harness", sweep.get("parent_run_id"), True
+    return name or "harness", sweep.get("parent_run_id"), True
 
 
 class HarnessMLFlowLogger(Logger):
-    """An MLflow logger whose failures never end the run; see the module docstring."""
+    """An MLflow logger whose failures never end the run."""
 
     def __init__(
         self,
@@ -94,8 +79,7 @@ class HarnessMLFlowLogger(Logger):
             "logger.trace_size_cap_mb", trace_size_cap_mb, allow_zero=True)
         self.flush_every_s = parsed_number(
             "logger.flush_every_s", flush_every_s, allow_zero=True)
-        self.probe_timeout_s = parsed_number(
-            "logger.probe_timeout_s", probe_timeout_s)
+        probe_timeout_s = parsed_number("logger.probe_timeout_s", probe_timeout_s)
         self.http = (
             parsed_number("logger.http_timeout_s", http_timeout_s, integer=True),
             parsed_number("logger.http_max_retries", http_max_retries,
@@ -108,35 +92,26 @@ class HarnessMLFlowLogger(Logger):
         self.parent_run_id = parent_run_id or sweep_parent
         self.log_artifacts = bool(log_artifacts)
         self.client: Any = None
-        self._experiment_id: str | None = None
-        self._run_id: str | None = None
+        self.experiment_id: str | None = None
+        self.run_id: str | None = None
         self.failure: str | None = None  # why tracking stopped, once it has
         self.not_logged: list[str] = []  # what the store did not get because of it
         self._pending: list[tuple[str, float, int, int]] = []  # (key, value, ms, step) not sent
         self._last_flush = time.monotonic()
         if rank_zero_only.rank != 0:
             return
-        reason = store_access.probe(tracking_uri, self.probe_timeout_s)
+        reason = probe(tracking_uri, probe_timeout_s)
         if reason:
             self.fail("the whole run", reason)
             return
-        try:
-            self._start_run(artifact_location, {**(tags or {})})
+        try:  # the tracker started with the job (run.job): MLflow is imported by now
+            self.client = tracker_for(self.tracking_uri, self.http)
+            self.experiment_id, self.run_id = self.client.start_run(
+                self.experiment_name, artifact_location, self.parent_run_id, self.run_name,
+                {k: str(v) for k, v in (tags or {}).items()})
         except Exception as err:  # the store cannot even be opened (locked, bad URI)
-            self.client = None
             self.fail("the whole run", err)
 
-    def _start_run(self, artifact_location: str | None, tags: dict[str, Any]) -> None:
-        # The job started its tracker when it began (run.job): MLflow's import and the store's
-        # opening are done by now, beside the job's Lightning import.
-        from harness.tracking.tracker import tracker_for
-
-        self.client = tracker_for(self.tracking_uri, *self.http)
-        self._experiment_id, self._run_id = self.client.start_run(
-            self.experiment_name, artifact_location, self.parent_run_id, self.run_name,
-            {k: str(v) for k, v in tags.items()})
-
-    # -- what the run is --------------------------------------------------------------------
     @property
     @override
     def name(self) -> str:
@@ -145,38 +120,27 @@ class HarnessMLFlowLogger(Logger):
     @property
     @override
     def version(self) -> str | None:
-        return self._run_id
-
-    @property
-    def run_id(self) -> str | None:
-        return self._run_id
-
-    @property
-    def experiment_id(self) -> str | None:
-        return self._experiment_id
+        return self.run_id
 
     @property
     def experiment(self) -> Any:
-        """The run's MlflowClient, its methods run in the tracker process (a do-nothing
-        stand-in once tracking failed)."""
-        if self.client is None or self._run_id is None:
+        """The run's MlflowClient, in the tracker process (a stand-in once tracking failed)."""
+        if self.client is None or self.run_id is None:
             return DummyExperiment()
         return self.client
 
-    # -- failures ---------------------------------------------------------------------------
     def fail(self, what: str, err: BaseException | str) -> None:
         """Stop talking to the store; `what` is the part of the run it did not get."""
         if self.failure is None:
-            self.failure = err if isinstance(err, str) else store_access.short_reason(err)
+            self.failure = err if isinstance(err, str) else short_reason(err)
         if what not in self.not_logged:
             self.not_logged.append(what)
         self._pending.clear()
 
     @property
     def active(self) -> bool:
-        return self.failure is None and self._run_id is not None and rank_zero_only.rank == 0
+        return self.failure is None and self.run_id is not None and rank_zero_only.rank == 0
 
-    # -- Lightning's logger API, guarded -----------------------------------------------------
     @override
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
@@ -191,7 +155,7 @@ class HarnessMLFlowLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.active:
             return
-        timestamp_ms = store_access.now_ms()
+        timestamp_ms = now_ms()
         for key, value in metrics.items():
             if isinstance(value, str):
                 continue
@@ -201,13 +165,11 @@ class HarnessMLFlowLogger(Logger):
             self.flush()
 
     def flush_if_due(self) -> None:
-        """Send the buffered metrics if flush_every_s has passed: called where no step is
-        timed (harness.run.build hands it to the presets' RunShared.between_steps)."""
+        """Send the buffered metrics if flush_every_s has passed (called where no step is timed)."""
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
     def flush(self) -> None:
-        """Send the buffered metrics now."""
         if not self.active or not self._pending:
             return
         pending, self._pending = self._pending, []
@@ -216,10 +178,10 @@ class HarnessMLFlowLogger(Logger):
         self._last_flush = time.monotonic()
 
     def _write(self, what: str, **batch: Any) -> None:
-        """One batch to the tracker, sent, not waited for: the job pays a pipe write, and a
-        failure comes back, named `what`, when the run's end is checked (run_logging)."""
+        """One batch, not waited for: a failure comes back named `what` when the run's end is
+        checked."""
         try:
-            self.client.log_batch(self._run_id, step=what, **batch)
+            self.client.log_batch(self.run_id, step=what, **batch)
         except Exception as err:  # the tracker process has ended
             self.fail(what, err)
 

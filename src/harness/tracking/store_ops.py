@@ -1,101 +1,142 @@
-"""Every call harness makes to an MLflow store, over plain values (no MLflow types).
-
-A job never imports MLflow (1.6-1.8 s, more than a short run's training): it hands these calls
-to its tracker process (harness.tracking.tracker), which runs them here, on a real
-MlflowClient. `harness-mlflow-upload` runs the same operations in its own process. Metrics are
-(key, value, timestamp_ms, step), params and tags (key, value).
-
-`step` (keyword, every call that returns nothing) names the part of the run a call belongs to
-("params", "artifacts", ...): the tracker reports a failure by it later. Here a failure raises
-at once.
-"""
+"""What harness writes into an MLflow store, in plain values: `record_run` (a finished run's params,
+tags and final metrics from its config and result.json, the same from the live run and
+`harness-mlflow-upload`) and `log_sweep` (a sweep's parent). A run whose logging breaks off ends
+FAILED, and the StoreError names the `step` that failed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import datetime as dt
+import json
+import os
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.tracking import store_access
-from harness.tracking.experiments import PARENT_TAG, experiment_for
+from harness.measured import is_finite_number
+from harness.result.schema import RunResult
+from harness.result.store import RESULT_FILE, load_result
+from harness.tracking.store_access import (
+    MAX_PARAM_CHARS,
+    MAX_TAG_CHARS,
+    Store,
+    StoreError,
+    now_ms,
+    short_reason,
+)
 
+SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID")
 MetricRow = tuple[str, float, int, int]
-Pair = tuple[str, str]
-MAX_METRICS_PER_BATCH = 1000  # MLflow's limits for one log_batch call
-MAX_PARAMS_PER_BATCH = 100
-SYSTEM_METRIC_PREFIX = "system/"
-# system.csv columns that say when or where a sample was taken, not what was measured
-SYSTEM_NOT_METRICS = ("timestamp_s", "t_s", "segment", "step")
+MAX_METRICS_PER_BATCH, MAX_PARAMS_PER_BATCH = 1000, 100  # MLflow's limits for one log_batch
+# partial measured a phase; anything else (failed, oom, invalid) ends FAILED
+END_STATUS = {"ok": "FINISHED", "partial": "FINISHED", "interrupted": "KILLED"}
+# A finished run's parts, in the order written: a failure names the first missing.
+STEPS = ("params", "tags", "final metrics", "system metrics", "artifacts", "end status")
+RATE_COLUMNS = ("training_rate", "validation_rate", "inference_rate")
+SYSTEM_NOT_METRICS = ("timestamp_s", "t_s", "segment", "step")  # when a sample was taken
+MIB = 1024 * 1024
+SWEEP_FILES = ("comparison.md", "comparison.csv", "comparison.json", "comparison.png",
+               "multirun.yaml")
 
 
 def read_table(path: Path) -> Any:
-    """A report CSV as a DataFrame, or None when it has no rows (a run that stopped early)."""
+    """A report CSV as a DataFrame; None when missing or without rows (a run that stopped early)."""
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path)
-    except pd.errors.EmptyDataError:  # a report with no columns: written before any step
+        frame = pd.read_csv(path) if path.is_file() else None
+    except pd.errors.EmptyDataError:  # no columns: written before any step
         return None
-    return None if frame.empty else frame
+    return None if frame is None or frame.empty else frame
 
 
-def load_mlflow(http_timeout_s: int, http_max_retries: int) -> None:
-    """Import MLflow and its sqlite store, its HTTP requests bounded and its log lines left to
-    harness's logging."""
-    store_access.route_mlflow_logs()
-    store_access.configure_http(http_timeout_s, http_max_retries)
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"trainer": {"devices": 1}} -> {"trainer.devices": 1}; lists stay whole."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
 
 
-class StoreOps:
-    """Harness's calls on one MlflowClient: `client` given (already open), or made by `open`."""
+def run_params(config: Mapping[str, Any], result: RunResult) -> dict[str, str]:
+    """The resolved config flattened, plus the precision used and what the batches held."""
+    values = flatten({k: v for k, v in config.items() if k != "hydra"})
+    for key in ("lightning_precision", "compile"):
+        if key in result.knobs:
+            values[f"knobs.{key}"] = result.knobs[key]
+    if result.precision_used is not None:
+        values["precision_used"] = result.precision_used
+    if result.observed is not None:  # batch_size is the knob; these, what the batches held
+        for phase, examples in result.observed.examples_per_batch.items():
+            values[f"observed.examples_per_batch.{phase}"] = examples
+        values["observed.examples_source"] = result.observed.examples_source
+    return {key: str(value)[:MAX_PARAM_CHARS] for key, value in values.items()}
 
-    def __init__(self, client: Any = None, uri: str = "") -> None:
-        self.client = client
-        self.uri = uri
 
-    def open(self, uri: str, http_timeout_s: int, http_max_retries: int) -> None:
-        """Open the store (the first time: create and migrate it, under the creation lock, so
-        that parallel jobs never create it twice)."""
-        load_mlflow(http_timeout_s, http_max_retries)  # outside the lock
-        from mlflow import MlflowClient
+def final_metrics(result: RunResult) -> dict[str, float]:
+    """The numeric headline figures of result.json (None: not measured, left out)."""
+    figures = {key: float(value) for key, value in result.figures().items()
+               if is_finite_number(value)}
+    if is_finite_number(result.duration_s):
+        figures["duration_s"] = float(result.duration_s)
+    return figures
 
-        with store_access.creation_lock(uri):
-            self.client = MlflowClient(uri)
-        self.uri = uri
 
-    def experiment_id_for(self, name: str, artifact_location: str | None) -> str:
-        """The experiment called `name`, created when missing."""
-        with store_access.creation_lock(self.uri):
-            return experiment_for(self.client, name, artifact_location)
+def git_commit(directory: Path) -> tuple[str | None, bool | None]:
+    """(commit, has uncommitted changes) of the git checkout holding `directory`, if any."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=10)
 
-    def create_run(self, experiment_id: str, run_name: str, tags: dict[str, str],
-                   parent_run_id: str | None = None) -> str:
-        """A new run's id; with `parent_run_id` the run is that run's child."""
-        if parent_run_id:
-            tags = {**tags, PARENT_TAG: parent_run_id}
-        return self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+    try:
+        commit = git("rev-parse", "HEAD")
+        if commit.returncode != 0:
+            return None, None
+        status = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
 
-    def start_run(self, experiment_name: str, artifact_location: str | None,
-                  parent_run_id: str | None, run_name: str, tags: dict[str, str]
-                  ) -> tuple[str, str]:
-        """(experiment id, run id) of a new run, its experiment found or made under the creation
-        lock. A child lives in its parent's experiment, or the UI cannot nest it."""
-        with store_access.creation_lock(self.uri):
-            if parent_run_id:
-                experiment_id = self.client.get_run(parent_run_id).info.experiment_id
-            else:
-                experiment_id = experiment_for(self.client, experiment_name, artifact_location)
-            return experiment_id, self.create_run(experiment_id, run_name, tags, parent_run_id)
 
-    def run_info(self, run_id: str) -> tuple[str, str]:
-        """(experiment id, status) of a run."""
-        info = self.client.get_run(run_id).info
-        return info.experiment_id, info.status
+def run_tags(result: RunResult, working_dir: Path) -> dict[str, str]:
+    """Where and on what the run ran: git commit, host, device, versions, SLURM job."""
+    device = result.device
+    values: dict[str, Any] = {
+        "status": result.status,
+        "reason": result.reason,
+        "host": result.host,
+        "device_name": device.device_name if device else None,
+        "accelerator": device.accelerator if device else None,
+        "world_size": device.world_size if device else None,
+        "model": result.model,
+        "data": result.data,
+        **{f"{name}_version": version for name, version in result.versions.items()},
+        "working_dir": str(working_dir),
+    }
+    commit, dirty = git_commit(working_dir)
+    if commit:
+        values["git_commit"] = commit
+        values["git_dirty"] = dirty
+        # The UI's "Source" column reads this one.
+        values["mlflow.source.git.commit"] = commit
+    for variable in SLURM_VARIABLES:
+        if os.environ.get(variable):
+            values[variable.lower()] = os.environ[variable]
+    for caution in ("contended", "noisy"):  # figures the sweep table will not read as precise
+        phases = [f.split(":", 1)[1] for f in result.flags if f.startswith(f"{caution}:")]
+        if phases:
+            values[f"harness.{caution}"] = ",".join(phases)  # e.g. harness.contended=train
+    return {k: str(v)[:MAX_TAG_CHARS] for k, v in values.items() if v is not None}
 
+
+class StoreOps(Store):
     def log_batch(self, run_id: str, metrics: Sequence[MetricRow] = (),
-                  params: Sequence[Pair] = (), tags: Sequence[Pair] = (),
-                  step: str | None = None) -> None:
+                  params: Sequence[tuple[str, str]] = (), tags: Sequence[tuple[str, str]] = ()
+                  ) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
@@ -107,50 +148,147 @@ class StoreOps:
         if tags:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags])
 
-    def log_new_params(self, run_id: str, params: Sequence[Pair], step: str | None = None) -> None:
-        """The params the run does not hold yet: a param cannot change value once set, and
-        Lightning has logged the module's hyperparameters already."""
-        existing = self.client.get_run(run_id).data.params
-        self.log_batch(run_id, params=[(k, v) for k, v in params if k not in existing])
+    @contextlib.contextmanager
+    def _ending(self, run_id: str, steps: list[str]) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as err:
+            with contextlib.suppress(Exception):
+                self.client.set_terminated(run_id, "FAILED")
+            if isinstance(err, Exception):
+                raise StoreError(short_reason(err), steps[-1]) from err
+            raise
 
-    def log_artifact(self, run_id: str, path: str, artifact_path: str | None = None,
-                     step: str | None = None) -> None:
-        self.client.log_artifact(run_id, path, artifact_path)
+    def record_run(self, run_id: str, run_dir: Path, config: dict[str, Any], result: RunResult,
+                   trace_cap_mb: float = 100, with_artifacts: bool = True,
+                   rates_from_disk: bool = False) -> list[str]:
+        """A finished run into `run_id`, in the order of STEPS; with `rates_from_disk`, first the
+        per-step rates from speed_steps.csv. Returns the traces left on disk for their size."""
+        run_dir, step = Path(run_dir), ["per-step rates"]
+        tags = (result.tracking.tags if result.tracking else None) or run_tags(result, Path.cwd())
+        with self._ending(run_id, step):
+            if rates_from_disk:
+                self.log_batch(run_id, metrics=_step_rates(run_dir, result))
+            step.append("params")  # Lightning logged the module's; a param's value cannot change
+            existing = self.client.get_run(run_id).data.params
+            self.log_batch(run_id, params=[(k, v) for k, v in run_params(config, result).items()
+                                           if k not in existing])
+            step.append("tags")
+            self.log_batch(run_id, tags=list(tags.items()))
+            step.append("final metrics")
+            logged_ms = now_ms()
+            self.log_batch(run_id, metrics=[(k, v, logged_ms, 0) for k, v in
+                                            final_metrics(result).items()])
+            step.append("system metrics")
+            self.log_batch(run_id, metrics=_system_series(run_dir / "reports" / "system.csv"))
+            step.append("artifacts")
+            skipped = self._log_files(run_id, run_dir, trace_cap_mb) if with_artifacts else []
+            step.append("end status")
+            self.client.set_terminated(run_id, END_STATUS.get(result.status, "FAILED"))
+        return skipped
 
-    def log_artifacts(self, run_id: str, path: str, artifact_path: str | None = None,
-                      step: str | None = None) -> None:
-        self.client.log_artifacts(run_id, path, artifact_path)
-
-    def log_table_csv(self, run_id: str, csv_path: str, artifact_file: str,
-                      step: str | None = None) -> None:
-        """A report CSV as an MLflow table (the UI compares the same table across runs); an
-        empty one is left out."""
-        frame = read_table(Path(csv_path))
+    def _log_table(self, run_id: str, csv_path: Path, artifact_file: str) -> None:
+        frame = read_table(csv_path)
         if frame is not None:
             self.client.log_table(run_id, frame, artifact_file)
 
-    def log_system_series(self, run_id: str, csv_path: str, step: str | None = None) -> None:
-        """System metrics over time from a system.csv, one MLflow metric per numeric column.
-
-        The system preset writes one row per sample, stamped `timestamp_s` (Unix s), with a
-        numeric column for each measured quantity."""
-        import pandas as pd
-
-        frame = read_table(Path(csv_path))
-        if frame is None:
-            return
-        if "timestamp_s" in frame:  # when each sample was taken
-            stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
-        else:
-            stamps = [store_access.now_ms()] * len(frame)
-        metrics = []
-        for column in frame.select_dtypes("number").columns:
-            if column in SYSTEM_NOT_METRICS:
+    def _log_files(self, run_id: str, run_dir: Path, trace_cap_mb: float) -> list[str]:
+        skipped = []
+        reports = run_dir / "reports"
+        for path in sorted(p for p in reports.rglob("*") if p.is_file()) if reports.is_dir() else []:
+            relative = path.relative_to(run_dir)
+            size = path.stat().st_size
+            if "trace" in path.name.lower() and size > trace_cap_mb * MIB:
+                skipped.append(f"{relative} ({size / MIB:.0f} MiB)")
                 continue
-            for index, (value, stamp) in enumerate(zip(frame[column], stamps, strict=True)):
-                if pd.notna(value):
-                    metrics.append((f"{SYSTEM_METRIC_PREFIX}{column}", float(value), stamp, index))
-        self.log_batch(run_id, metrics=metrics)
+            self.client.log_artifact(run_id, str(path), str(relative.parent))
+            if path.suffix == ".csv":  # as a table too: the UI compares it across runs
+                self._log_table(run_id, path, f"tables/{path.stem}.json")
+        if (run_dir / ".hydra").is_dir():
+            self.client.log_artifacts(run_id, str(run_dir / ".hydra"), "config")
+        if (run_dir / "error.log").is_file():
+            self.client.log_artifact(run_id, str(run_dir / "error.log"))
+        if skipped:
+            self.log_batch(run_id, tags=[("artifacts_left_on_disk", "; ".join(skipped))])
+        self.client.log_artifact(run_id, str(run_dir / RESULT_FILE))
+        return skipped
 
-    def set_terminated(self, run_id: str, status: str, step: str | None = None) -> None:
-        self.client.set_terminated(run_id, status)
+    def log_sweep(self, parent_run_id: str, sweep_dir: Path, status: str = "FINISHED") -> None:
+        """A sweep's parent run: comparison files and table, best and baseline figures, the table
+        as its description, job counts, its end status."""
+        from harness.errors import HarnessError
+        from harness.tracking.sweep_summary import NOTE_TAG, best_and_baseline, note
+
+        sweep_dir, tags = Path(sweep_dir), {}
+        with self._ending(parent_run_id, ["sweep files"]):
+            for name in SWEEP_FILES:
+                if (sweep_dir / name).is_file():
+                    self.client.log_artifact(parent_run_id, str(sweep_dir / name))
+            self._log_table(parent_run_id, sweep_dir / "comparison.csv", "tables/comparison.json")
+            if (sweep_dir / "comparison.json").is_file():
+                comparison = json.loads((sweep_dir / "comparison.json").read_text())
+                metrics, tags = best_and_baseline(comparison)
+                tags["baseline"] = str(comparison.get("baseline"))
+                logged_ms = now_ms()
+                self.log_batch(parent_run_id, metrics=[(k, v, logged_ms, 0) for k, v in metrics.items()])
+            if (sweep_dir / "comparison.md").is_file():
+                tags[NOTE_TAG] = note((sweep_dir / "comparison.md").read_text())
+            statuses = []
+            for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}")):
+                try:
+                    statuses.append(load_result(path).status)
+                except HarnessError:
+                    statuses.append("unreadable")
+            tags.update({f"jobs_{s}": str(statuses.count(s)) for s in sorted(set(statuses))})
+            tags["jobs"] = str(len(statuses))
+            self.log_batch(parent_run_id, tags=list(tags.items()))
+            self.client.set_terminated(parent_run_id, status)
+
+
+def _system_series(csv_path: Path) -> list[MetricRow]:
+    """`system/<column>` per numeric column of system.csv, one step per sample, each stamped with
+    its own `timestamp_s`."""
+    import pandas as pd
+
+    frame = read_table(csv_path)
+    if frame is None:
+        return []
+    if "timestamp_s" in frame:
+        stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
+    else:
+        stamps = [now_ms()] * len(frame)
+    return [(f"system/{column}", float(value), stamp, index)
+            for column in frame.select_dtypes("number").columns if column not in SYSTEM_NOT_METRICS
+            for index, (value, stamp) in enumerate(zip(frame[column], stamps, strict=True))
+            if pd.notna(value)]
+
+
+def _step_rates(run_dir: Path, result: RunResult) -> list[MetricRow]:
+    """The per-step rates (it/s) and beside each its examples/s, as the live run logs them."""
+    import pandas as pd
+
+    frame = read_table(run_dir / "reports" / "speed_steps.csv")
+    if frame is None:
+        return []
+    try:
+        start_ms = int(dt.datetime.fromisoformat(str(result.started_at)).timestamp() * 1000)
+    except (TypeError, ValueError):
+        start_ms = now_ms()
+    world = result.device.world_size if result.device and result.device.world_size else 1
+    metrics = []
+    for phase, rows in frame.groupby("phase", sort=False):
+        column = next((c for c in RATE_COLUMNS if c in rows and rows[c].notna().any()), None)
+        if column is None:
+            continue
+        elapsed_ms = (rows["step_s"].cumsum() * 1000).astype("int64")
+        for (_, row), offset in zip(rows.iterrows(), elapsed_ms, strict=True):
+            rate = row[column]
+            if pd.isna(rate):
+                continue
+            # The live run steps training_rate by global_step, which counts from 1.
+            step, stamp = int(row["step"]) + (1 if phase == "train" else 0), start_ms + int(offset)
+            metrics.append((column, float(rate), stamp, step))
+            if "examples" in row and pd.notna(row["examples"]):
+                metrics.append((column.replace("_rate", "_examples_rate"),
+                                float(rate) * float(row["examples"]) * world, stamp, step))
+    return metrics

@@ -1,21 +1,18 @@
-"""What a sweep's parent run shows at a glance: its settings as params, its best and baseline
-figures as metrics, and its table as the run's description.
-
-Params carry the same names as the children's (`batch_size`), so the UI's column of a swept
-key reads `2,4` on the parent and `2`, `4` on its children. The figures come from
-comparison.json, so they are the table's numbers, with the table's noise verdicts: the best
-is a point the table marks `best` (beyond the noise of its row, every point of the row on
-counted samples), never the fastest of a contended or noisy row.
-"""
+"""A sweep's parent run at a glance: its settings as params (named as the children's), the
+fastest point and its figures from comparison.json and autotune.json (harness.judge's
+decisions, marked unproven where undecided), and its table as the run's description."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from harness.config.overrides import parse_overrides
-from harness.measured import MAIN_PHASES, USABLE, is_finite_number
-from harness.tracking.run_facts import MAX_PARAM_CHARS, MAX_TAG_CHARS
+from harness.measured import is_finite_number
+from harness.tracking.store_access import MAX_PARAM_CHARS, MAX_TAG_CHARS
 
+AUTOTUNE_FILE = "autotune.json"
 NOTE_TAG = "mlflow.note.content"  # the run's Description box in the UI (markdown)
 
 
@@ -27,42 +24,31 @@ def sweep_params(overrides: list[str], swept: dict[str, list[str]]) -> dict[str,
     return {k: v[:MAX_PARAM_CHARS] for k, v in params.items()}
 
 
-def _where(point: dict[str, Any], comparison: dict[str, Any]) -> str:
-    keys = ([comparison["row_key"]] if comparison.get("row_key") else [])
-    return ", ".join([*(f"{k}={point.get(k)}" for k in keys), point["variant"]])
-
-
-NO_BEST = ("none: no variant is beyond the noise of the others in its row (or a point of"
-           " every row is contended or noisy, or ran once); see the table")
-
-
-def best_and_baseline(comparison: dict[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
-    """(metrics, tags) per phase: the examples/s of the fastest point the table marks best,
-    the baseline's in that row, the speed-up between them with its range over the samples,
-    and where the best ran. A phase whose table marks no best gets the tag `best_<phase>` =
-    NO_BEST and no figures."""
+def best_and_baseline(comparison: dict[str, Any], sweep_dir: Path | None = None
+                      ) -> tuple[dict[str, float], dict[str, str]]:
+    """(metrics, tags): per phase, the fastest point of the sweep as the judge names it
+    (comparison.json's `fastest`) with its band, tagged `unproven: <why>` where it is not
+    beyond the others' noise; the baseline of its row and the speed-up over it with its
+    range. An autotune sweep's best is its verdict's (autotune.json), from the same judge."""
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
     points = comparison.get("points") or []
     row_key = comparison.get("row_key")
-    for phase in MAIN_PHASES:
-        rate = f"{phase}_examples_per_second"
-        usable = [p for p in points if p["status"] in USABLE and is_finite_number(p.get(rate))]
-        if not usable:
-            continue
-        marked = [p for p in usable if p.get(f"{phase}_best") is True]
-        if not marked:
-            tags[f"best_{phase}"] = NO_BEST
-            continue
-        best = max(marked, key=lambda p: p[rate])
-        metrics[f"best_{rate}"] = float(best[rate])
-        tags[f"best_{phase}"] = _where(best, comparison)
-        base = next((p for p in usable if p.get("baseline")
+    for phase, found in (comparison.get("fastest") or {}).items():
+        rate, ratio = f"{phase}_examples_per_second", f"{phase}_speedup"
+        best = next((p for p in points if p["variant"] == found.get("variant") and (
+            row_key is None or str(p.get(row_key)) == found.get("row"))), {})
+        metrics[f"best_{rate}"] = float(best.get(rate) or found["examples_per_second"])
+        for end in ("low", "high"):
+            if is_finite_number(found.get(end)):
+                metrics[f"best_{rate}_{end}"] = float(found[end])
+        tags[f"best_{phase}"] = found["point"] + ("" if found["decided"] else
+                                                  f" (unproven: {found['why']})")
+        base = next((p for p in points if p.get("baseline")
                      and (row_key is None or p.get(row_key) == best.get(row_key))), None)
-        if base is None:
+        if base is None or not is_finite_number(base.get(rate)):
             continue
         metrics[f"baseline_{rate}"] = float(base[rate])
-        ratio = f"{phase}_speedup"
         if is_finite_number(best.get(ratio)):
             metrics[f"best_{ratio}"] = float(best[ratio])
         low, high = best.get(f"{ratio}_min"), best.get(f"{ratio}_max")
@@ -74,7 +60,45 @@ def best_and_baseline(comparison: dict[str, Any]) -> tuple[dict[str, float], dic
                                            else "beyond noise: the samples do not overlap")
         elif best is not base:
             tags[f"best_{ratio}_noise"] = "unknown: each point ran once (repeat=N measures it)"
+    autotune = Path(sweep_dir or ".") / AUTOTUNE_FILE
+    if sweep_dir is not None and autotune.is_file():
+        params, metrics_, tags_ = tracking_summary(json.loads(autotune.read_text()))
+        metrics.update(metrics_)
+        tags.update({**tags_, **params})  # params of the parent run are set when it starts
     return metrics, tags
+
+
+def tracking_summary(body: dict[str, Any]) -> tuple[dict[str, str], dict[str, float],
+                                                     dict[str, str]]:
+    """autotune.json as the sweep's parent run records it: (params, metrics, tags). Params:
+    the winner's value of each searched key (`autotune.best.<key>`) and the objective;
+    metrics: the speed-up over the default and its band, jobs, points, job-seconds, the
+    largest batch that fits, the noise, and the winner's confirmed examples/s as the
+    objective's `best_<phase>_examples_per_second`; tags: the verdict line, the status, the
+    command to run, and `best_<phase>` (the winner; a tie or the default standing said)."""
+    from harness.autotune.verdict import line
+
+    params = {f"autotune.best.{k}": v for k, v in (body.get("best") or {}).items()}
+    params["autotune.objective"] = str(body["objective"])
+    speedup = body.get("speedup") or {}
+    winner = ((body.get("confirm") or {}).get("winner") or {}).get("examples_per_second")
+    phase = {"training": "train", "inference": "inference"}.get(body["objective"], "both")
+    found = {"autotune_speedup": speedup.get("value"), "autotune_speedup_min": speedup.get("low"),
+             "autotune_speedup_max": speedup.get("high"), "autotune_jobs": body["jobs"],
+             "autotune_points": body["points_tried"], "autotune_grid_points": body["grid_points"],
+             "autotune_job_seconds": body["job_seconds"], "autotune_noise": body["noise"],
+             "autotune_largest_batch_that_fits": body["largest_batch_that_fits"],
+             f"best_{phase}_examples_per_second": winner}
+    metrics = {k: float(v) for k, v in found.items() if is_finite_number(v)}
+    tags = {"autotune.verdict": line(body)[:MAX_TAG_CHARS], "autotune.status": str(body["status"])}
+    if body.get("command"):
+        tags["autotune.command"] = str(body["command"])[:MAX_TAG_CHARS]
+    if body.get("best"):
+        notes = [n for n, on in (("a tie", body.get("tie")),
+                                 ("the default stands", body.get("default_stands"))) if on]
+        tags[f"best_{phase}"] = " ".join(f"{k}={v}" for k, v in body["best"].items()) + (
+            f" ({'; '.join(notes)})" if notes else "")
+    return params, metrics, tags
 
 
 def note(markdown: str, limit: int = MAX_TAG_CHARS) -> str:

@@ -1,34 +1,28 @@
-"""The tracker process: runs a job's MLflow calls (harness.tracking.tracker) on a real store.
+"""The tracker process: runs a job's calls (harness.tracking.tracker) on StoreOps, in order.
 
-`python -m harness.tracking.tracker_process`, started by the job; messages come in on stdin,
-answers go out on a private copy of stdout (fd 1 then points at stderr, so a library's print
-cannot corrupt an answer). Calls run in the order they were made. Nothing is lost:
-- the first failed call of a run turns the rest of that run's calls off (as a failing store
-  did in the job before) and is kept for the job's `sync`, which answers once every call
-  before it is done;
-- SIGINT and SIGTERM are ignored (Ctrl-C and SLURM signal the whole process group): the
-  tracker ends when the job closes the pipe, after the job's last calls;
-- a job that dies without ending its runs (SIGKILL, a crash in C) closes the pipe too: each
-  run it opened and never ended is set KILLED, never left RUNNING.
-"""
+Answers go out on a private copy of stdout (a library's print cannot corrupt one). A run's first
+failed write turns its later writes off and is kept for `sync`; SIGINT and SIGTERM are ignored
+until the job closes the pipe; a run left open is set KILLED (docs/tracking.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import pickle
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
-from harness.tracking import store_access
+from harness.tracking.store_access import short_reason
 from harness.tracking.store_ops import StoreOps
-from harness.tracking.tracker import read_frame, write_frame
+from harness.tracking.tracker import write_message
+
+ENDS = ("record_run", "log_sweep")  # each ends its run, FAILED when it breaks off
 
 
 class _Collected(logging.Handler):
-    """Log records kept for the next answer: the job logs them as its own (forward_logs)."""
+    """Log records kept for the next answer: the job logs them as its own."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -38,100 +32,55 @@ class _Collected(logging.Handler):
         with contextlib.suppress(Exception):
             self.records.append((record.name, record.levelno, record.getMessage()))
 
-    def take(self) -> list[tuple[str, int, str]]:
-        records, self.records = self.records, []
-        return records
-
-
-class _Store:
-    """The store, opened on the job's first call that needs it when it does not exist yet: a
-    job that stops at its config checks leaves no new mlflow.db behind."""
-
-    def __init__(self) -> None:
-        self.ops = StoreOps()
-        self.opening: tuple[str, int, int] | None = None
-        self.unopened: str | None = None  # why the store could not be opened
-
-    def open(self, uri: str, http_timeout_s: int, http_max_retries: int) -> None:
-        from harness.tracking.store_ops import load_mlflow
-
-        self.opening, self.unopened = None, None
-        load_mlflow(http_timeout_s, http_max_retries)  # beside the job's Lightning import
-        path = store_access.sqlite_path(uri)
-        if path is not None and not Path(path).exists():
-            self.opening = (uri, http_timeout_s, http_max_retries)
-            return
-        self._open(uri, http_timeout_s, http_max_retries)
-
-    def _open(self, *args: Any) -> None:
-        try:
-            self.ops.open(*args)
-        except Exception as err:  # noqa: BLE001 - said to the job at its first call
-            self.unopened = store_access.short_reason(err)
-
-    def ready(self) -> StoreOps:
-        """The open store, or the reason it cannot be opened (raised as a StoreError)."""
-        if self.opening is not None:
-            opening, self.opening = self.opening, None
-            self._open(*opening)
-        if self.unopened is not None:
-            raise store_access.StoreError(self.unopened)
-        return self.ops
-
 
 def serve(requests: Any, replies: Any, collected: _Collected) -> None:
     """Run the job's calls in order until it closes the pipe; then end what it left open."""
-    store = _Store()
-    failures: dict[str, tuple[str, str]] = {}  # run id -> its first failed call (reason, step)
+    ops: Any = None
+    failures: dict[str, tuple[str, str]] = {}  # run id -> its first failed write (reason, step)
     open_runs: set[str] = set()
 
     def answer(ok: bool, value: Any) -> None:
         nonlocal replies
+        records, collected.records = collected.records, []
         if replies is None:
             return
         try:
-            write_frame(replies, (ok, value, collected.take()))
+            write_message(replies, (ok, value, records))
         except OSError:  # the job is gone: the calls still go in
             replies = None
 
     while True:
         try:
-            method, args, step, asked = read_frame(requests)
-        except EOFError:
+            method, args, kwargs, step, asked = pickle.load(requests)
+        except (EOFError, pickle.UnpicklingError):  # the job closed the pipe, or died mid-call
             break
         if method == "open":
-            store.open(*args)
+            ops = StoreOps(*args)  # MLflow's import, beside the job's Lightning import
             continue
         if method == "sync":  # every call before it is done: the failures of these runs
-            (run_ids,) = args
-            answer(True, {r: failures[r] for r in run_ids if r in failures})
+            answer(True, {r: failures[r] for r in args[0] if r in failures})
             continue
-        run_id = None if asked else args[0]  # a call sent without waiting names its run first
-        if not asked and run_id in failures:
-            continue  # a failing store: the rest of this run's calls are not tried
+        run_id = None if asked else args[0]  # a write names its run first
+        if run_id in failures:
+            continue  # a failing store: the rest of this run's writes are not tried
+        if method in ENDS:
+            open_runs.discard(run_id)
         try:
-            ops = store.ready()
-            if method == "client":
-                name, call_args, call_kwargs = args
-                value = getattr(ops.client, name)(*call_args, **call_kwargs)
-            else:
-                value = getattr(ops, method)(*args)
+            target = ops if hasattr(StoreOps, method) else ops.client
+            value = getattr(target, method)(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - every store failure is said to the job
-            reason = store_access.short_reason(err)
             if asked:
-                answer(False, (reason, step))
+                answer(False, (short_reason(err), step))
             else:
-                failures[run_id] = (reason, step or method)
+                failures[run_id] = (short_reason(err), getattr(err, "step", None) or step or method)
             continue
         if method == "start_run":
             open_runs.add(value[1])
-        elif method == "set_terminated":
-            open_runs.discard(args[0])
         if asked:
             answer(True, value)
     for run_id in sorted(open_runs):  # the job is gone and never ended these
         with contextlib.suppress(Exception):  # nobody is left to tell
-            store.ready().set_terminated(run_id, "KILLED")
+            ops.client.set_terminated(run_id, "KILLED")
 
 
 def main() -> None:

@@ -1,10 +1,6 @@
-"""Synthetic token batches, made either on the run's device or, slowly, on the CPU.
-
-`generate_on=device` draws each whole batch with one torch call on the device
-the Trainer uses, so the input pipeline is nearly free. `generate_on=cpu`
-reproduces the common trap of a Dataset that builds every example with numpy
-on the CPU: the DataLoader, not the model, then sets the pace.
-"""
+"""Synthetic token batches: `generate_on=device` draws each batch with one torch call on the
+run's device (a nearly free input pipeline); `generate_on=cpu` builds every example with numpy
+on the CPU, the common trap where the DataLoader, not the model, sets the pace."""
 
 from __future__ import annotations
 

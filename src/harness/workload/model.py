@@ -1,9 +1,5 @@
-"""A stack of pre-norm transformer blocks, wrapped in a LightningModule.
-
-The network lives in `self.net` so that `compile=true` compiles the plain
-nn.Module: compiling the LightningModule itself fails once a step calls
-`self.log`.
-"""
+"""A stack of pre-norm transformer blocks in a LightningModule; the network lives in `self.net`,
+the plain nn.Module that `compile=true` compiles."""
 
 from __future__ import annotations
 
@@ -98,10 +94,8 @@ class TransformerModule(pl.LightningModule):
     def optimizer_step(
         self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
     ) -> None:
-        # Lightning runs training_step and backward inside optimizer.step(closure).
-        # Running the closure first leaves the update alone in its range; the
-        # closure handed on returns the loss already computed, so the precision
-        # plugins (the fp16 grad scaler included) still see a finished backward.
+        # The closure (training_step and backward) runs first, leaving the update alone in its
+        # range; the precision plugins (fp16's grad scaler) still see a finished backward.
         loss = optimizer_closure() if optimizer_closure is not None else None
         with annotate("workload.optimizer_step"):
             optimizer.step(closure=lambda: loss)

@@ -1,6 +1,2 @@
-"""harness's submitit launchers (`hydra/launcher=slurm`, `hydra/launcher=local`).
-
-Hydra only instantiates launcher plugins defined under the `hydra_plugins`
-namespace package, hence this home outside `harness`. Keep it light: Hydra
-imports every module here whenever it starts.
-"""
+"""harness's Hydra plugins (Hydra finds them only under `hydra_plugins`, and imports every
+module here whenever it starts: keep them light)."""

@@ -1,22 +1,6 @@
-"""The autotune sweeper (`harness -m sweep=autotune`): the fastest setting that fits, found in
-waves of jobs (docs/autotune.md).
-
-The search itself is harness.autotune's pure core; this sweeper only turns its waves into
-job overrides, launches each wave through the configured launcher (Hydra's basic launcher
-in this process, or `hydra/launcher=local|slurm`: one submission per wave), reads each job's
-result.json back (harness.autotune.reading) and writes autotune.json after every wave.
-Before the first job it reads the space (harness.autotune.command_line) and composes the
-config of every value with the checks a job makes (harness.run.job.check_config): bad input
-is one line naming the key, exit 2, and no job runs.
-
-It prints no verdict itself: Hydra's callbacks run after `sweep` returns, and the sweep's
-comparison table comes first; harness.sweep.report_cli then rebuilds the verdict from the
-job directories (harness.autotune.report), as `harness-report DIR` does. Ctrl-C or SIGTERM
-(a KeyboardInterrupt here) leaves autotune.json marked interrupted, with the best so far.
-
-Hydra imports every plugin module when any `harness` command starts: harness.autotune (and
-the result schema it reads with) loads only when a sweep starts.
-"""
+"""The autotune sweeper (`harness -m sweep=autotune`, docs/autotune.md): checks the space before
+any job, then launches the pure search's waves through the configured launcher, reads each
+job's result.json back and writes autotune.json after every wave (interrupted: the best so far)."""
 
 from __future__ import annotations
 
@@ -38,7 +22,6 @@ if TYPE_CHECKING:
     from harness.autotune.knowledge import Wave
     from harness.autotune.replay import Setup
     from harness.autotune.search import Search
-    from harness.autotune.space import Space
 
 log = logging.getLogger(__name__)
 MULTIRUN_FILE = "multirun.yaml"
@@ -46,13 +29,13 @@ SAID = ("dropped", "infeasible", "collapsed", "retry", "budget", "skipped")  # d
 
 
 class AutotuneSweeper(Sweeper):
-    """See the module docstring. `max_batch_size` is the harness sweeper's key, which
-    `sweep=autotune` inherits from conf/hydra/sweeper/harness.yaml: accepted, unused."""
+    """`max_batch_size`: the harness sweeper's key, inherited by `sweep=autotune`: unused."""
 
     def __init__(self, params: Any = None, max_batch_size: Any = None) -> None:
         self.params = params
-        self.config: DictConfig | None = None
-        self.hydra_context: HydraContext | None = None
+        # Set by setup(), which Hydra calls before sweep().
+        self.config: Any = None
+        self.hydra_context: Any = None
         self.launcher: Any = None
         self.job_idx = 0
 
@@ -70,7 +53,6 @@ class AutotuneSweeper(Sweeper):
         from harness.autotune.report import body_of, write_summary
         from harness.autotune.search import Search
 
-        assert self.config is not None
         setup = self._setup(list(arguments))  # bad input: a ConfigError, before any job
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -105,20 +87,16 @@ class AutotuneSweeper(Sweeper):
             raise
         return []
 
-    # -- before the first job --------------------------------------------------------------
     def _setup(self, arguments: list[str]) -> Setup:
-        from harness.autotune.command_line import parse
+        from harness.autotune.command_line import SpaceError, parse
         from harness.autotune.replay import Setup
-        from harness.autotune.settings import AUTO, SettingError, Settings
-        from harness.errors import ConfigError
+        from harness.autotune.settings import AUTO, Settings
+        from harness.config.composed import check_values
+        from harness.run.job import check_config
 
-        assert self.config is not None
         raw = self.config.get("autotune")
-        try:
-            settings = Settings.from_mapping(
-                OmegaConf.to_container(raw, resolve=True) if raw is not None else None)
-        except SettingError as err:
-            raise ConfigError(err.key, err.value, err.expected, err.fix) from None
+        settings = Settings.from_mapping(
+            OmegaConf.to_container(raw, resolve=True) if raw is not None else None)
         launcher = type(self.launcher).__name__
         in_process = launcher == "BasicLauncher"  # Hydra's own: the jobs run in this process
         if settings.probes == AUTO:  # the ladder job by job where that is free and prunes
@@ -128,8 +106,16 @@ class AutotuneSweeper(Sweeper):
         params = OmegaConf.to_container(self.params, resolve=False) if self.params else {}
         parsed = parse(params, arguments, self.config, settings, self._here(launcher, params,
                                                                            arguments))
-        self._check_profiler()
-        self._check_values(parsed.space, parsed.fixed)
+        profiler = self.config.get("profiler")
+        if not hasattr(profiler, "keys") or "speed" not in profiler:
+            raise SpaceError("profiler: autotune ranks by the speed preset's examples/s, and this"
+                             " profiler list has no speed. Fix: keep speed in it, e.g."
+                             " profiler=[speed,diagnose]")
+        # Each value of each key (an interval at its two ends) checked as its job would.
+        values = {key.name: [str(v) for v in key.interval] if key.interval else list(key.values)
+                  for key in parsed.space.keys}
+        check_values(self.config, values, parsed.fixed, check_config,
+                     self.hydra_context.config_loader)
         with open_dict(self.config.hydra.sweeper):  # what the search varies, as the grid's params
             self.config.hydra.sweeper.params = {
                 k.name: (f"interval({k.interval[0]},{k.interval[1]})" if k.interval
@@ -139,67 +125,26 @@ class AutotuneSweeper(Sweeper):
         return Setup(parsed.space, settings, fixed, time.time(), parsed.notes, launcher)
 
     def _here(self, launcher: str, params: Any, arguments: list[str]) -> Here:
-        """The machine the jobs run on, as far as the default space and device-bound values
-        need it."""
-        from harness.autotune.command_line import Here, config_value
+        """The machine the jobs run on, as the default space and device-bound values need it."""
+        from harness.config.knobs import Here, cuda_here
+        from harness.contention import affinity
 
-        assert self.config is not None
         if "Slurm" in launcher:
             cpus = self.config.hydra.launcher.get("cpus_per_task")
             return Here(here=False, cpus=cpus if isinstance(cpus, int) else None)
         typed = " ".join([*(f"{k}={v}" for k, v in (params or {}).items()), *arguments])
-        cuda = False
-        if "precision" in typed:
-            import torch
-
-            accelerator = str(config_value(self.config, "trainer.accelerator") or "auto")
-            cuda = torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
+        cuda = "precision" in typed and cuda_here(self.config)
         cxx = True
         if "compile" in typed:
             from harness.run.compile import find_cxx
 
             cxx = find_cxx() is not None
-        affinity = getattr(os, "sched_getaffinity", None)
-        return Here(here=True, cuda=cuda, cxx=cxx,
-                    cpus=len(affinity(0)) if affinity else os.cpu_count())
-
-    def _check_profiler(self) -> None:
-        from harness.autotune.command_line import SpaceError
-
-        assert self.config is not None
-        profiler = self.config.get("profiler")
-        if not hasattr(profiler, "keys") or "speed" not in profiler:
-            raise SpaceError("profiler: autotune ranks by the speed preset's examples/s, and this"
-                             " profiler list has no speed. Fix: keep speed in it, e.g."
-                             " profiler=[speed,diagnose]")
-
-    def _check_values(self, space: Space, fixed: list[str]) -> None:
-        """Each value of each key composed into the config and checked as a job checks its
-        config (knobs, `+key` typos, targets and their arguments): one line, exit 2. An
-        interval is checked at its two ends."""
-        from hydra.core.hydra_config import HydraConfig
-
-        from harness.run.job import check_config
-
-        assert self.config is not None and self.hydra_context is not None
-        loader, hydra = self.hydra_context.config_loader, HydraConfig.instance()
-        before = hydra.cfg
-        try:
-            for key in space.keys:
-                values = [str(v) for v in key.interval] if key.interval else list(key.values)
-                for value in values:
-                    overrides = [*fixed, f"{key.name}={value}"]
-                    composed = loader.load_sweep_config(self.config, overrides)
-                    hydra.set_config(composed)  # ${hydra:...} resolves as in the job
-                    check_config(composed, overrides)
-        finally:
-            hydra.cfg = before
+        cpus = affinity()
+        return Here(here=True, cuda=cuda, cxx=cxx, cpus=len(cpus) if cpus else os.cpu_count())
 
     def _shape(self) -> Shape:
         from harness.autotune import job as autotune_job
         from harness.autotune.command_line import config_value
-
-        assert self.config is not None
 
         def count(key: str) -> int | None:
             value = config_value(self.config, key)
@@ -228,11 +173,9 @@ class AutotuneSweeper(Sweeper):
             if cap:
                 sweep.announce_jobs(cap)
 
-    # -- while it runs -----------------------------------------------------------------------
     @staticmethod
     def _job_dir(ret: Any, sweep_dir: Path, idx: int) -> Path:
-        """The job's output directory: Hydra's record of it (JobReturn.working_dir is the
-        working directory, which hydra.job.chdir=false leaves unchanged)."""
+        """The job's output directory (not JobReturn.working_dir: hydra.job.chdir=false)."""
         try:
             return Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
         except Exception:  # a launcher's stand-in without it: Hydra's default sub-directory

@@ -1,14 +1,5 @@
-"""The sweeper of every harness multirun: Hydra's basic grid, with `repeat=N` run as rounds.
-
-A repeated point measured N times back to back inside one job sees the machine of that
-moment only: a machine that drifts (thermal throttling, a neighbour job, a filling cache)
-then makes the points swept first look faster than the ones swept last, and the spread
-inside each job does not show it. With `repeat=N` in a multirun this sweeper launches
-every point once per round, N rounds, the order alternating forward and reversed, so a
-steady drift hits every point alike over each pair of rounds; each job runs once
-(`repeat=1`) and carries `sweep_round=<r>`. The comparison pools the rounds of a point:
-its spread and the within-noise verdict of a speed-up come from them. The work is the
-same as N repeats inside each job; only the order changes.
+"""The sweeper of every harness multirun: Hydra's basic grid, with `repeat=N` run as N rounds of
+the grid, forward then reversed, so a drifting machine hits every point alike (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -34,8 +25,6 @@ def in_rounds(grid: list[list[str]], rounds: int) -> list[list[str]]:
 
 
 class RoundsSweeper(BasicSweeper):
-    """BasicSweeper whose job list holds `repeat` rounds of the grid (module docstring)."""
-
     def split_arguments(self, overrides: list[Any], max_batch_size: int | None) -> list[Any]:
         from harness.sweep.progress import current
 
@@ -52,11 +41,8 @@ class RoundsSweeper(BasicSweeper):
 
     def _rounds(self, overrides: list[Any]) -> int:
         """`repeat` of this sweep: from the command line, else the config; 1 when swept."""
-        for override in overrides:
-            if override.get_key_element() == "repeat":
-                if override.is_sweep_override():
-                    return 1  # repeat=1,3 is a sweep over repeat itself
-                value = override.value()
-                return value if isinstance(value, int) and value > 0 else 1
-        value = self.config.get("repeat", 1) if self.config is not None else 1
+        typed = next((o for o in overrides if o.get_key_element() == "repeat"), None)
+        if typed is not None and typed.is_sweep_override():
+            return 1  # repeat=1,3 is a sweep over repeat itself
+        value = typed.value() if typed is not None else self.config.get("repeat", 1)
         return value if isinstance(value, int) and value > 0 else 1

@@ -1,30 +1,7 @@
-"""hydra-submitit-launcher, made to behave like a local sweep when a job cannot run.
-
-The plugin (hydra-submitit-launcher) submits every point of a sweep as ONE job array with ONE set of
-resources, and re-raises the first failure it meets while collecting results,
-with a traceback, abandoning the jobs it has not collected yet. These
-subclasses (used by `hydra/launcher=slurm` and `hydra/launcher=local`) differ in
-three ways:
-
-1. Resources per job. Each job's `hydra.launcher` settings are resolved
-   against that job's own config, so `tasks_per_node: ${trainer.devices}`
-   follows a swept `trainer.devices`, and `hydra.launcher.partition=${part}`
-   with `+part=a,b` sweeps partitions (Hydra refuses to sweep hydra.* keys
-   directly). Jobs with equal settings go into one array, so a sweep that only
-   varies the run's own knobs is still a single array.
-2. A request SLURM rejects (no such partition, more CPUs than a node has, GPUs
-   on a node without any...) fails the jobs of that array only: each of those jobs
-   gets a result.json with status `failed` and sbatch's error as its reason, said in
-   the job's one line, and the other arrays still run.
-3. A job that ends without a result (cancelled, preempted, timed out, killed)
-   is reported in one line and does not stop the collection of the others.
-
-Each job is named as in the in-process sweep's progress lines (harness.sweep.progress):
-`job 3/6 batch_size=8,bf16`, with one line when it is submitted and one when it is
-collected (status, examples/s, between-steps share, elapsed and ETA), counted with the
-sweep's other lines. A job finds the sweep's MLflow parent run in the sweep directory,
-as an in-process job does (harness.tracking.experiments.sweep_info).
-"""
+"""hydra-submitit-launcher, made to behave like a local sweep (docs/slurm.md): each job's
+`hydra.launcher` settings resolved against its own config (jobs with equal settings share an
+array), a request SLURM rejects failing that array's jobs only (each with a result.json), a job
+that ends without a result said in one line, and each job's progress lines as in process."""
 
 from __future__ import annotations
 
@@ -60,7 +37,6 @@ _FIXES = (
     ("partition", "hydra.launcher.partition=<a partition listed by `sinfo -s`>"),
     ("processors", "lower hydra.launcher.cpus_per_task or the tasks per node (= trainer.devices);"
                    " `sinfo -o '%P %c'` shows the CPUs of a node"),
-    ("generic resource", "drop hydra.launcher.gpus_per_node / gres, or use a partition with GPUs"),
     ("gres", "drop hydra.launcher.gpus_per_node / gres, or use a partition with GPUs"),
     ("memory", "lower hydra.launcher.mem_gb (`sinfo -o '%P %m'` shows a node's memory in MB)"),
     ("time limit", "lower hydra.launcher.timeout_min"),
@@ -92,8 +68,6 @@ def fix_for(message: str) -> str:
 
 
 class _Job:
-    """One point of the sweep as the launcher sees it before and after submission."""
-
     def __init__(self, idx: int, overrides: Sequence[str], config: DictConfig) -> None:
         self.idx = idx
         self.overrides = list(overrides)
@@ -104,14 +78,12 @@ class _Job:
         self.name = f"job {self.number}"
 
     def name_by(self, swept: list[str], total: int | None) -> None:
-        """Name the job by what sets it apart from the rest of the sweep."""
         from harness.config.sweep_keys import job_label
 
         self.label = job_label(filter_overrides(self.overrides), swept)
         self.name = f"job {self.number}{f'/{total}' if total else ''} {self.label}".strip()
 
     def record_failure(self, reason: str) -> None:
-        """result.json for a job that never produced one: the sweep's table still lists it."""
         from harness.result.schema import RunResult
         from harness.result.store import RESULT_FILE, write_result
 
@@ -121,8 +93,6 @@ class _Job:
             status="failed", reason=reason, overrides=filter_overrides(self.overrides)))
 
     def say_how_it_ended(self, progress: Progress, seconds: float | None = None) -> None:
-        """The job's line in the sweep's progress: status, figures, elapsed and ETA (an
-        error line, with the reason, for a job that measured nothing)."""
         from harness.errors import HarnessError
         from harness.result.store import load_result
 
@@ -133,8 +103,9 @@ class _Job:
                 seconds = 0.0
         progress.finished(self.number, self.label, self.output_dir, seconds)
 
-    def stand_in(self) -> JobReturn:
-        """What Hydra gets for a job that did not run: completed, so the sweep goes on."""
+    def stand_in(self, progress: Progress) -> JobReturn:
+        """What Hydra gets for a job that did not run, said ended: completed, so the sweep goes on."""
+        self.say_how_it_ended(progress, 0.0)
         ret = JobReturn(overrides=self.overrides, cfg=self.config, hydra_cfg=self.config,
                         working_dir=str(self.output_dir), task_name="harness",
                         status=JobStatus.COMPLETED)
@@ -146,7 +117,6 @@ class _HarnessMixin(BaseSubmititLauncher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         from harness.config.sweep_keys import swept_keys_of
@@ -163,28 +133,24 @@ class _HarnessMixin(BaseSubmititLauncher):
             job.name_by(swept, progress.total or len(job_overrides))
             params = self._job_params(job)
             if params is None:
-                returns[job.idx] = job.stand_in()
-                job.say_how_it_ended(progress, 0.0)
+                returns[job.idx] = job.stand_in(progress)
                 continue
             key = json.dumps(params, sort_keys=True, default=str)
             groups.setdefault(key, (params, []))[1].append(job)
 
-        # One array per group of jobs with the same resources. `%array_parallelism` limits each
-        # array on its own, so the groups run one after another: never more jobs at once than
-        # asked for (timings stay comparable), at the price of the groups not overlapping.
+        # One array per group of jobs with the same resources, one group after another: never
+        # more jobs at once than `array_parallelism` (timings stay comparable).
         for params, jobs in groups.values():
             handles = self._submit(params, jobs, progress)
             if handles is None:
                 for job in jobs:
-                    returns[job.idx] = job.stand_in()
-                    job.say_how_it_ended(progress, 0.0)
+                    returns[job.idx] = job.stand_in(progress)
                 continue
             for job, handle in zip(jobs, handles, strict=True):
                 returns[job.idx] = self._collect(job, handle, progress)
         return [returns[idx] for idx in sorted(returns)]
 
     def _prepare(self, idx: int, overrides: Sequence[str]) -> _Job:
-        assert self.hydra_context is not None and self.config is not None
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         with open_dict(config.hydra.job):
             config.hydra.job.num = idx
@@ -192,15 +158,18 @@ class _HarnessMixin(BaseSubmititLauncher):
 
     def _job_params(self, job: _Job) -> dict[str, Any] | None:
         """This job's launcher settings, resolved against its own config; None if unusable."""
+        from harness.launch.slurm import launcher_mismatch
+
         try:
             params = OmegaConf.to_container(job.config.hydra.launcher, resolve=True)
         except Exception as err:
             job.record_failure(f"hydra.launcher settings of {job.name}: {one_line(str(err))}")
             return None
-        assert isinstance(params, dict)
         params.pop("_target_", None)
-        mismatch = _devices_mismatch(params, job.config) if self._EXECUTOR == "slurm" else None
-        if mismatch:
+        trainer = job.config.get("trainer") or {}
+        if self._EXECUTOR == "slurm" and (mismatch := launcher_mismatch(
+                params.get("tasks_per_node"), params.get("nodes"), trainer.get("devices"),
+                trainer.get("num_nodes", 1))):
             job.record_failure(f"not submitted: {mismatch}")
             return None
         return params
@@ -248,17 +217,7 @@ class _HarnessMixin(BaseSubmititLauncher):
             state = getattr(handle, "state", "?")
             job.record_failure(f"{self._EXECUTOR} job {handle.job_id} ended without a result"
                                f" (state {state}): {one_line(str(err))}")
-            job.say_how_it_ended(progress, 0.0)
-            return job.stand_in()
-
-
-def _devices_mismatch(params: dict[str, Any], config: DictConfig) -> str | None:
-    """Under SLURM each task is one rank (harness.launch.slurm.launcher_mismatch)."""
-    from harness.launch.slurm import launcher_mismatch
-
-    trainer = config.get("trainer") or {}
-    return launcher_mismatch(params.get("tasks_per_node"), params.get("nodes"),
-                             trainer.get("devices"), trainer.get("num_nodes", 1))
+            return job.stand_in(progress)
 
 
 class HarnessSlurmLauncher(_HarnessMixin, SlurmLauncher):

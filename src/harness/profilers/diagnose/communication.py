@@ -1,12 +1,5 @@
-"""Communication against compute in a multi-process run, from a short torch-profiler window.
-
-On every rank the torch profiler records a few training steps. Its events are split into
-collectives (NCCL kernels on GPU, never the host spans that launch them; gloo's work threads
-and c10d calls on CPU; aten::broadcast_tensors is shape broadcasting, no collective) and compute
-(CUDA kernels on GPU; the main thread's operators on CPU); each set's intervals are merged,
-and the window's wall time splits into compute alone, communication alone, both at once
-(overlap: what DDP hides behind the backward pass) and neither (idle: the rank waited).
-"""
+"""Communication against compute in a multi-process run, from a short torch-profiler window
+split into compute, communication, their overlap and idle time (docs/presets/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +8,6 @@ from collections import Counter
 from typing import Any
 
 import torch
-
-from harness.profilers.preset import StepWindow
 
 # `broadcast` the collective, not aten::broadcast_tensors / broadcast_to (shape broadcasting)
 COLLECTIVE = re.compile(r"nccl|gloo:|c10d::|all_?reduce|all_?gather"
@@ -56,8 +47,7 @@ def overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float
 
 
 def _main_thread(events: list[Any]) -> Any:
-    """The thread that ran the most operators: the training loop's (the profiler numbers
-    threads itself; gloo's collectives run on threads of their own)."""
+    """The thread that ran the most operators: the training loop's (gloo has threads of its own)."""
     counts = Counter(e.thread for e in events if str(e.name).startswith("aten::"))
     return counts.most_common(1)[0][0] if counts else None
 
@@ -75,8 +65,7 @@ def split_window(events: list[Any]) -> dict[str, float]:
         name = str(event.name)
         device = str(getattr(event, "device_type", ""))
         if COLLECTIVE.search(name):
-            # On a GPU the collective is the NCCL kernel; the host's spans (nccl:all_reduce,
-            # c10d:: calls) only enqueue it, and would count the launch as communication.
+            # on a GPU the NCCL kernel is the collective: the host's spans only enqueue it
             if not on_gpu or device.endswith("CUDA"):
                 comm.append(span)
         elif _SPANNING.match(name):
@@ -102,20 +91,15 @@ def split_window(events: list[Any]) -> dict[str, float]:
 
 
 class CommWindow:
-    """Records training steps [start, start + steps) of this rank with the torch profiler.
+    """The torch profiler over the communication window; `finish` parses it after training."""
 
-    `step_starts`/`step_ended` go in on_train_batch_start/end; `finish` reads the events
-    after training: parsing them takes long enough to distort a timed step.
-    """
-
-    def __init__(self, start: int, steps: int) -> None:
-        self.window = StepWindow(start, steps)
+    def __init__(self) -> None:
         self.profiler: Any = None
         self.recording = False
         self.note: str | None = None
 
-    def step_starts(self, device: Any) -> None:
-        if not self.window.opens_now() or self.profiler is not None:
+    def start(self, device: Any) -> None:
+        if self.profiler is not None:  # a skipped epoch's end brings the first step back
             return
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
@@ -124,12 +108,7 @@ class CommWindow:
         self.profiler.start()
         self.recording = True
 
-    def step_ended(self) -> None:
-        if self.window.step_done():
-            self.stop()
-
     def stop(self) -> None:
-        """Stop recording (training may end, or fail, inside the window)."""
         if self.recording:
             self.profiler.stop()
             self.recording = False

@@ -1,20 +1,6 @@
-"""From a run's measured figures to why it is slow: the step's shares, the bound, ranked findings.
-
-A training (or inference) step of T seconds (the median iteration: a few stalled steps, a
-busy machine's or a garbage collector's, move the mean and would read as host time) splits
-into
-- data: waiting for the next batch, as far as the input pipeline explains it: the speed
-  preset's measured wait, capped at what the loader alone needs per batch (a wait the loader
-  does not explain is Lightning's loop between steps: host);
-- compute: the model alone, forward + backward + optimizer on a resident batch (capped at
-  what is left of T);
-- communication: in multi-process runs, collectives not hidden behind compute;
-- host: the rest, Lightning's loop, callbacks, logging and host-side launch overhead.
-The largest share names what the step is bound by, unless the run's own noise (its steps'
-spread, 1.4826 x MAD / median) is larger than the gap between that share and the next: then
-there is no verdict (`bound_by` unknown), and the line says so with what to do. A run the speed
-preset flagged contended says so first; its `noisy` and `contended` findings read the speed
-preset's flags (harness.profilers.speed_flags: one rule, one place).
+"""From a run's measured figures to why it is slow: the step's shares (data, compute,
+communication, host), the bound, ranked findings and the verdict line (docs/presets/diagnose.md).
+No bound where the run's own noise is larger than the gap between the two largest shares.
 """
 
 from __future__ import annotations
@@ -22,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.measured import MAIN_PHASES
-from harness.profilers.speed_flags import CONTENDED_FIX, NOISY_FIX
+from harness.profilers.speed_flags import CONTENDED_FIX, NOISY_FIX, phase_word
 from harness.result.schema import Finding
 
 BOUNDS = ("data", "compute", "communication", "host")
@@ -30,8 +16,6 @@ MIN_SHARE = 0.25  # a share this large gets its own finding
 
 
 def _finding(kind: str, score: float | None, message: str, next_step: str) -> Finding:
-    """One finding, in result.json's own shape; `score`: the share of the step it costs,
-    None for a finding about the run."""
     return Finding(kind=kind, score=score, message=message, next_step=next_step)
 
 
@@ -55,9 +39,7 @@ def bound_by(found: dict[str, float] | None) -> str:
 
 
 def noise_beats_gap(phase: dict[str, Any]) -> tuple[str, str] | None:
-    """(the largest share, the runner-up) when the shares worked out with the step `step_noise`
-    shorter and longer (`noise_ranges`) overlap: the run's noise is larger than the gap between
-    them, so either could bound the step. None when the gap stands."""
+    """(largest share, runner-up) when their `noise_ranges` overlap; None when the gap stands."""
     part, ranges = phase.get("shares"), phase.get("noise_ranges")
     if not part or not ranges or model_missing(part):
         return None
@@ -76,8 +58,6 @@ def _pct(share: float) -> str:
 
 
 def _share(phase: dict[str, Any], bound: str) -> str:
-    """The bound's share, with its range over the model pass's steps when that is wider than
-    a percent: the noise the verdict carries."""
     text = _pct(phase["shares"][bound])
     low, high = ((phase.get("share_ranges") or {}).get(bound) or [None, None])
     if low is not None and _pct(low) != _pct(high):
@@ -105,14 +85,13 @@ def _work(phase: str) -> str:
 
 
 def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any]) -> list[Finding]:
-    """Findings about one phase's step (train or inference): one for the share it is bound by
-    and one for every other share of at least MIN_SHARE, each scored by its share."""
+    """Findings for the bounding share and every share of at least MIN_SHARE, scored by it."""
     found: list[Finding] = []
     part = figures.get("shares")
     if not part:
         return found
     bound = bound_by(part)
-    name = "training" if phase == "train" else "inference"
+    name = phase_word(phase)
     loader, model = figures.get("loader_examples_per_second"), figures.get(
         "model_examples_per_second")
     on_gpu = context.get("accelerator") == "cuda"
@@ -162,8 +141,7 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
 
 
 def ranked(step_findings: list[Finding], run: list[Finding]) -> list[Finding]:
-    """The step's findings first, largest share first; then the run's, in run_findings' order
-    (they cost no measurable share of a step, so they are not scored against it)."""
+    """The step's findings, largest share first; then the run's, unscored, in their order."""
     return sorted(step_findings, key=lambda f: -(f.score or 0.0)) + run
 
 
@@ -195,7 +173,7 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
     flagged = _flagged(context.get("flags", []))
     for phase in flagged.get("contended", []):
         found.append(_finding(
-            "contended", None, f"other processes took the machine while {_name(phase)} was"
+            "contended", None, f"other processes took the machine while {phase_word(phase)} was"
             f" measured ({contention_said(context.get('contention', {}).get(phase, {}))}): its"
             " figures and shares measure the machine as much as the run", CONTENDED_FIX))
     thin = flagged.get("thin", [])
@@ -205,14 +183,13 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
             "more batches (data.*_batches / trainer.limit_*_batches) or fewer warm-up steps"))
     for phase in flagged.get("noisy", []):
         said = context.get("noise_said", {}).get(phase) or ["see reports/speed.json"]
-        found.append(_finding("noisy", None, f"{_name(phase)} step times vary: "
+        found.append(_finding("noisy", None, f"{phase_word(phase)} step times vary: "
                               + "; ".join(said), NOISY_FIX))
     return found
 
 
 def _flagged(flags: list[str]) -> dict[str, list[str]]:
-    """result.json's `<kind>:<phase>` flags: kind -> the phases, main phases only for the
-    kinds the diagnosis words (thin keeps every phase)."""
+    """`<kind>:<phase>` flags as kind -> phases (main phases only, but for thin)."""
     found: dict[str, list[str]] = {}
     for flag in flags:
         kind, _, phase = flag.partition(":")
@@ -221,12 +198,7 @@ def _flagged(flags: list[str]) -> dict[str, list[str]]:
     return found
 
 
-def _name(phase: str) -> str:
-    return {"train": "training", "inference": "inference"}.get(phase, phase)
-
-
 def contention_said(c: dict[str, Any]) -> str:
-    """The contention figures of a phase, in words."""
     said = []
     if c.get("other_cpu_share") is not None:
         said.append(f"others used {_pct(c['other_cpu_share'])} of its CPUs")
@@ -239,9 +211,7 @@ def contention_said(c: dict[str, Any]) -> str:
 
 def verdict(bound: str, phase: dict[str, Any], phase_name: str = "train",
             contended: str | None = None) -> str:
-    """One line on what the phase's step is bound by, with its evidence, and the share within
-    the model pass's noise of it when there is one (the bound could be either); `contended`:
-    what the speed preset measured of other processes in this phase, said first."""
+    """One line on the phase's bound, its evidence and close calls; `contended` said first."""
     line = _verdict(bound, phase, phase_name)
     if contended:
         line = (f"contended ({contended}; result.json flags: contended:{phase_name}), so the"
@@ -259,7 +229,7 @@ def verdict(bound: str, phase: dict[str, Any], phase_name: str = "train",
 
 def _verdict(bound: str, phase: dict[str, Any], phase_name: str) -> str:
     loader, model = phase.get("loader_examples_per_second"), phase.get("model_examples_per_second")
-    name = "training" if phase_name == "train" else "inference"
+    name = phase_word(phase_name)
     if bound == "data":
         return (f"bound by data loading: {_share(phase, 'data')} of each {name} step waits for"
                 f" the next batch; the loader alone delivers {_rate(loader)}, the model alone"

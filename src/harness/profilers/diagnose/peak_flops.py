@@ -1,22 +1,8 @@
 """The device's dense peak FLOP/s for the data type its matmuls run in: the denominator of MFU.
 
-Lightning's `get_available_flops` (lightning.fabric.utilities.throughput) gives the peak of
-the GPUs in its table. harness keeps only what that table lacks, or gives otherwise than
-the MFU here is defined (docs/presets/diagnose.md): the vendors' *dense* rates (no 2:4
-sparsity; datasheets print the sparse ones with an asterisk, twice as high), per GPU at
-boost clock, on tensor cores with FP32 accumulation, which is what PyTorch's fp16/bf16
-matmuls use. Names are matched most specific first, on word boundaries, the first match
-wins; a device matched here without the data type, or not matched, is Lightning's.
-
-`fp32` is the plain (SIMT) rate that fp32 matmuls use under PyTorch's default
-`float32_matmul_precision='highest'`; with 'high' or 'medium' they run on TF32 tensor cores.
-Convolutions follow their own switch, `torch.backends.cudnn.allow_tf32`, on by default: a
-32-true net with convolutions runs them on TF32 tensor cores, so its peak is TF32's
-(`matmul_dtype`'s `convolutions`; a net whose FLOPs are mostly matmuls beside a conv stem
-then reads low, never high).
-
-A MIG slice has part of the GPU's compute: its name carries its profile ("... MIG 3g.40gb"),
-and its peak is the GPU's times the slice's compute slices out of the GPU's 7.
+Lightning's `get_available_flops` table, and here only what it lacks or gives otherwise: the
+vendors' dense rates (no 2:4 sparsity), at boost clock, FP32 accumulation. Names are matched
+most specific first; a MIG slice gets its share of the GPU's 7 compute slices.
 """
 
 from __future__ import annotations
@@ -32,40 +18,34 @@ _NOT_IN_LIGHTNING: tuple[tuple[str, dict[str, float]], ...] = (
     # Blackwell, not in Lightning. NVIDIA DGX B200 / GB200 NVL72 datasheets, sparse halved.
     (r"\bGB200\b", {"fp64": 40, "fp32": 80, "tf32": 1250, "bf16": 2500, "fp16": 2500, "fp8": 5000}),
     (r"\bB200\b", {"fp64": 37, "fp32": 75, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500}),
-    # Lightning takes an H200 only by "sxm1"/"nvl1" in its name, which torch's names
-    # ("NVIDIA H200", "NVIDIA GH200 480GB") lack, and its H200 figures are the sparse ones.
-    # NVIDIA H200 and GH200 Grace Hopper datasheets, sparse halved.
+    # Lightning matches an H200 only by "sxm1"/"nvl1", which torch's names lack, and gives
+    # sparse figures: NVIDIA H200 and GH200 Grace Hopper datasheets, sparse halved.
     (r"\bGH200\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
                     "fp8": 1978.9}),
     (r"\bH200 NVL\b", {"fp64": 60, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5,
                        "fp8": 1670.5}),
     (r"\bH200\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
                    "fp8": 1978.9}),
-    # Lightning's "h100 nvl" figures are a card pair's (or sparse): NVIDIA H100 NVL product
-    # brief, one card (94 GB), sparse halved.
+    # Lightning's "h100 nvl" is a card pair's: NVIDIA H100 NVL brief, one card, sparse halved.
     (r"\bH100 NVL\b", {"fp64": 60, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5,
                        "fp8": 1670.5}),
-    # Lightning has no fp8, and lists FP64 without tensor cores (cuBLAS's DGEMM uses them):
-    # NVIDIA H100 datasheet, FP64 Tensor Core and FP8 (sparse halved).
-    # An H100 named by its HBM2e memory is the PCIe card (Lightning agrees for the rest).
+    # Lightning has no fp8 and lists FP64 without tensor cores: NVIDIA H100 datasheet, FP64
+    # Tensor Core and FP8 (sparse halved). An H100 named by its HBM2e memory is the PCIe card.
     (r"\bH100\b.*\b(PCIe|HBM2e)\b", {"fp64": 51.2, "fp8": 1513}),
     (r"\bH100\b", {"fp64": 66.9, "fp8": 1978.9}),
-    # H800 PCIe (HBM2e): an H100 PCIe, not in Lightning (NVIDIA H800 PCIe datasheet,
-    # sparse halved).
+    # H800 PCIe: an H100 PCIe, not in Lightning (NVIDIA H800 PCIe datasheet, sparse halved).
     (r"\bH800\b.*\b(PCIe|HBM2e)\b", {"fp64": 51.2, "fp32": 51.2, "tf32": 378,
                                       "bf16": 756, "fp16": 756, "fp8": 1513}),
     # H800: an H100 SXM with slower NVLink, not in Lightning (NVIDIA H800 datasheet).
     (r"\bH800\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
                    "fp8": 1978.9}),
-    # NVIDIA A100 datasheet, FP64 Tensor Core; A800 (an A100 with slower NVLink) is not in
-    # Lightning (NVIDIA A800 datasheet).
+    # NVIDIA A100 datasheet, FP64 Tensor Core; A800 (not in Lightning): A800 datasheet.
     (r"\bA100\b", {"fp64": 19.5}),
     (r"\bA800\b", {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}),
     # Not in Lightning (it knows the A10G only): NVIDIA A30 and A10 datasheets.
     (r"\bA30\b", {"fp64": 10.3, "fp32": 10.3, "tf32": 82, "bf16": 165, "fp16": 165}),
     (r"\bA10\b", {"fp32": 31.2, "tf32": 62.5, "bf16": 125, "fp16": 125}),
-    # Lightning lists these cards' bf16/fp16 at the FP32 (non-tensor) rate: NVIDIA A40 and
-    # RTX A6000 datasheets, tensor cores, sparse halved.
+    # Lightning gives bf16/fp16 at the FP32 rate: NVIDIA A40, RTX A6000 datasheets, sparse halved.
     (r"\bA40\b", {"bf16": 149.7, "fp16": 149.7}),
     (r"\bRTX A6000\b", {"bf16": 154.8, "fp16": 154.8}),
     # Lightning takes every name with "l4" in it for an L4 (an L40 only with "tesla" in its
@@ -76,8 +56,7 @@ _NOT_IN_LIGHTNING: tuple[tuple[str, dict[str, float]], ...] = (
     # Not in Lightning: NVIDIA RTX 6000 Ada Generation datasheet, sparse halved.
     (r"\bRTX 6000 Ada\b", {"fp32": 91.1, "tf32": 182.1, "bf16": 364.2, "fp16": 364.2,
                            "fp8": 728.5}),
-    # Lightning lists bf16/fp16 at the FP32 rate: NVIDIA Ada GPU architecture and GA102
-    # whitepapers, tensor cores with FP32 accumulation.
+    # Lightning gives bf16/fp16 at the FP32 rate: Ada and GA102 whitepapers, FP32 accumulation.
     (r"\bRTX 4090\b", {"bf16": 165.2, "fp16": 165.2, "fp8": 330.3}),
     (r"\bRTX 3090\b", {"bf16": 71, "fp16": 71}),
 )
@@ -99,9 +78,7 @@ MIG_SLICES = 7  # compute slices of a MIG-capable GPU (A100, H100, H200, B200)
 
 def matmul_dtype(precision: str | None, float32_matmul_precision: str = "highest",
                  convolutions: bool = False) -> str | None:
-    """The data type a run's matmuls use: its precision, and TF32 for fp32 when allowed
-    (for matmuls by `float32_matmul_precision`; `convolutions`: the net has convolutions
-    and torch.backends.cudnn.allow_tf32 lets them use TF32)."""
+    """The matmuls' data type: the precision's, TF32 for fp32 where allowed (or by cuDNN)."""
     dtype = DTYPE_OF_PRECISION.get(str(precision))
     if dtype == "fp32" and (float32_matmul_precision in ("high", "medium") or convolutions):
         return "tf32"
@@ -109,15 +86,13 @@ def matmul_dtype(precision: str | None, float32_matmul_precision: str = "highest
 
 
 def mig_share(name: str) -> float | None:
-    """The share of the GPU's compute a MIG slice named `name` has ("MIG 3g.40gb": 3/7);
-    None for a whole GPU."""
+    """A MIG slice's share of the GPU's compute ("MIG 3g.40gb": 3/7); None for a whole GPU."""
     found = re.search(r"\bMIG\b.*?\b(\d)g\.\d+gb\b", name, flags=re.IGNORECASE)
     return int(found.group(1)) / MIG_SLICES if found else None
 
 
 def dense_peak_tflops(device: torch.device, dtype: str | None) -> tuple[float | None, str | None]:
-    """(The device's dense peak for `dtype` in TFLOP/s, where the figure comes from), or
-    (None, None) when neither table has it (a CPU has none)."""
+    """(Dense peak TFLOP/s for `dtype`, its source), or (None, None) where no table has it."""
     if dtype is None or device.type != "cuda":
         return None, None
     name = torch.cuda.get_device_name(device)

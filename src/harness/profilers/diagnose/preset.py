@@ -1,18 +1,7 @@
-"""The `diagnose` preset: why a run is slow, with its evidence.
+"""The `diagnose` preset: why a run is slow, with its evidence (docs/presets/diagnose.md).
 
-After each phase was measured it runs the speed-of-light passes (speed_of_light: the loader
-alone, the model alone on a resident batch, FLOPs counted once), and, in multi-process runs,
-records a few training steps with the torch profiler to split communication from compute
-(communication). At the end it reads the speed preset's figures from result.json's metrics
-and turns all of it into the step's shares, what the step is bound by, FLOP/s and MFU, and
-ranked findings (findings), written to reports/diagnosis.{json,md}, result.json's
-`diagnosis` and one verdict line.
-
-The passes' cost is measured and reported; they run outside every timed step, their memory
-is kept out of the run's peaks (harness.memory_peaks) and the model, optimizer and RNG
-states are restored after them (speed_of_light.state_restored, rng_restored). The
-communication window ends inside the speed preset's warm-up (RunShared.timed_from_step) and
-its events are read after training, so neither lands in a measured step.
+Runs the speed-of-light passes after each phase (and a communication window under DDP), then
+reads the speed figures from result.json's metrics; the passes leave state and peaks as they were.
 """
 
 from __future__ import annotations
@@ -24,7 +13,6 @@ from typing import Any
 import lightning.pytorch as pl
 import psutil
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
@@ -38,8 +26,8 @@ from harness.profilers.diagnose import speed_of_light
 from harness.profilers.diagnose.communication import CommWindow
 from harness.profilers.diagnose.peak_flops import dense_peak_tflops, matmul_dtype
 from harness.profilers.flops import CONVENTION
-from harness.profilers.preset import Preset, RunShared
-from harness.profilers.speed_flags import robust_cv
+from harness.profilers.preset import RunShared, StepWindow, WindowPreset
+from harness.profilers.speed_flags import phase_word, robust_cv
 from harness.reports.files import write_json, write_text
 from harness.result.schema import Diagnosis, RunResult
 
@@ -51,8 +39,8 @@ STATE = ("model, optimizer and RNG states copied before and restored after; thei
          " out of the run's peaks")
 
 
-class DiagnosePreset(Preset, Callback):
-    """Runs the extra passes and writes reports/diagnosis.{json,md}; see the module docstring."""
+class DiagnosePreset(WindowPreset):
+    """Writes reports/diagnosis.{json,md}; its window is the communication window (DDP)."""
 
     def __init__(self, steps: int = 3, warmup: int = 0, when: str = "end", flops: bool = True,
                  peak_tflops: float | None = None, communication_steps: int = 2) -> None:
@@ -69,13 +57,12 @@ class DiagnosePreset(Preset, Callback):
         self.ended_by: BaseException | None = None  # what ended the fit early (on_exception)
         self.cost_s = 0.0
         self.notes: list[str] = []
-        self.comm: CommWindow | None = None
+        self.comm = CommWindow()  # recording over `window`, where setup opens one
         self.comm_by_rank: list[dict[str, float]] = []
         self.device: torch.device | None = None
         self.convolutions = False  # the module has convolution layers (setup)
         self.context: dict[str, Any] = {}
 
-    # -- capturing a batch, opening the communication window ----------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.device = trainer.strategy.root_device
@@ -86,19 +73,16 @@ class DiagnosePreset(Preset, Callback):
         if self.device.type == "cuda":
             self.context["device_memory_bytes"] = torch.cuda.get_device_properties(
                 self.device).total_memory
-        if trainer.world_size > 1 and self.comm is None and stage == "fit":
+        if trainer.world_size > 1 and self.window is None and stage == "fit":
             if isinstance(trainer.profiler, PyTorchProfiler):
                 self.notes.append("communication not split: the pytorch/memory preset holds"
                                   " the torch profiler (run diagnose without it)")
             else:
-                self.comm = CommWindow(self.comm_start(self.shared.timed_from_step),
-                                       self.communication_steps)
+                self.window = StepWindow(self.comm_start(self.shared.timed_from_step),
+                                         self.communication_steps)
 
     def comm_start(self, timed_from_step: int | None) -> int:
-        """The window's first step: the third (the first ones build DDP's buckets and warm
-        caches), or earlier so that stopping the profiler, which collects its trace, lands in
-        a step the speed preset leaves out as warm-up (`timed_from_step`: its first measured
-        step; None without it)."""
+        """The third step (DDP builds its buckets before), or earlier to end within warm-up."""
         if timed_from_step is None:
             return 2
         start = min(2, max(0, timed_from_step - self.communication_steps - 1))
@@ -111,22 +95,19 @@ class DiagnosePreset(Preset, Callback):
                 " reaches into the speed preset's measured steps: profiler.speed.warmup_steps >="
                 f" {self.communication_steps + 1} keeps it out")
         return start
+
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.when == "start":
             self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
-        if self.comm is not None:
-            self.comm.step_starts(trainer.strategy.root_device)
+    def window_opens(self, trainer: pl.Trainer) -> None:
+        self.comm.start(trainer.strategy.root_device)
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.comm is not None:
-            self.comm.step_ended()
+    def window_closed(self) -> None:
+        self.comm.stop()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -137,15 +118,13 @@ class DiagnosePreset(Preset, Callback):
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
-        if self.comm is not None:
-            self.comm.stop()  # a torch profiler left running would outlive the run
+        self.comm.stop()  # a torch profiler left running would outlive the run
         self.ended_by = exception
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phase_passes("inference", trainer, pl_module, trainer.predict_dataloaders)
 
-    # -- the passes ----------------------------------------------------------------------
     def _phase_passes(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
                       loader: Any) -> None:
         if phase in self.passes:
@@ -157,10 +136,7 @@ class DiagnosePreset(Preset, Callback):
             if not excluded:
                 self.notes.append("the passes' memory counts in peak_rss_bytes (no"
                                   " /proc/self/clear_refs here)")
-            # A failed pass (an OOM, a loader that cannot be iterated again, a failed
-            # restore) costs the verdict, never the run; under DDP this rank still reaches
-            # the collectives of on_train_end that the other ranks wait in. The exception
-            # and what its frames held are gone before `excluded` returns the memory.
+            # a failed pass costs the verdict, never the run (nor, under DDP, the collectives)
             try:
                 found = self._passes(phase, trainer, module, loader)
             except Exception as err:  # noqa: BLE001 - any failure of the pass, said below
@@ -174,14 +150,11 @@ class DiagnosePreset(Preset, Callback):
 
     def _passes(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
                 loader: Any) -> dict[str, speed_of_light.PassResult]:
-        # The loader pass draws from the global RNG (samplers, worker seeds): restored, so
-        # with when=start the measured run sees the data order it would see without it.
+        # restored so that with when=start the run sees the data order it would without it
         with speed_of_light.rng_restored():
             loader_pass, batch = speed_of_light.loader_alone(trainer, loader, self.steps,
                                                              self.warmup)
             self._note_loader(loader)
-            # The model pass runs on the loader pass's first batch, already on the device:
-            # no batch is held through the measured steps.
             return {"loader": loader_pass,
                     "model": self._model_pass(phase, trainer, module, batch)}
 
@@ -213,17 +186,15 @@ class DiagnosePreset(Preset, Callback):
                                       "pin_memory": loader.pin_memory}
 
     def _gather_communication(self) -> None:
-        """Every rank's window figures on every rank (all ranks call this: no hang)."""
-        if self.comm is None:
+        """Every rank's window figures (all ranks call this: no hang)."""
+        if self.window is None:
             return
         mine = self.comm.finish()  # a run shorter than the window: what it recorded
         if self.comm.note:
             self.notes.append(self.comm.note)
         self.comm_by_rank = [figures or {} for figures in gather(mine)]
 
-    # -- the diagnosis -------------------------------------------------------------------
     def _peak_tflops(self, precision: str | None) -> tuple[float | None, str | None]:
-        """(The device's dense peak TFLOP/s for the run's matmuls, where it comes from)."""
         if self.peak_tflops is not None:
             return self.peak_tflops, "profiler.diagnose.peak_tflops"
         if self.device is None:
@@ -239,22 +210,12 @@ class DiagnosePreset(Preset, Callback):
 
     def phase_figures(self, phase: str, metrics: dict[str, Any], peak: float | None
                       ) -> dict[str, Any]:
-        """Shares, rates, FLOPs and MFU of one phase, from the passes and the speed figures
-        (`metrics`: result.json's figures); `peak`: the device's dense peak TFLOP/s, if known.
-
-        The step is the median iteration, like the passes' own figures (a few stalled steps
-        move the mean and would read as host time); results without it fall back to s/it.
-        The loop cannot iterate faster than the loader alone delivers a batch: where the
-        median step is shorter (workers that deliver in bursts: most steps find a batch
-        waiting, every few wait for the next burst), the step is the loader's pace, at most
-        the mean step, and the difference is time spent waiting for data."""
-        found = self.passes.get(phase)
+        """Shares, rates, FLOPs and MFU of a phase that ran its passes; `peak`: dense TFLOP/s.
+        The step is the median, never shorter than the loader's pace (docs/presets/diagnose.md)."""
+        loader, model = self.passes[phase]["loader"], self.passes[phase]["model"]
         median, mean = (metrics.get(f"{phase}_median_step_s"),
                         metrics.get(f"{phase}_seconds_per_iteration"))
         step_s = median or mean
-        if not found:
-            return {"note": f"no {phase} passes ran"}
-        loader, model = found["loader"], found["model"]
         between_s = metrics.get(f"{phase}_median_between_s")
         if between_s is None:
             between = metrics.get(f"{phase}_between_steps_share")
@@ -264,8 +225,7 @@ class DiagnosePreset(Preset, Callback):
             if paced > median:
                 step_s, between_s = paced, between_s + paced - median
         comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
-        noise = robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
-                           "median_step_s": metrics.get(f"{phase}_median_step_s")})
+        noise = robust_cv(_step_figures(phase, metrics))
         notes = list(dict.fromkeys(n for n in (loader.note, model.note) if n))  # once each
         # Without the model alone the step cannot be split: its compute would read as host.
         part = (rules.shares(step_s, between_s, loader.step_s, model.step_s, comm)
@@ -286,9 +246,9 @@ class DiagnosePreset(Preset, Callback):
             "noise_ranges": _ranges(spread) if part else None,
             "step_noise": noise,
             "loader_step_s": loader.step_s,
-            "loader_examples_per_second": _total(loader.examples_per_second(), world),
+            "loader_examples_per_second": loader.examples_per_second(world),
             "model_step_s": model.step_s,
-            "model_examples_per_second": _total(model.examples_per_second(), world),
+            "model_examples_per_second": model.examples_per_second(world),
             "flops_per_step": model.flops,
             "flop_per_s": flop_per_s,
             "peak_tflops": peak,
@@ -298,19 +258,15 @@ class DiagnosePreset(Preset, Callback):
 
     @override
     def diagnose(self, reports_dir: Path, result: RunResult) -> Diagnosis:
-        """The `diagnosis` of result.json, from the passes and the speed preset's figures;
-        also written to reports/diagnosis.{json,md}."""
+        """result.json's `diagnosis`, also written to reports/diagnosis.{json,md}."""
         metrics = result.figures()  # the speed preset's, the memory peaks, what ran
         peak, peak_source = self._peak_tflops(result.precision_used)
         phases = {phase: self.phase_figures(phase, metrics, peak)
                   for phase in MAIN_PHASES if phase in self.passes}
-        # The run's mode names the phase the verdict is about: a fit interrupted or failed
-        # before its end ran no training passes, and its verdict must say that, not speak
-        # of an inference step the run never meant to measure.
+        # the run's mode names the verdict's phase: a fit ended early says so, not inference's
         main = "inference" if result.knobs.get("mode") == "inference" else "train"
         main_figures = phases.get(main) or {"note": self._why_no_passes(main)}
-        # the run's noise larger than the gap between the two largest shares: no bound, so a
-        # sweep's majority bound does not count this run
+        # noise beyond the gap between the two largest shares: no bound, for a sweep's majority
         bound = ("unknown" if rules.noise_beats_gap(main_figures)
                  else rules.bound_by(main_figures.get("shares")))
         contention = {phase: {key: metrics.get(f"{phase}_{key}") for key in
@@ -343,8 +299,7 @@ class DiagnosePreset(Preset, Callback):
         return diagnosis
 
     def _why_no_passes(self, phase: str) -> str:
-        """Why `phase` has no passes, in the verdict's words: they run at the phase's end."""
-        name = "training" if phase == "train" else "inference"
+        name = phase_word(phase)
         ended = self.ended_by
         if ended is None:
             return f"the {name} step was not measured (no {phase} passes ran)"
@@ -353,14 +308,9 @@ class DiagnosePreset(Preset, Callback):
         return f"{name} {how} before its end, where the passes that split its step run"
 
     def _noise_said(self, phase: str, metrics: dict[str, Any]) -> list[str]:
-        """What made `phase` noisy, as the speed preset that flagged it words it."""
-        if self.shared.cautions is None:
-            return []
-        return self.shared.cautions.noise_said({
-            "robust_cv": robust_cv({"mad_step_s": metrics.get(f"{phase}_mad_step_s"),
-                                    "median_step_s": metrics.get(f"{phase}_median_step_s")}),
-            "mean_over_median": _ratio(metrics.get(f"{phase}_seconds_per_iteration"),
-                                       metrics.get(f"{phase}_median_step_s"))})
+        cautions = self.shared.cautions
+        return [] if cautions is None else cautions.noise_said(
+            cautions.noise(_step_figures(phase, metrics)))
 
     def _write(self, reports_dir: Path, diagnosis: Diagnosis) -> None:
         found = diagnosis.model_dump(mode="json")
@@ -373,18 +323,14 @@ class DiagnosePreset(Preset, Callback):
         write_text(reports_dir / "diagnosis.md", "\n".join(lines) + "\n")
 
 
-def _total(per_rank: float | None, world: int) -> float | None:
-    """A rank's rate as the run's: ranks work side by side."""
-    return None if per_rank is None else per_rank * world
-
-
-def _ratio(a: Any, b: Any) -> float | None:
-    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+def _step_figures(phase: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """`phase`'s step figures in result.json's metrics, keyed as speed.json names them."""
+    return {key: metrics.get(f"{phase}_{key}")
+            for key in ("mad_step_s", "median_step_s", "seconds_per_iteration")}
 
 
 def _ranges(ends: list[dict[str, float] | None]) -> dict[str, list[float]] | None:
-    """Per bound, the lowest and highest share over `ends` (the shares worked out again),
-    capped at 100% (a wait longer than a shortened step is the whole step)."""
+    """Per bound, the lowest and highest share over `ends`, capped at 100%."""
     if not ends or not all(ends):
         return None
     return {bound: [min(min(e[bound] for e in ends), 1.0),  # type: ignore[index]
@@ -393,8 +339,7 @@ def _ranges(ends: list[dict[str, float] | None]) -> dict[str, list[float]] | Non
 
 
 def _flat(figures: dict[str, Any]) -> dict[str, Any]:
-    """`shares` spread into <bound>_share keys, `share_ranges` into <bound>_share_range;
-    everything else as it is (`noise_ranges` only feeds the verdict)."""
+    """`shares` and `share_ranges` spread into <bound>_share(_range) keys; no noise_ranges."""
     out = {k: v for k, v in figures.items()
            if k not in ("shares", "share_ranges", "noise_ranges")}
     for bound, share in (figures.get("shares") or {}).items():

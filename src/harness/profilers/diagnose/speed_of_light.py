@@ -1,27 +1,6 @@
-"""The diagnose preset's speed-of-light passes: the input pipeline alone, the model alone.
-
-What each part of a step could do with nothing else running:
-
-- loader alone: the phase's dataloader iterated, each batch made ready as Lightning's loops
-  make it (`to_device`: the precision plugin's `convert_input`, the `on_before_batch_transfer`
-  hook, `strategy.batch_to_device`); after the workers' prefetch buffer is drained, K batches
-  (at least one per worker) are timed as one window: the rate the input pipeline keeps up,
-  not how fast a full buffer empties.
-- model alone: K steps of the module's own step on the loader pass's first batch, kept on
-  the device, with no input pipeline and no Lightning loop: forward + backward + the
-  optimizer's step for training (the module's `training_step`, `backward` and
-  `configure_gradient_clipping`, its first optimizer, and the precision plugin's GradScaler
-  when it has one, as Lightning's automatic optimization uses them; no callback hooks),
-  `predict_step` under `torch.inference_mode` for inference, both in the run's precision
-  context.
-
-They run after the phase was measured, on the same objects, and leave them as they were:
-the model's, optimizer's and precision plugin's state are copied to the CPU before and
-copied back into the run's own tensors after (`state_restored`), the RNG states are restored
-(the caller wraps the loader pass in `rng_restored`), `self.log` is silenced for the pass.
-The clock is the speed preset's (harness.profilers.step_timer.now); the first `warmup` steps
-of each pass are left out. The model pass can also count one step's FLOPs
-(harness.profilers.flops), once, untimed, before its timed steps.
+"""The diagnose preset's speed-of-light passes: the loader alone and the model alone, each with
+nothing else running (docs/presets/diagnose.md). They run on the run's own objects and leave
+them as they were (`state_restored`, `rng_restored`, `silent_logging`).
 """
 
 from __future__ import annotations
@@ -52,10 +31,11 @@ class PassResult:
     fastest_s: float | None = None  # the quickest and slowest timed step: the pass's noise
     slowest_s: float | None = None
 
-    def examples_per_second(self) -> float | None:
+    def examples_per_second(self, ranks: int = 1) -> float | None:
+        """The pass's rate; with `ranks`, the run's (ranks work side by side)."""
         if self.step_s is None or not self.examples or self.step_s <= 0:
             return None
-        return self.examples / self.step_s
+        return self.examples / self.step_s * ranks
 
 
 def _timed(step: Callable[[], Any], device: torch.device, steps: int, warmup: int) -> list[float]:
@@ -80,8 +60,7 @@ def _cpu_copy(value: Any) -> Any:
 
 @contextlib.contextmanager
 def rng_restored() -> Iterator[None]:
-    """Python's, numpy's and torch's CPU and CUDA RNG states as they were before the block:
-    samplers and augmentations draw from any of them."""
+    """Python's, numpy's and torch's CPU and CUDA RNG states put back after the block."""
     python_rng, numpy_rng = random.getstate(), numpy.random.get_state()
     cpu_rng = torch.random.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -97,7 +76,6 @@ def rng_restored() -> Iterator[None]:
 
 # Strategies whose state_dict() gathers every shard onto each rank.
 SHARDED = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy")
-# The copy may take at most this share of the host memory available when it is made.
 MAX_COPY_SHARE_OF_AVAILABLE = 0.5
 
 
@@ -122,14 +100,8 @@ def copy_refused(strategy: Any, module: torch.nn.Module, optimizers: list[Any],
 @contextlib.contextmanager
 def state_restored(module: torch.nn.Module, optimizers: list[Any],
                    precision: Any = None) -> Iterator[None]:
-    """Copy the model's and optimizers' state, the precision plugin's (its GradScaler's scale)
-    and the RNGs to the host; put them back afterwards, into the tensors the run holds.
-
-    `module.load_state_dict` copies into the parameters in place. `optimizer.load_state_dict`
-    would not: it builds a whole new state on the parameters' device before it drops the old
-    one (torch/optim/optimizer.py, `_cast`), a second copy of e.g. Adam's moments on the GPU
-    at the moment the pass ends; `_restore_optimizer` copies into the existing tensors.
-    """
+    """Model, optimizer, precision-plugin and RNG states copied to the host, then put back into
+    the run's own tensors (load_state_dict would build a second copy on the device first)."""
     model_state = _cpu_copy(module.state_dict())
     optimizer_states = [_cpu_copy(o.state_dict()) for o in optimizers]
     precision_state = _cpu_copy(precision.state_dict()) if precision is not None else None
@@ -148,10 +120,7 @@ def state_restored(module: torch.nn.Module, optimizers: list[Any],
 
 
 def _restore_optimizer(optimizer: Any, saved: dict[str, Any]) -> None:
-    """Put `saved` (the optimizer's state_dict(), on the host) back into its live state in
-    place: each tensor copied into the tensor the optimizer holds; state the pass created
-    (a parameter that had none: Adam before its first step) dropped; the groups' settings
-    as they were. Falls back to load_state_dict for what has no live tensor of its shape."""
+    """`saved` copied into the live tensors in place; load_state_dict where none fits."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     fallback = False
     for index, param in enumerate(params):  # state_dict()'s integer ids, in this order
@@ -182,8 +151,7 @@ def _restore_optimizer(optimizer: Any, saved: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def silent_logging(module: Any) -> Iterator[None]:
-    """`self.log` / `self.log_dict` do nothing inside the block: outside Lightning's loop
-    they would raise, and the pass's values are not the run's."""
+    """`self.log` / `self.log_dict` do nothing inside the block (outside the loop they raise)."""
     module.log = module.log_dict = lambda *args, **kwargs: None
     try:
         yield
@@ -192,9 +160,7 @@ def silent_logging(module: Any) -> Iterator[None]:
 
 
 def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[PassResult, Any]:
-    """Seconds per batch of `loader` alone, device transfer included, and its first batch
-    (on the device, for the model pass: the last one may be a short remainder; None when it
-    gave none)."""
+    """Seconds per batch of `loader` alone (to the device included) and its first batch, or None."""
     if loader is None or isinstance(loader, (list, dict)) and len(loader) != 1:
         return PassResult(None, 0, None, "loader pass skipped: none, or several dataloaders"), None
     if isinstance(loader, (list, dict)):
@@ -202,9 +168,7 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
     device = trainer.strategy.root_device
     workers = getattr(loader, "num_workers", 0) or 0
     wanted = max(steps, workers)
-    # Workers fill num_workers x prefetch_factor batches while the first one starts up; timed,
-    # those would come back at once and make a slow pipeline look fast. A loader too short
-    # for both keeps the batches it needs timed.
+    # prefetched batches would come back at once and make a slow pipeline look fast
     buffered = workers * (getattr(loader, "prefetch_factor", None) or 2)
     drain = buffered + warmup
     total = _length(loader)
@@ -214,26 +178,19 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
         if drain < buffered:
             notes.append(f"loader pass: the loader has {total} batches, too few to leave its"
                          f" {buffered} prefetched out of the timing: its rate is optimistic")
-    iterator = iter(loader)
-    first = None
-
-    def fetch() -> bool:
-        nonlocal first
-        try:
-            batch = to_device(trainer, next(iterator))
-        except StopIteration:
-            return False
-        first = batch if first is None else first
-        return True
-
-    drained = 0
-    while drained < drain and fetch():
-        drained += 1
-    timed = 0
+    first, fetched = None, 0
     start = end = now(device)
-    while timed < wanted and fetch():
-        timed += 1
-        end = now(device)  # not after a failed next(): ending shuts the workers down
+    for batch in loader:
+        batch = to_device(trainer, batch)
+        first = batch if first is None else first
+        fetched += 1
+        if fetched <= drain:  # the clock starts after the last batch drained
+            start = end = now(device)
+        else:  # never after the last next(): ending the loader shuts its workers down
+            end = now(device)
+        if fetched == drain + wanted:
+            break
+    drained, timed = min(fetched, drain), max(fetched - drain, 0)
     if not timed:
         notes.append(f"loader pass: the loader ran out after {drained} batches, before any was"
                      " timed")
@@ -245,12 +202,8 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
 
 
 def to_device(trainer: Any, batch: Any, dataloader_idx: int = 0) -> Any:
-    """`batch` made ready for the step as Lightning's loops make it (training_epoch_loop,
-    evaluation_loop and prediction_loop, lightning 2.6): the precision plugin's
-    `convert_input` (e.g. float32 -> bfloat16 under bf16-true), the `on_before_batch_transfer`
-    hook, then `strategy.batch_to_device` (`transfer_batch_to_device` and the
-    `on_after_batch_transfer` hook). The hooks are the DataModule's when it overrides them,
-    else the module's (Lightning's _DataHookSelector), called here through public names."""
+    """`batch` made ready for the step as Lightning 2.6's loops make it: convert_input,
+    on_before_batch_transfer (the DataModule's if overridden), strategy.batch_to_device."""
     import lightning.pytorch as pl
     from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -279,8 +232,7 @@ def _loss(output: Any) -> torch.Tensor | None:
 
 
 def training_forward(trainer: Any, module: Any, batch: Any) -> Callable[[], torch.Tensor | None]:
-    """The module's training_step on `batch` in the run's precision context; returns its loss
-    (None: no loss to step on)."""
+    """training_step on `batch` in the run's precision context, returning its loss or None."""
     precision = trainer.precision_plugin
 
     def forward() -> torch.Tensor | None:
@@ -291,16 +243,8 @@ def training_forward(trainer: Any, module: Any, batch: Any) -> Callable[[], torc
 
 
 def training_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]:
-    """One training step on `batch` as Lightning's automatic optimization runs it, without
-    its callback hooks: training_step in the precision context, the module's `backward` on
-    the loss (scaled by the precision plugin's GradScaler, 16-mixed), the gradients unscaled,
-    the module's `configure_gradient_clipping` (trainer.gradient_clip_val / _algorithm), and
-    the first optimizer's step (through the scaler, which skips it on inf/NaN gradients and
-    updates its scale). Under manual optimization training_step steps its optimizers itself.
-
-    Not `strategy.backward` / `precision_plugin.optimizer_step`: they would run every
-    callback's on_before_backward / on_after_backward / on_before_optimizer_step inside a
-    pass that times the model alone."""
+    """One training step as Lightning's automatic optimization runs it (scaler, clipping, the
+    first optimizer), without the callback hooks strategy.backward would run."""
     optimizers = list(trainer.optimizers)
     forward = training_forward(trainer, module, batch)
     scaler = getattr(trainer.precision_plugin, "scaler", None)  # MixedPrecision('16-mixed')
@@ -336,29 +280,22 @@ def predict_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]
     return step
 
 
-def _backward_of(loss: torch.Tensor | None) -> torch.Tensor:
-    """What measure_flops calls backward on: the loss, or nothing to differentiate."""
-    return loss if loss is not None else torch.zeros((), requires_grad=True)
-
-
 def step_flops(trainer: Any, module: Any, batch: Any, training: bool
                ) -> tuple[int | None, str | None]:
-    """(FLOPs of one step on `batch`, why not counted): forward + backward for training
-    (under manual optimization, whatever training_step runs), predict_step for inference."""
+    """(FLOPs of one training or predict step on `batch`, why not counted)."""
     if not training:
         return count_flops(module, predict_step_fn(trainer, module, batch))
     forward = training_forward(trainer, module, batch)
     if not module.automatic_optimization:
         return count_flops(module, forward)
-    return count_flops(module, forward, _backward_of)
+    # measure_flops calls backward on this: the loss, or nothing to differentiate
+    return count_flops(module, forward,
+                       lambda loss: loss if loss is not None else torch.zeros((), requires_grad=True))
 
 
 def model_alone(trainer: Any, module: Any, step: Callable[[], Any], batch: Any, steps: int,
                 warmup: int, training: bool, flops: bool = False) -> PassResult:
-    """Seconds per step of `step` on one resident batch, the module's state restored after.
-
-    With `flops`, one step's FLOPs are counted first, untimed (step_flops).
-    """
+    """Seconds per step on one resident batch, state restored after; `flops`: counted first."""
     device = trainer.strategy.root_device
     no_sync = getattr(trainer.strategy.model, "no_sync", None)  # DDP: no gradient all-reduce
     optimizers = list(trainer.optimizers) if training else []

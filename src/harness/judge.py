@@ -1,0 +1,210 @@
+"""The one judge of differences: samples of a point -> its band; two bands -> a verdict;
+a set of bands -> the fastest, decided or not. The standard library only. The table,
+harness-report, the MLflow parent run and autotune all decide through it (docs/sweeps.md,
+"Verdicts: real, same, inconclusive", states the rules)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+TOLERANCE = 0.05  # a change smaller than 5 % is not called real (the table, harness-report)
+MIN_SPREAD = 0.01  # a single sample's own band is at least +/- 1 %
+MAX_SPREAD = 0.9
+JOB_Z = 1.39  # job-to-job noise (log sd) x this / sqrt(n): the least half-width of a band;
+# two bands that just do not overlap then differ at about the 5 % level (Goldstein & Healy 1995)
+PRIOR_DOF = 2  # weight of a noise prior against the groups measured
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement of a point (a repeat, a round's job, a seed's job) for one phase."""
+
+    figure: float  # examples/s, higher is better
+    spread: float | None = None  # its own band's half-width, a share of the figure
+    contended: bool = False  # other processes took the machine during its window
+    noisy: bool = False  # its step times vary too much for its figure to be precise
+
+    @property
+    def counted(self) -> bool:
+        return not (self.contended or self.noisy)
+
+
+@dataclass(frozen=True)
+class Band:
+    """A point's figure and interval over its counted samples."""
+
+    value: float | None  # the counted samples' median; None: none counted
+    low: float | None  # None: not known (one sample with no spread) or none counted
+    high: float | None
+    counted: int
+    total: int
+    left_out: str | None = None  # 'contended 1/3, noisy 1/3'
+    noise_known: bool = False  # the job-to-job noise widened it (measured, or a prior)
+
+    @property
+    def why(self) -> str | None:
+        """Why no band: 'contended 2/2' (None when a sample counted)."""
+        return None if self.counted else self.left_out or "no sample"
+
+    @property
+    def known(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    @property
+    def between_runs(self) -> bool:
+        """Two or more counted samples, or a band widened by the job-to-job noise."""
+        return self.known and (self.counted > 1 or self.noise_known)
+
+    def describe(self) -> str:
+        if self.value is None:
+            return f"no figure ({self.why})"
+        if not self.known:
+            return f"{self.value:,.1f} ex/s ({self.counted} job)"
+        jobs = f"{self.counted} job{'s' if self.counted != 1 else ''}"
+        left = f", {self.left_out}" if self.left_out else ""
+        return f"{self.value:,.1f} ex/s ({self.low:,.1f}-{self.high:,.1f}, {jobs}{left})"
+
+
+def band_of(samples: Sequence[Sample], job_noise: float = 0.0) -> Band | None:
+    """The band of a point's samples: their median with min..max, at least as wide as
+    JOB_Z x `job_noise` (the log sd between runs of one point) / sqrt(counted). One sample
+    with no known own spread and no job noise has no interval. None without a sample."""
+    if not samples:
+        return None
+    total = len(samples)
+    contended = sum(s.contended for s in samples)
+    noisy = sum(s.noisy and not s.contended for s in samples)
+    left_out = ", ".join(f"{name} {count}/{total}" for name, count
+                         in (("contended", contended), ("noisy", noisy)) if count) or None
+    counted = [s for s in samples if s.counted]
+    if not counted:
+        return Band(None, None, None, 0, total, left_out)
+    figures = [s.figure for s in counted]
+    value = statistics.median(figures)
+    own = counted[0].spread if len(counted) == 1 else None
+    if len(counted) == 1 and own is None and not job_noise:
+        return Band(value, None, None, 1, total, left_out)
+    half = JOB_Z * job_noise / math.sqrt(len(counted))
+    lows, highs = [min(figures), value * math.exp(-half)], [max(figures), value * math.exp(half)]
+    if own is not None:
+        own = min(max(own, MIN_SPREAD), MAX_SPREAD)
+        lows.append(value * (1 - own))
+        highs.append(value * (1 + own))
+    low, high = min(lows), max(highs)
+    return Band(value, low, high, len(counted), total, left_out, bool(job_noise))
+
+
+def job_noise(groups: Sequence[Sequence[float]], prior: float = 0.0) -> float:
+    """The pooled sd of log figures within groups (one point's jobs), shrunk towards `prior`."""
+    squares, free = 0.0, 0
+    for figures in groups:
+        if len(figures) < 2:
+            continue
+        logs = [math.log(v) for v in figures]
+        mean = sum(logs) / len(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        free += len(logs) - 1
+    if not free:
+        return prior
+    weight = PRIOR_DOF if prior else 0
+    return math.sqrt((squares + weight * prior ** 2) / (free + weight))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """B against A on rates (higher is better)."""
+
+    kind: str  # real | same | inconclusive
+    ratio: float | None  # B / A of the bands' values; None when a side counted no sample
+    low: float | None
+    high: float | None
+    reason: str | None = None  # why inconclusive: 'B: contended 2/2', 'noisy: B/A could be ...'
+
+    @property
+    def worse(self) -> bool:
+        """B is slower than A."""
+        return self.ratio is not None and self.ratio < 1
+
+    @property
+    def regression(self) -> bool:
+        return self.kind == "real" and self.worse
+
+    @property
+    def real(self) -> bool:
+        return self.kind == "real"
+
+
+def past(ratio: float, tolerance: float) -> bool:
+    """`ratio` is further from 1.0 than `tolerance` either way (0.1: below 0.9 or above 1/0.9)."""
+    return ratio < 1 - tolerance or ratio * (1 - tolerance) > 1
+
+
+def judge(a: Band | None, b: Band | None, tolerance: float = TOLERANCE) -> Verdict | None:
+    """B against A, ratio B/A with the interval [B.low / A.high, B.high / A.low]:
+    `inconclusive` when a side counted no sample, or the interval holds 1.0 and reaches past
+    the tolerance (the noise is larger than the change asked about); `real` when it excludes
+    1.0 and the ratio is past the tolerance; `same` otherwise. None where there is nothing
+    to judge (a side has no sample, or one sample with no interval known)."""
+    if a is None or b is None:
+        return None
+    undecided = [f"{side}: {band.why}" for side, band in (("A", a), ("B", b)) if not band.counted]
+    if undecided:
+        return Verdict("inconclusive", None, None, None, "; ".join(undecided))
+    if not (a.known and b.known) or not a.value:
+        return None
+    ratio = b.value / a.value  # type: ignore[operator]
+    low, high = b.low / a.high, b.high / a.low  # type: ignore[operator]
+    if low <= 1.0 <= high:
+        if past(low, tolerance) or past(high, tolerance):
+            return Verdict("inconclusive", ratio, low, high,
+                           f"noisy: B/A could be {low:.2f}-{high:.2f}x, wider than the"
+                           f" {tolerance:.0%} asked about")
+        return Verdict("same", ratio, low, high)
+    return Verdict("real" if past(ratio, tolerance) else "same", ratio, low, high)
+
+
+def beyond(slower: Band | None, faster: Band | None, tolerance: float = TOLERANCE) -> bool:
+    """`faster` is faster than `slower` beyond noise and tolerance."""
+    verdict = judge(slower, faster, tolerance)
+    return verdict is not None and verdict.real and not verdict.worse
+
+
+@dataclass(frozen=True)
+class Fastest:
+    """The fastest of a set of points, and whether it is beyond the others' noise."""
+
+    key: Hashable
+    band: Band
+    decided: bool
+    ties: tuple[Hashable, ...]  # the points it is not beyond
+    why: str | None  # why not decided
+
+
+def fastest(bands: Mapping[Hashable, Band | None], tolerance: float = TOLERANCE,
+            simplest: Callable[[Hashable], object] | None = None) -> Fastest | None:
+    """The point with the highest counted figure; decided when it is beyond every other's
+    noise (`judge` says real) and every band holds the noise between runs. `simplest`, when
+    given, picks among the tied the one it ranks lowest (the tie rule of autotune)."""
+    measured = {k: b for k, b in bands.items() if b is not None and b.value is not None}
+    if not measured:
+        return None
+    top = max(measured, key=lambda k: measured[k].value)  # type: ignore[arg-type,return-value]
+    ties = tuple(k for k, b in measured.items() if k != top and not beyond(b, measured[top], tolerance))
+    if simplest is not None and ties:
+        chosen = min((top, *ties), key=simplest)  # type: ignore[arg-type]
+        ties = tuple(k for k in (top, *ties) if k != chosen)
+        top = chosen
+    why = None
+    if ties:
+        why = "within the noise of " + str(len(ties)) + (" other" if len(ties) == 1 else " others")
+    elif len(measured) < 2:
+        why = "the only point measured"
+    elif not all(b.between_runs for b in measured.values()):
+        why = "a point ran once: repeat=N measures the noise between runs"
+    uncounted = [k for k, b in bands.items() if b is not None and b.value is None]
+    if uncounted and why is None:
+        why = f"{len(uncounted)} point(s) counted no sample (contended or noisy)"
+    return Fastest(top, measured[top], why is None, ties, why)
