@@ -76,7 +76,10 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
             tracking.logged = True
             result.tracking = tracking
             write_result(run_dir, result)  # first: the result.json in MLflow names its run too
-            logger.client.record_run(logger.run_id, run_dir, config, result,
+            # plain values only: a str subclass such as torch.__version__ would make the
+            # tracker import torch to read the message, and hold up the next job's start_run
+            plain = type(result).model_validate_json(result.model_dump_json())
+            logger.client.record_run(logger.run_id, run_dir, config, plain,
                                      logger.trace_size_cap_mb, logger.log_artifacts)
             if logger.in_sweep:
                 logger.client.check_later(logger.run_id, functools.partial(
