@@ -387,13 +387,16 @@ def test_store_access_and_sweep_helpers(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    reason = store_access.probe(f"http://127.0.0.1:{port}", timeout_s=2)  # nothing listens
-    assert reason and re.search(r"cannot reach http://127\.0\.0\.1:\d+: ConnectionError", reason)
+    with pytest.raises(store_access.Unreachable) as nothing_listens:
+        store_access.probe(f"http://127.0.0.1:{port}", timeout_s=2)
+    assert re.search(r"cannot reach http://127\.0\.0\.1:\d+: ConnectionError", str(nothing_listens.value))
     with socket.socket() as silent:  # a server that accepts the connection and never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        assert store_access.probe(uri, timeout_s=0.5) == f"cannot reach {uri}: ReadTimeout"
+        with pytest.raises(store_access.Unreachable) as silent_server:
+            store_access.probe(uri, timeout_s=0.5)
+        assert str(silent_server.value) == f"cannot reach {uri}: ReadTimeout"
     assert store_access.probe("sqlite:///x.db", timeout_s=2) is None
     assert store_access.absolute_uri("sqlite:///x.db") == f"sqlite:///{Path.cwd() / 'x.db'}"
 

@@ -1,7 +1,5 @@
-"""harness: config-first profiling and benchmarking for PyTorch Lightning training.
-
-Importing it stays cheap: `annotate`, `profile` and `ProfileSession` load on first use.
-"""
+"""harness: config-first profiling and benchmarking for PyTorch Lightning training; the public
+names load on first use."""
 
 from __future__ import annotations
 

@@ -30,14 +30,16 @@ def _app(cfg: DictConfig) -> None:
     from harness.config.overrides import as_typed
     from harness.run.job import run_job
     from harness.run.record import classify_failure, saved_traceback
-    from harness.terminal import libraries_to_log
+    from harness.terminal import libraries_to_log, verbose
 
     job = HydraConfig.get()
     multirun = job.mode == RunMode.MULTIRUN
     output_dir = Path(job.runtime.output_dir)
-    _progress_bar(cfg, multirun)
+    # trainer.enable_progress_bar=null: Lightning's bar in a single run, none in a sweep's
+    trainer = cfg.get("trainer")
+    if isinstance(trainer, DictConfig) and trainer.get("enable_progress_bar", False) is None:
+        trainer.enable_progress_bar = not multirun or verbose()
     try:
-        # torch's C++ lines, TorchDynamo's log lines: the job's log, not the terminal.
         with libraries_to_log():
             result = run_job(cfg, output_dir, as_typed(job.overrides.task))
     except Exception as err:
@@ -47,7 +49,7 @@ def _app(cfg: DictConfig) -> None:
             job_log.error("%s", said)
         else:
             status, reason = classify_failure(err)
-            job_log.error("%s: %s (%s)", status, reason, saved_traceback(output_dir, err))
+            job_log.error("%s: %s (%s)", status, reason, saved_traceback(err, output_dir))
         if not multirun:
             sys.exit(said.exit_status if said is not None else 1)
     else:
@@ -57,16 +59,6 @@ def _app(cfg: DictConfig) -> None:
                 sys.exit(1)
         elif result.status == "partial":
             job_log.warning("partial: %s", result.reason)
-    # In a sweep a failed job is recorded in its result.json and the sweep goes on.
-
-
-def _progress_bar(cfg: DictConfig, multirun: bool) -> None:
-    """trainer.enable_progress_bar=null: Lightning's bar in a single run, none in a sweep's."""
-    from harness.terminal import verbose
-
-    trainer = cfg.get("trainer")
-    if isinstance(trainer, DictConfig) and trainer.get("enable_progress_bar", False) is None:
-        trainer.enable_progress_bar = not multirun or verbose()
 
 
 def main() -> None:

@@ -176,6 +176,6 @@ def describe(err: BaseException) -> tuple[int, str]:
     if isinstance(err, ValueError) and "Only one of --run, --multirun" in str(err):
         return CONFIG_STATUS, (f"{_one_line(err)}. Fix: print one job's config without -m, e.g."
                                " harness --cfg job batch_size=1")
-    from harness.run.record import temporary_traceback
+    from harness.run.record import saved_traceback
 
-    return FAILED_STATUS, f"{first_line(err)} ({temporary_traceback(err)})"
+    return FAILED_STATUS, f"{first_line(err)} ({saved_traceback(err)})"

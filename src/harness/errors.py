@@ -5,8 +5,6 @@ from __future__ import annotations
 import errno
 import os
 
-# Exit status of the `harness` command: 2 for what the user fixes on the command line or
-# in the config, 1 for a run that failed.
 CONFIG_STATUS, FAILED_STATUS = 2, 1
 # A full disk or quota is not the command line's fault: the run failed.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

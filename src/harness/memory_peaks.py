@@ -1,9 +1,6 @@
 """The peak memory of one measurement and of each of its phases (docs/running.md,
-docs/presets/speed.md#memory): `reset()` starts a measurement's marks (VmHWM, and on CUDA
-torch's allocator peaks); a pass inside `excluded()` counts in no figure; a phase
-(`phase_start` .. `phase_end`) reads its peak increase over its own start, less the file pages
-first read during it (the page cache's: a setting reads the same at any place in a sweep).
-"""
+docs/presets/speed.md#memory); a phase's leaves out the file pages first read during it (the page
+cache's: a setting reads the same at any place in a sweep)."""
 
 from __future__ import annotations
 

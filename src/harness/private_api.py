@@ -1,7 +1,5 @@
-"""Every use of torch's, Lightning's and Hydra's private API, each entry saying what it reaches
-into and why no public API does (tests/test_private_api.py checks each against the installed
-releases). Importing it costs no torch or Lightning: each entry imports what it reaches into.
-"""
+"""Every use of torch's, Lightning's and Hydra's private API (docs/architecture.md, "Private API
+in one place"), each entry saying what it reaches into and why no public API does."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""harness inside a user's own training script (docs/own-model.md):
-
-    with ProfileSession(["speed", "memory"], output_dir="runs/try1") as session:
-        trainer = Trainer(..., callbacks=[*session.callbacks], profiler=session.profiler)
-        trainer.fit(model, datamodule=dm)
-
-result.json is written however the script ends (at interpreter exit at the latest).
-"""
+"""`ProfileSession`: harness's presets inside a user's own training script (docs/own-model.md);
+result.json is written however the script ends (at interpreter exit at the latest)."""
 
 from __future__ import annotations
 
@@ -203,28 +197,26 @@ class ProfileSession:
             return self.record.write()
         return None
 
-    def _at_exit(self) -> None:
-        """The script ended unfinished (`_done` unregisters this): by an uncaught exception
-        (sys.last_value), recorded as the `with` block would, or by a forgotten call, made now."""
-        err = getattr(sys, "last_value", None)
-        try:
-            if isinstance(err, BaseException):
-                path = self._record_failure(err)
-                if path is not None:
-                    log.warning("session: the script stopped before session.finish(); %s"
-                                " records what ran and the error", path)
-            elif self._seen.trainer is not None:
-                log.warning("session: the script ended without session.finish(); writing"
-                            " result.json now (call finish, or use `with ProfileSession(...)`)")
-                self.finish()
-        except Exception as failed:  # noqa: BLE001 - at exit: one line, not a traceback
-            log.error("session: %s", failed)
 
-
-def _at_exit(session: weakref.ref[ProfileSession]) -> None:
-    alive = session()
-    if alive is not None:
-        alive._at_exit()
+def _at_exit(ref: weakref.ref[ProfileSession]) -> None:
+    """At exit, a session alive and unfinished: an uncaught exception (sys.last_value) recorded
+    as the `with` block would, or the forgotten finish() made now."""
+    session = ref()
+    if session is None:
+        return
+    err = getattr(sys, "last_value", None)
+    try:
+        if isinstance(err, BaseException):
+            path = session._record_failure(err)
+            if path is not None:
+                log.warning("session: the script stopped before session.finish(); %s"
+                            " records what ran and the error", path)
+        elif session._seen.trainer is not None:
+            log.warning("session: the script ended without session.finish(); writing"
+                        " result.json now (call finish, or use `with ProfileSession(...)`)")
+            session.finish()
+    except Exception as failed:  # noqa: BLE001 - at exit: one line, not a traceback
+        log.error("session: %s", failed)
 
 
 def _refuse_other_processes(trainer: Any) -> None:

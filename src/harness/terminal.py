@@ -1,7 +1,5 @@
-"""What harness tells the user, through logging, so a run's log file holds all of it:
-`ConsoleHandler` prints harness's records on stderr, tables (`show`) with rich on stdout.
-docs/architecture.md ("Messages through logging") says the rest. Nothing heavy is imported.
-"""
+"""What harness tells the user, through logging, so a run's log file holds all of it
+(docs/architecture.md, "Messages through logging"). Nothing heavy is imported."""
 
 from __future__ import annotations
 
@@ -83,8 +81,6 @@ def shown(record: logging.LogRecord) -> bool:
 
 
 class ConsoleHandler(logging.Handler):
-    """The terminal side of harness's logging (the module docstring)."""
-
     def __init__(self, level: int = logging.NOTSET, prefix: str = PREFIX) -> None:
         super().__init__(level)
         self.prefix = prefix

@@ -109,7 +109,7 @@ def adapt(key: Key, here: Here, notes: list[str]) -> Key | None:
     if len(kept) < len(listed):
         dropped = [v for v in listed if v not in kept]
         notes.append(f"{key.name}: {', '.join(dropped)} left out of the default space: {why}")
-    if len(kept) < 2 and key.interval is None:
-        return None if not kept else Key(key.name, key.role, key.default, values=tuple(kept))
+    if not kept and key.interval is None:
+        return None
     return key if len(kept) == len(listed) else Key(key.name, key.role, key.default, values=tuple(kept))
 

@@ -62,7 +62,6 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
             2 * search.settings.confirm_rounds / len(search.pool))))
         order = sorted(search.pool, key=lambda c: -predicted(c))
         while search.room(jobs := alternating(search, order, stage, rounds, steps)) < len(jobs):
-            # fewer rounds, then fewer candidates
             if rounds > 2:
                 rounds -= 1
             elif len(order) > 2:

@@ -1,6 +1,5 @@
-"""What the search knows and may still spend: jobs and outcomes, each candidate's figure in a
-stage, the OOMs, the noise, the decisions, the budget, and `probe`, the one way a stage asks for
-jobs. The stages (fit, screen, halving) are functions of a Knowledge driven by search."""
+"""What the search knows and may still spend, and `probe`, the one way a stage asks for jobs;
+the stages (fit, screen, halving) are functions of a Knowledge driven by search."""
 
 from __future__ import annotations
 

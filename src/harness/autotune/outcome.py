@@ -30,7 +30,6 @@ class Outcome:
     data_share: float | None = None  # the objective's share of a step waiting for data
     job_seconds: float = 0.0  # result.json duration_s
     ended_at: float | None = None  # seconds since the epoch, from started_at + duration_s
-    peak_memory_bytes: float | None = None
 
     @property
     def measured(self) -> bool:

@@ -1,7 +1,5 @@
-"""A job directory read as the core's Outcome: the one adapter between result.json and the
-search, for the sweeper and the replay alike. Each phase is read as the table reads it
-(harness.measured.sample_of); the compile charge is docs/autotune.md's ("Ranking").
-"""
+"""A job directory read as the core's Outcome, for the sweeper and the replay alike: each phase
+as the table reads it (harness.measured.sample_of), the compile charge as docs/autotune.md's."""
 
 from __future__ import annotations
 
@@ -62,8 +60,6 @@ def outcome_of(job_dir: Path, objective: str) -> Outcome:
         data_share=max(shares) if shares else None,
         job_seconds=_number(result.duration_s) or 0.0,
         ended_at=_ended_at(result.started_at, result.duration_s),
-        peak_memory_bytes=_number(metrics.get("peak_device_allocated_bytes"))
-        or _number(metrics.get("peak_rss_bytes")),
     )
 
 

@@ -1,8 +1,5 @@
-"""The search (docs/autotune.md, "How it searches"). It hands out waves of jobs and is told
-how each ended, launching nothing (the Hydra sweeper, a planted landscape and the replay run it):
-`wave = search.start()`, then `wave = search.advance(outcomes, elapsed_s)` (one Outcome per
-job, in order) until the wave is None.
-"""
+"""The search (docs/autotune.md, "How it searches"), launching nothing: `wave = search.start()`,
+then `wave = search.advance(outcomes, elapsed_s)` (one Outcome per job) until the wave is None."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import product
 
 from harness.errors import CONFIG_STATUS, HarnessError
 
@@ -174,10 +173,6 @@ class Space:
     def grid_points(self) -> int:
         """The exhaustive grid's size (an interval counted as its listed values)."""
         return math.prod(len(k.listed()) for k in self.keys)
-
-    def grid(self) -> list[Candidate]:
-        return [Candidate(tuple(zip(self.names, values, strict=True)))
-                for values in product(*(k.listed() for k in self.keys))]
 
     def default(self) -> Candidate:
         """Every key at its config value, in or out of the space."""

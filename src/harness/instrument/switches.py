@@ -1,7 +1,5 @@
-"""The global on/off state read by every `harness.annotate` range. Presets `enable(kind)` and
-`disable(kind)` a kind of range, counted: on until the last preset lets go. NVTX comes from
-the `nvtx` package, else torch.cuda.nvtx where CUDA works; with neither `enable` returns False.
-"""
+"""The global on/off state read by every `harness.annotate` range, switched by presets
+(docs/profiling-your-code.md); NVTX comes from the `nvtx` package, else torch.cuda.nvtx."""
 
 from __future__ import annotations
 

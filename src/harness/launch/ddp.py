@@ -1,6 +1,5 @@
-"""Multi-process runs (DDP, docs/ddp.md): rank > 0 processes start as this job (its own
-overrides, swept values resolved, not Lightning's re-run of a whole sweep), in its directory.
-"""
+"""Multi-process runs (DDP, docs/ddp.md): rank > 0 processes start as this job, in its directory
+(not as Lightning's re-run of the whole command, a sweep's)."""
 
 from __future__ import annotations
 
@@ -40,7 +39,6 @@ def distributed_facts(trainer: Any) -> dict[str, Any]:
     }
 
 
-# Lightning's launcher for ddp_spawn, ddp_fork and ddp_notebook (and its subclasses).
 MULTIPROCESSING_LAUNCHERS = "lightning.pytorch.strategies.launchers.multiprocessing"
 
 

@@ -1,7 +1,6 @@
 """Run and sweep directories unique when runs start in the same second: conf/config.yaml wraps
-Hydra's `outputs/DATE/HH-MM-SS` in `${unique_dir:...}`, which creates it exclusively or takes
-the next free name (`_2`, `_3`, ...). OmegaConf caches the value in the config, which carries
-it to the jobs (submitit's too); register the resolver wherever such a config is resolved."""
+Hydra's `outputs/DATE/HH-MM-SS` in `${unique_dir:...}`. OmegaConf caches the value in the config,
+which carries it to the jobs (submitit's too); register the resolver wherever one is resolved."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""Outside programs the presets drive (py-spy, nsys): where to find them, and what happens
+"""Outside programs harness drives (py-spy, nsys, git): where to find them, and what happens
 when one cannot run."""
 
 from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,3 +29,18 @@ def tool_unavailable(preset: str, tool: str, message: str, on_missing: str) -> N
         raise HarnessError(f"profiler={preset}: {message}")
     log.warning("profiler=%s: %s; the run goes on without %s"
                 " (profiler.%s.on_missing=error stops it instead)", preset, message, tool, preset)
+
+
+def git_commit(directory: Path) -> tuple[str | None, bool | None]:
+    """(commit, has uncommitted changes) of the git checkout holding `directory`, if any."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=10)
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        if commit.returncode != 0:
+            return None, None
+        status = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None

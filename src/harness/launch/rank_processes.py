@@ -89,7 +89,6 @@ class _RendezvousWatch(threading.Thread):
             stand_in.wait()
 
 
-# The rank > 0 processes of the job in progress and their watches; end_ranks clears both.
 _started: list[subprocess.Popen] = []
 _watches: list[_RendezvousWatch] = []
 

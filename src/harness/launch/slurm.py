@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 SLURM_REPORT = "slurm.json"
-# result.json key -> SLURM environment variable
 _FIELDS = {
     "job_id": "SLURM_JOB_ID",
     "array_job_id": "SLURM_ARRAY_JOB_ID",

@@ -42,7 +42,6 @@ class AdvancedPreset(Preset, AdvancedProfiler):
 
     @override
     def summary(self) -> str:
-        # Called at the end of each stage, just before Lightning clears the profiles.
         captured = {}
         for action, profile in self.profiled_actions.items():
             stats = pstats.Stats(profile, stream=io.StringIO())
@@ -55,15 +54,12 @@ class AdvancedPreset(Preset, AdvancedProfiler):
         self.stages[private_api.profiler_stage(self) or "run"] = captured
         return ""
 
-    def action_rows(self) -> list[dict[str, Any]]:
-        rows = [{"stage": stage, "action": action, "profiled_s": seconds, "function_calls": calls}
-                for stage, actions in self.stages.items()
-                for action, (seconds, calls, _) in actions.items()]
-        return sorted(rows, key=lambda row: row["profiled_s"], reverse=True)
-
     @override
     def write_reports(self, reports_dir: Path) -> Report:
-        rows = self.action_rows()
+        rows = sorted(({"stage": stage, "action": action, "profiled_s": seconds, "function_calls": calls}
+                       for stage, actions in self.stages.items()
+                       for action, (seconds, calls, _) in actions.items()),
+                      key=lambda row: row["profiled_s"], reverse=True)
         kept = rows[: self.max_actions]
         lines = [
             "Advanced profile: cProfile of each Lightning action (Python functions only;"

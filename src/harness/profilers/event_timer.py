@@ -1,8 +1,5 @@
-"""GPU step timing without a synchronise per step: `profiler.speed.sync=events|window`.
-
-Each segment of the measured window has one synchronise at each end; `events` reads CUDA events
-back without waiting (docs/presets/speed.md, "Clocks"). The `cuda` argument is faked by tests.
-"""
+"""GPU step timing without a synchronise per step: `profiler.speed.sync=events|window`
+(docs/presets/speed.md, "Clocks")."""
 
 from __future__ import annotations
 
@@ -46,7 +43,6 @@ class EventPhaseTimer(PhaseTimer):
         self.clock = clock
         self.device_steps: list[StepRecord] = []  # read back from the events, oldest first
         self.syncs = 0  # torch.cuda.synchronize() calls
-        self.event_waits = 0  # waits on one old event (MAX_PENDING reached)
         self._pending: deque[_Pending] = deque()
         self._origin_event: Any = None
         self._batch_event: Any = None
@@ -98,7 +94,6 @@ class EventPhaseTimer(PhaseTimer):
                 if len(self._pending) < MAX_PENDING:
                     return
                 oldest.done.synchronize()
-                self.event_waits += 1
             self._pending.popleft()
             host = oldest.host
             self.device_steps.append(StepRecord(

@@ -1,6 +1,5 @@
 """FLOPs of a real step or forward pass by Lightning's `measure_flops`, and which to trust beside
-torchinfo's mult-adds (docs/presets/summary.md). A count of 0 is "not counted", never a figure.
-"""
+torchinfo's mult-adds (docs/presets/summary.md)."""
 
 from __future__ import annotations
 

@@ -65,16 +65,13 @@ class LinePreset(Preset, Callback):
         self._added: set[int] = set()
         self._running = 0
 
-    def _add(self, func: Any) -> None:
-        if id(func) not in self._added:
-            self._added.add(id(func))
-            self.profiler.add_callable(func)
-
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # read now: modules imported while the objects were built have registered theirs
         for func in [*line_profile.marked(), *self._listed_objects]:
-            self._add(func)
+            if id(func) not in self._added:
+                self._added.add(id(func))
+                self.profiler.add_callable(func)
         line_profile.attach(self.profiler)
         self.profiler.enable_by_count()
         self._running += 1

@@ -42,7 +42,10 @@ class NsysPreset(WindowPreset):
         self.nvtx = False
         self._nvtx_enabled = 0
 
-    def _start(self) -> None:
+    @override
+    def window_opens(self, trainer: pl.Trainer) -> None:
+        if not self.active or self.state != "waiting":
+            return
         if self.device is None or self.device.type != "cuda":
             self.state = "no-cuda"
             log.warning("profiler=nsys: the run is not on a CUDA device, so no capture range was"
@@ -78,11 +81,6 @@ class NsysPreset(WindowPreset):
         if self._nvtx_enabled:
             switches.disable("nvtx")
             self._nvtx_enabled -= 1
-
-    @override
-    def window_opens(self, trainer: pl.Trainer) -> None:
-        if self.active and self.state == "waiting":
-            self._start()
 
     @override
     def window_closed(self) -> None:

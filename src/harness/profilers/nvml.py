@@ -1,6 +1,5 @@
 """The GPUs this process can see, read through NVML (pynvml), matched to CUDA indices by UUID
-or CUDA_VISIBLE_DEVICES. Every NVML call that fails is a missing value, never an error.
-"""
+or CUDA_VISIBLE_DEVICES."""
 
 from __future__ import annotations
 
@@ -25,12 +24,8 @@ class Gpu:
         return self.handle if self.parent is None else self.parent
 
 
-def same_uuid(a: str, b: str) -> bool:
-    """NVML writes "GPU-<uuid>" / "MIG-<uuid>", torch the bare <uuid>."""
-    return _bare(a) == _bare(b)
-
-
 def _bare(uuid: str) -> str:
+    """A UUID as torch writes it: NVML writes "GPU-<uuid>" / "MIG-<uuid>"."""
     text = _text(uuid).strip().lower()
     return text[4:] if text.startswith(("gpu-", "mig-")) else text
 
@@ -98,7 +93,7 @@ class Nvml:
                     for slice_ in self._mig_slices(handle)]
         uuids = [_text(self._call(nv.nvmlDeviceGetUUID, h) or "") for _, h, _ in devices]
         if cuda_uuids is not None:
-            chosen = [next((k for k, uuid in enumerate(uuids) if same_uuid(uuid, wanted)), None)
+            chosen = [next((k for k, uuid in enumerate(uuids) if _bare(uuid) == _bare(wanted)), None)
                       for wanted in cuda_uuids]
         else:  # indices name physical GPUs; a UUID may name a MIG slice
             chosen = parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), count, uuids)

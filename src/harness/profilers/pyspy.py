@@ -13,7 +13,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 from hydra.core.hydra_config import HydraConfig
-from rich.table import Table
 from typing_extensions import override
 
 from harness.config.checks import list_of, non_negative_int, one_of, positive_int
@@ -172,14 +171,11 @@ class PyspyPreset(WindowPreset):
             log.warning("profiler=pyspy: py-spy wrote no %s (%s)", ", ".join(missing),
                         self.recorders[0].stderr.strip()[-300:] or "no message")
         metrics = {"pyspy_samples": samples} if samples is not None else {}
-        return Report(metrics, tables=self._tables())
-
-    def _tables(self) -> list[Table]:
         if not self.recorders:
-            return []
+            return Report(metrics)
         table = figures_table(f"py-spy ({self.rate} samples/s)", ("format", "file", "samples"),
                               labels=2)
         for r in self.recorders:
             table.add_row(r.fmt, str(r.output) if r.output.is_file() else "(not written)",
                           "-" if r.samples is None else str(r.samples))
-        return [table]
+        return Report(metrics, tables=[table])

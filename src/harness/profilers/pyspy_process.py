@@ -42,7 +42,6 @@ class Recorder:
     stderr: str = ""  # what py-spy printed (stdout and stderr together)
     samples: int | None = None
     errors: int | None = None
-    sampling: bool = False
     _log: Path | None = None
 
     def start(self, timeout_s: float) -> str | None:
@@ -58,13 +57,10 @@ class Recorder:
         # Training waits until py-spy reports that it samples, so the window is covered.
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            text = self._read_log()
-            if "Sampling process" in text:
-                self.sampling = True
+            if "Sampling process" in self._read_log():
                 return None
             if self.process.poll() is not None:
-                self.stderr = self._read_log()
-                self._remove_log()
+                self._take_log()
                 lines = self.stderr.strip().splitlines()
                 return lines[-1] if lines else f"exit status {self.process.returncode}"
             time.sleep(0.02)
@@ -73,8 +69,9 @@ class Recorder:
     def _read_log(self) -> str:
         return self._log.read_text(errors="replace") if self._log and self._log.is_file() else ""
 
-    def _remove_log(self) -> None:
+    def _take_log(self) -> None:
         if self._log is not None:
+            self.stderr = self._read_log()
             self._log.unlink(missing_ok=True)
             self._log = None
 
@@ -89,9 +86,7 @@ class Recorder:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self._log is not None:
-            self.stderr = self._read_log()
-            self._remove_log()
+        self._take_log()
         found = _SAMPLES.search(self.stderr)
         if found:
             self.samples, self.errors = int(found[1]), int(found[2])

@@ -1,6 +1,5 @@
-"""The `simple` preset: wall time per Lightning action, from Lightning's SimpleProfiler; without
-`verbose` each callback's hooks fold into one row (docs/presets/simple.md).
-"""
+"""The `simple` preset: wall time per Lightning action, from Lightning's SimpleProfiler
+(docs/presets/simple.md)."""
 
 from __future__ import annotations
 
@@ -74,12 +73,9 @@ class SimplePreset(Preset, SimpleProfiler):
             return 0.0
         return (self._last_describe or time.perf_counter()) - self._first_setup
 
-    def rows(self) -> list[dict[str, Any]]:
-        return time_rows(self.recorded_durations, self.run_seconds(), self.verbose)
-
     @override
     def write_reports(self, reports_dir: Path) -> Report:
-        rows = self.rows()
+        rows = time_rows(self.recorded_durations, self.run_seconds(), self.verbose)
         payload = {
             "report": "simple",
             "doc": DOC,

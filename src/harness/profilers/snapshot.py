@@ -1,6 +1,5 @@
-"""The `snapshot` preset: CUDA memory history over a window of steps, for pytorch.org/memory_viz;
-with `dump_on_oom`, from training's start so an OOM leaves one too (docs/presets/snapshot.md).
-"""
+"""The `snapshot` preset: CUDA memory history over a window of steps, for pytorch.org/memory_viz
+(docs/presets/snapshot.md)."""
 
 from __future__ import annotations
 
@@ -18,10 +17,6 @@ from harness.profilers.preset import Report, RunShared, StepWindow, WindowPreset
 from harness.reports.files import atomic_path, write_json
 
 log = logging.getLogger(__name__)
-
-
-def is_cuda_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
 
 
 class SnapshotPreset(WindowPreset):
@@ -114,7 +109,8 @@ class SnapshotPreset(WindowPreset):
                      exception: BaseException) -> None:
         if not self.recording:  # never True when skipped
             return
-        if self.dump_on_oom and is_cuda_oom(exception):
+        if self.dump_on_oom and (isinstance(exception, torch.cuda.OutOfMemoryError)
+                                 or "CUDA out of memory" in str(exception)):
             self._dump("snapshot-oom")
         self._stop()
 

@@ -1,7 +1,5 @@
 """The `summary` preset: torchinfo's table of layers and parameters at the first batch, in the
-run's precision context, with FlopCounterMode's count (docs/presets/summary.md). A failed summary
-never stops the run: summary.json holds the error and write_reports raises it.
-"""
+run's precision context, with FlopCounterMode's count (docs/presets/summary.md)."""
 
 from __future__ import annotations
 
@@ -26,12 +24,6 @@ from harness.reports.files import write_json, write_text
 DOC = "docs/presets/summary.md#output"
 COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "mult_adds",
            "trainable")
-
-
-def _real_error(err: BaseException) -> str:
-    """The cause under torchinfo's "Failed to run torchinfo" wrapper: what the user can act on."""
-    cause = err.__cause__ if err.__cause__ is not None else err
-    return first_line(cause)[:300]
 
 
 def _dtype(tensor: torch.Tensor) -> str:
@@ -62,7 +54,8 @@ class SummaryPreset(Preset, Callback):
             try:
                 self._take(trainer, pl_module, candidate)
             except Exception as err:  # a summary must not kill the run it describes
-                failed.append(f"{candidate.label}: {_real_error(err)}")
+                # the cause under torchinfo's "Failed to run torchinfo" wrapper: what the user fixes
+                failed.append(f"{candidate.label}: {first_line(err.__cause__ or err)[:300]}")
                 continue
             self.context["inputs_that_failed"] = failed
             return

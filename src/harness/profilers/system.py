@@ -206,18 +206,15 @@ class SystemPreset(Preset, Callback):
         self.with_gpus = bool(gpus)
         self.sampler: SystemSampler | None = None
 
-    def _sampler(self, trainer: pl.Trainer) -> SystemSampler:
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.sampler is None:
             devices, uuids = run_gpus(trainer) if self.with_gpus else ([], None)
             self.sampler = SystemSampler(self.interval_s, with_gpus=self.with_gpus,
                                          devices=devices, cuda_uuids=uuids)
             if self.sampler.gpu_note and trainer.is_global_zero:
                 log.info("system: no GPU figures, %s", self.sampler.gpu_note)
-        return self.sampler
-
-    @override
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._sampler(trainer).start(stage)
+        self.sampler.start(stage)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -1,7 +1,5 @@
 """The `pytorch` and `memory` presets: Lightning's PyTorchProfiler over a window of steps
-(torch.profiler.schedule). Two torch profilers cannot run at once, so `pytorch` + `memory`
-merge: the pytorch preset records with profile_memory on and writes both reports (`absorb`).
-"""
+(torch.profiler.schedule); one torch profiler serves both when they run together (`absorb`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Every file harness writes is written whole or not at all: to a temporary name beside it,
-then renamed into place. A report is `<name>.json` (the record) and `<name>.csv` (its table).
-"""
+then renamed into place."""
 
 from __future__ import annotations
 

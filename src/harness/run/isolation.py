@@ -41,8 +41,7 @@ def _collect_garbage() -> None:
 
 
 def start_clean() -> dict[str, bool | int | None]:
-    """Forget compiled graphs, free memory and caches, reset the peak-RSS mark, switch off what a
-    failed job left on; returns result.json's `isolation` (the resets, the resident set at start)."""
+    """The measurement starts from the same state as any other; returns result.json's `isolation`."""
     torch.compiler.reset()  # compiled graphs
     private_api.reset_compile_counters()  # graphs and breaks counted from here (result.json)
     _collect_garbage()

@@ -1,6 +1,5 @@
-"""A training loss that is NaN or infinite flags the run `nonfinite_loss` (its status stands).
-Each step adds its loss to an on-device sum, never synchronised; it is read once, after the run.
-"""
+"""A training loss that is NaN or infinite flags the run `nonfinite_loss` (its status stands);
+the losses' on-device sum is never synchronised, read once after the run."""
 
 from __future__ import annotations
 

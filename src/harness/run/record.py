@@ -62,19 +62,15 @@ def write_error_log(output_dir: Path, err: BaseException) -> Path:
     return write_text(error_log_path(output_dir), "".join(traceback.format_exception(err)))
 
 
-def saved_traceback(output_dir: Path, err: BaseException) -> str:
-    """Where `err`'s traceback is, for a message: error.log (written if need be), else a temp file."""
-    path = error_log_path(output_dir)
-    if path.is_file():
-        return f"traceback in {path}"
-    try:
-        return f"traceback in {write_error_log(output_dir, err)}"
-    except OSError:
-        return temporary_traceback(err)
-
-
-def temporary_traceback(err: BaseException) -> str:
-    """The traceback of `err` in a temporary file, for a message: where it is, or why not."""
+def saved_traceback(err: BaseException, output_dir: Path | None = None) -> str:
+    """Where `err`'s traceback is, for a message: the run's error.log (written if need be), else a
+    temporary file, else why it is not saved."""
+    if output_dir is not None:
+        path = error_log_path(output_dir)
+        try:
+            return f"traceback in {path if path.is_file() else write_error_log(output_dir, err)}"
+        except OSError:
+            pass
     try:
         handle, name = tempfile.mkstemp(prefix="harness-error-", suffix=".log")
         with open(handle, "w") as out:

@@ -1,5 +1,1 @@
-"""Experiment tracking: runs and sweeps recorded in MLflow.
-
-Nothing here imports MLflow at module level; it loads inside a job, so the
-CLI starts fast.
-"""
+"""Experiment tracking: runs and sweeps recorded in MLflow, imported only inside a job."""

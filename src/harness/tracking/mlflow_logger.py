@@ -100,16 +100,13 @@ class HarnessMLFlowLogger(Logger):
         self._last_flush = time.monotonic()
         if rank_zero_only.rank != 0:
             return
-        reason = probe(tracking_uri, probe_timeout_s)
-        if reason:
-            self.fail("the whole run", reason)
-            return
         try:  # the tracker started with the job (run.job): MLflow is imported by now
+            probe(tracking_uri, probe_timeout_s)
             self.client = tracker_for(self.tracking_uri, self.http)
             self.experiment_id, self.run_id = self.client.start_run(
                 self.experiment_name, artifact_location, self.parent_run_id, self.run_name,
                 {k: str(v) for k, v in (tags or {}).items()})
-        except Exception as err:  # the store cannot even be opened (locked, bad URI)
+        except Exception as err:  # the store is unreachable or cannot be opened (locked, bad URI)
             self.fail("the whole run", err)
 
     @property
@@ -178,8 +175,7 @@ class HarnessMLFlowLogger(Logger):
         self._last_flush = time.monotonic()
 
     def _write(self, what: str, **batch: Any) -> None:
-        """One batch, not waited for: a failure comes back named `what` when the run's end is
-        checked."""
+        """One batch, not waited for: a failure comes back named `what` at the run's end."""
         try:
             self.client.log_batch(self.run_id, step=what, **batch)
         except Exception as err:  # the tracker process has ended

@@ -29,9 +29,7 @@ class ParentRunCallback(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         tracking_uri = str(settings.tracking_uri)
         try:
-            reason = probe(tracking_uri, float(settings.probe_timeout_s))
-            if reason:
-                raise ConnectionError(reason)
+            probe(tracking_uri, float(settings.probe_timeout_s))
             _create_parent(config, settings, sweep_dir)
         except Exception as err:
             log.warning(

@@ -55,9 +55,8 @@ def where_to_look(uri: str, experiment_id: str | None, run_id: str | None,
 
 
 def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) -> None:
-    """Log the finished run into the MLflow run `logger` opened (no-op for other loggers). A single
-    run waits until the store has all of it; a sweep's job does not (a failure found later
-    rewrites its result.json the same way)."""
+    """Log the finished run into the MLflow run `logger` opened (no-op for other loggers); a
+    sweep's job does not wait for the store (docs/tracking.md, "The tracker process")."""
     from harness.tracking.mlflow_logger import HarnessMLFlowLogger
 
     if not isinstance(logger, HarnessMLFlowLogger) or logger.run_id is None and not logger.failure:

@@ -29,6 +29,10 @@ class StoreError(RuntimeError):
         self.step = step
 
 
+class Unreachable(StoreError):
+    """Why the store cannot take a run, found by `probe`."""
+
+
 def is_http(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
@@ -44,8 +48,8 @@ def absolute_uri(uri: str) -> str:
     return uri if path is None or path.is_absolute() else f"sqlite:///{path.resolve()}"
 
 
-def probe(uri: str, timeout_s: float) -> str | None:
-    """Why the store cannot take a run, or None if it can. Any HTTP answer counts as reachable
+def probe(uri: str, timeout_s: float) -> None:
+    """Raise Unreachable if the store cannot take a run. Any HTTP answer counts as reachable
     (a server behind auth answers 401); a sqlite file is opened for writing as sqlite would,
     rather than asking MLflow, which answers with a long traceback."""
     path = sqlite_path(uri)
@@ -55,7 +59,7 @@ def probe(uri: str, timeout_s: float) -> str | None:
         try:
             requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
         except requests.RequestException as err:
-            return f"cannot reach {uri}: {type(err).__name__}"
+            raise Unreachable(f"cannot reach {uri}: {type(err).__name__}") from None
     elif path is not None:
         import tempfile
 
@@ -68,8 +72,7 @@ def probe(uri: str, timeout_s: float) -> str | None:
                     pass
         except OSError as err:
             where = err.filename if isinstance(err.filename, str) else path
-            return f"the store is read-only ({where}: {err.strerror or err})"
-    return None
+            raise Unreachable(f"the store is read-only ({where}: {err.strerror or err})") from None
 
 
 def short_reason(err: BaseException) -> str:
@@ -113,9 +116,8 @@ def creation_lock(uri: str) -> Iterator[None]:
 
 
 class Store:
-    """One MLflow store. A sqlite file that does not exist yet is created at the first call that
-    needs it, so a command that stops at its config checks leaves no mlflow.db behind; a store
-    that cannot be opened raises its reason (StoreError) at each call."""
+    """One MLflow store, a new sqlite file created at the first call that needs it; a store that
+    cannot be opened raises its reason (StoreError) at each call."""
 
     def __init__(self, uri: str, http: tuple[int, int] = HTTP_DEFAULTS, client: Any = None) -> None:
         self.uri, self._client, self._unopened = uri, client, None

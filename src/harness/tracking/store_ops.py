@@ -1,7 +1,5 @@
-"""What harness writes into an MLflow store, in plain values: `record_run` (a finished run's params,
-tags and final metrics from its config and result.json, the same from the live run and
-`harness-mlflow-upload`) and `log_sweep` (a sweep's parent). A run whose logging breaks off ends
-FAILED, and the StoreError names the `step` that failed."""
+"""What harness writes into an MLflow store, in plain values: `record_run` (a finished run, from
+the live run and `harness-mlflow-upload` alike) and `log_sweep` (a sweep's parent run)."""
 
 from __future__ import annotations
 
@@ -9,11 +7,11 @@ import contextlib
 import datetime as dt
 import json
 import os
-import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.launch.outside_tool import git_commit
 from harness.measured import is_finite_number
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, load_result
@@ -85,21 +83,6 @@ def final_metrics(result: RunResult) -> dict[str, float]:
     if is_finite_number(result.duration_s):
         figures["duration_s"] = float(result.duration_s)
     return figures
-
-
-def git_commit(directory: Path) -> tuple[str | None, bool | None]:
-    """(commit, has uncommitted changes) of the git checkout holding `directory`, if any."""
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=10)
-
-    try:
-        commit = git("rev-parse", "HEAD")
-        if commit.returncode != 0:
-            return None, None
-        status = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-    return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
 
 
 def run_tags(result: RunResult, working_dir: Path) -> dict[str, str]:
@@ -214,8 +197,7 @@ class StoreOps(Store):
         return skipped
 
     def log_sweep(self, parent_run_id: str, sweep_dir: Path, status: str = "FINISHED") -> None:
-        """A sweep's parent run: comparison files and table, best and baseline figures, the table
-        as its description, job counts, its end status."""
+        """A sweep's parent run: its files, figures, description, job counts and end status."""
         from harness.errors import HarnessError
         from harness.tracking.sweep_summary import NOTE_TAG, best_and_baseline, note
 
@@ -246,8 +228,7 @@ class StoreOps(Store):
 
 
 def _system_series(csv_path: Path) -> list[MetricRow]:
-    """`system/<column>` per numeric column of system.csv, one step per sample, each stamped with
-    its own `timestamp_s`."""
+    """`system/<column>` per numeric column of system.csv, a step per sample at its `timestamp_s`."""
     import pandas as pd
 
     frame = read_table(csv_path)

@@ -26,10 +26,8 @@ def sweep_params(overrides: list[str], swept: dict[str, list[str]]) -> dict[str,
 
 def best_and_baseline(comparison: dict[str, Any], sweep_dir: Path | None = None
                       ) -> tuple[dict[str, float], dict[str, str]]:
-    """(metrics, tags): per phase, the fastest point of the sweep as the judge names it
-    (comparison.json's `fastest`) with its band, tagged `unproven: <why>` where it is not
-    beyond the others' noise; the baseline of its row and the speed-up over it with its
-    range. An autotune sweep's best is its verdict's (autotune.json), from the same judge."""
+    """(metrics, tags): per phase the judge's fastest point with its band, its row's baseline and
+    the speed-up over it (docs/tracking.md); an autotune sweep's best is autotune.json's."""
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
     points = comparison.get("points") or []
@@ -70,12 +68,7 @@ def best_and_baseline(comparison: dict[str, Any], sweep_dir: Path | None = None
 
 def tracking_summary(body: dict[str, Any]) -> tuple[dict[str, str], dict[str, float],
                                                      dict[str, str]]:
-    """autotune.json as the sweep's parent run records it: (params, metrics, tags). Params:
-    the winner's value of each searched key (`autotune.best.<key>`) and the objective;
-    metrics: the speed-up over the default and its band, jobs, points, job-seconds, the
-    largest batch that fits, the noise, and the winner's confirmed examples/s as the
-    objective's `best_<phase>_examples_per_second`; tags: the verdict line, the status, the
-    command to run, and `best_<phase>` (the winner; a tie or the default standing said)."""
+    """autotune.json as the sweep's parent run records it: (params, metrics, tags)."""
     from harness.autotune.verdict import line
 
     params = {f"autotune.best.{k}": v for k, v in (body.get("best") or {}).items()}

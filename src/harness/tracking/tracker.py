@@ -1,6 +1,5 @@
 """The job's side of its tracker process, which makes StoreOps' calls (docs/tracking.md, "The
-tracker process"). Writes (`SENT`) are not waited for; `check(run_id)` waits and raises the run's
-first failure; `check_later` leaves that to `confirm`. One tracker serves a process."""
+tracker process"); writes (`SENT`) are not waited for. One tracker serves a process."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The tracker process: runs a job's calls (harness.tracking.tracker) on StoreOps, in order.
-
-Answers go out on a private copy of stdout (a library's print cannot corrupt one). A run's first
-failed write turns its later writes off and is kept for `sync`; SIGINT and SIGTERM are ignored
-until the job closes the pipe; a run left open is set KILLED (docs/tracking.md)."""
+"""The tracker process (docs/tracking.md): runs a job's calls (harness.tracking.tracker) on
+StoreOps, in order, answering on a private copy of stdout (a library's print cannot corrupt it)."""
 
 from __future__ import annotations
 

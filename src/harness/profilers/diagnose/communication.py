@@ -46,17 +46,13 @@ def overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float
     return covered
 
 
-def _main_thread(events: list[Any]) -> Any:
-    """The thread that ran the most operators: the training loop's (gloo has threads of its own)."""
-    counts = Counter(e.thread for e in events if str(e.name).startswith("aten::"))
-    return counts.most_common(1)[0][0] if counts else None
-
-
 def split_window(events: list[Any]) -> dict[str, float]:
     """Seconds of compute, communication, their overlap and idle time in the window."""
     compute, comm, everything = [], [], []
     on_gpu = any(str(getattr(e, "device_type", "")).endswith("CUDA") for e in events)
-    main_thread = _main_thread(events)
+    # the thread that ran the most operators: the training loop's (gloo has threads of its own)
+    counts = Counter(e.thread for e in events if str(e.name).startswith("aten::"))
+    main_thread = counts.most_common(1)[0][0] if counts else None
     for event in events:
         span = (event.time_range.start / 1e6, event.time_range.end / 1e6)
         if span[1] <= span[0]:

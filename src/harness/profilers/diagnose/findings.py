@@ -1,7 +1,5 @@
 """From a run's measured figures to why it is slow: the step's shares (data, compute,
-communication, host), the bound, ranked findings and the verdict line (docs/presets/diagnose.md).
-No bound where the run's own noise is larger than the gap between the two largest shares.
-"""
+communication, host), the bound, ranked findings and the verdict line (docs/presets/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ def _finding(kind: str, score: float | None, message: str, next_step: str) -> Fi
 
 def shares(step_s: float | None, between_s: float | None, loader_s: float | None,
            model_s: float | None, exposed_comm_s: float = 0.0) -> dict[str, float] | None:
-    """The step's shares (module docstring), or None without an end-to-end step time."""
+    """The step's shares of data, compute, communication and host; None without a step time."""
     if not step_s or step_s <= 0:
         return None
     data = min(between_s or 0.0, loader_s if loader_s is not None else between_s or 0.0)

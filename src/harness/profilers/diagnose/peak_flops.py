@@ -1,8 +1,7 @@
 """The device's dense peak FLOP/s for the data type its matmuls run in: the denominator of MFU.
 
 Lightning's `get_available_flops` table, and here only what it lacks or gives otherwise: the
-vendors' dense rates (no 2:4 sparsity), at boost clock, FP32 accumulation. Names are matched
-most specific first; a MIG slice gets its share of the GPU's 7 compute slices.
+vendors' dense rates (no 2:4 sparsity), at boost clock, FP32 accumulation.
 """
 
 from __future__ import annotations

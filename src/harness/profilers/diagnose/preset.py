@@ -1,8 +1,4 @@
-"""The `diagnose` preset: why a run is slow, with its evidence (docs/presets/diagnose.md).
-
-Runs the speed-of-light passes after each phase (and a communication window under DDP), then
-reads the speed figures from result.json's metrics; the passes leave state and peaks as they were.
-"""
+"""The `diagnose` preset: why a run is slow, with its evidence (docs/presets/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -113,7 +109,11 @@ class DiagnosePreset(WindowPreset):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.when == "end":
             self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
-        self._gather_communication()
+        if self.window is not None:  # every rank's window figures (every rank calls gather)
+            mine = self.comm.finish()  # a run shorter than the window: what it recorded
+            if self.comm.note:
+                self.notes.append(self.comm.note)
+            self.comm_by_rank = [figures or {} for figures in gather(mine)]
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -154,7 +154,9 @@ class DiagnosePreset(WindowPreset):
         with speed_of_light.rng_restored():
             loader_pass, batch = speed_of_light.loader_alone(trainer, loader, self.steps,
                                                              self.warmup)
-            self._note_loader(loader)
+            if isinstance(loader, torch.utils.data.DataLoader) and "loader" not in self.context:
+                self.context["loader"] = {"num_workers": loader.num_workers,
+                                          "pin_memory": loader.pin_memory}
             return {"loader": loader_pass,
                     "model": self._model_pass(phase, trainer, module, batch)}
 
@@ -180,20 +182,6 @@ class DiagnosePreset(WindowPreset):
         return speed_of_light.model_alone(trainer, module, step, batch, self.steps, self.warmup,
                                           training=training, flops=self.count_flops)
 
-    def _note_loader(self, loader: Any) -> None:
-        if isinstance(loader, torch.utils.data.DataLoader) and "loader" not in self.context:
-            self.context["loader"] = {"num_workers": loader.num_workers,
-                                      "pin_memory": loader.pin_memory}
-
-    def _gather_communication(self) -> None:
-        """Every rank's window figures (all ranks call this: no hang)."""
-        if self.window is None:
-            return
-        mine = self.comm.finish()  # a run shorter than the window: what it recorded
-        if self.comm.note:
-            self.notes.append(self.comm.note)
-        self.comm_by_rank = [figures or {} for figures in gather(mine)]
-
     def _peak_tflops(self, precision: str | None) -> tuple[float | None, str | None]:
         if self.peak_tflops is not None:
             return self.peak_tflops, "profiler.diagnose.peak_tflops"
@@ -202,11 +190,6 @@ class DiagnosePreset(WindowPreset):
         dtype = matmul_dtype(precision, torch.get_float32_matmul_precision(),
                              self.convolutions and torch.backends.cudnn.allow_tf32)
         return dense_peak_tflops(self.device, dtype)
-
-    def _exposed_comm_share(self) -> float:
-        shares = [(r["communication_s"] - r["overlap_s"]) / r["window_s"]
-                  for r in self.comm_by_rank if r.get("window_s")]
-        return max(shares) if shares else 0.0
 
     def phase_figures(self, phase: str, metrics: dict[str, Any], peak: float | None
                       ) -> dict[str, Any]:
@@ -224,7 +207,9 @@ class DiagnosePreset(WindowPreset):
             paced = min(mean, loader.step_s)
             if paced > median:
                 step_s, between_s = paced, between_s + paced - median
-        comm = self._exposed_comm_share() * step_s if step_s and phase == "train" else 0.0
+        exposed = [(r["communication_s"] - r["overlap_s"]) / r["window_s"]
+                   for r in self.comm_by_rank if r.get("window_s")]
+        comm = max(exposed, default=0.0) * step_s if step_s and phase == "train" else 0.0
         noise = robust_cv(_step_figures(phase, metrics))
         notes = list(dict.fromkeys(n for n in (loader.note, model.note) if n))  # once each
         # Without the model alone the step cannot be split: its compute would read as host.

@@ -1,7 +1,5 @@
 """The diagnose preset's speed-of-light passes: the loader alone and the model alone, each with
-nothing else running (docs/presets/diagnose.md). They run on the run's own objects and leave
-them as they were (`state_restored`, `rng_restored`, `silent_logging`).
-"""
+nothing else running, on the run's own objects left as they were (docs/presets/diagnose.md)."""
 
 from __future__ import annotations
 
@@ -171,7 +169,10 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
     # prefetched batches would come back at once and make a slow pipeline look fast
     buffered = workers * (getattr(loader, "prefetch_factor", None) or 2)
     drain = buffered + warmup
-    total = _length(loader)
+    try:
+        total = len(loader)
+    except TypeError:  # an iterable dataset without __len__
+        total = None
     notes = []
     if total is not None and total < drain + wanted:
         drain = max(total - wanted, 0)
@@ -216,28 +217,15 @@ def to_device(trainer: Any, batch: Any, dataloader_idx: int = 0) -> Any:
     return trainer.strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
 
 
-def _length(loader: Any) -> int | None:
-    try:
-        return len(loader)
-    except TypeError:  # an iterable dataset without __len__
-        return None
-
-
-def _loss(output: Any) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
-        return output["loss"]
-    return None
-
-
 def training_forward(trainer: Any, module: Any, batch: Any) -> Callable[[], torch.Tensor | None]:
     """training_step on `batch` in the run's precision context, returning its loss or None."""
     precision = trainer.precision_plugin
 
     def forward() -> torch.Tensor | None:
         with precision.train_step_context():
-            return _loss(module.training_step(batch, 0))
+            output = module.training_step(batch, 0)
+        loss = output.get("loss") if isinstance(output, dict) else output
+        return loss if isinstance(loss, torch.Tensor) else None
 
     return forward
 
