@@ -166,6 +166,7 @@ def test_sync_window_times_only_the_window():
 class _Trainer(SimpleNamespace):
     def __init__(self, device: object) -> None:
         super().__init__(world_size=1, global_rank=0, global_step=0, sanity_checking=False,
+                         accumulate_grad_batches=1,
                          loggers=[], strategy=SimpleNamespace(root_device=device))
 
 

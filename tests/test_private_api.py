@@ -197,3 +197,20 @@ def test_hydras_help_lists_its_groups_through_the_replaceable_method():
     finally:
         Hydra.format_config_groups = original
         GlobalHydra.instance().clear()
+
+
+def test_the_checkpoint_wrapper_is_torchs_non_reentrant_one():
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        CheckpointWrapper,
+    )
+
+    inner = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    wrapper = private_api.checkpoint_wrapper(inner)
+    assert isinstance(wrapper, CheckpointWrapper), "update harness.private_api.checkpoint_wrapper"
+    assert wrapper.checkpoint_impl == CheckpointImpl.NO_REENTRANT
+    assert wrapper._checkpoint_wrapped_module is inner
+    assert list(wrapper.state_dict()) == list(inner.state_dict())  # checkpoints keep their keys
+    x = torch.randn(2, 4, requires_grad=True)
+    wrapper(x).sum().backward()
+    assert x.grad is not None

@@ -189,6 +189,7 @@ def test_nothing_before_the_fit_initialises_cuda(monkeypatch, tmp_path):
 
     class PlantedTrainer:
         precision, world_size, num_nodes, num_devices, is_global_zero = "32-true", 1, 1, 1, True
+        accumulate_grad_batches = 1
         strategy = SimpleNamespace(root_device=torch.device("cuda", 0), cluster_environment=None)
 
         def fit(self, module, datamodule=None):

@@ -1,14 +1,14 @@
-"""The one judge of differences: samples of a point -> its band; two bands -> a verdict;
-a set of bands -> the fastest, decided or not. The standard library only. The table,
-harness-report, the MLflow parent run and autotune all decide through it (docs/sweeps.md,
-"Verdicts: real, same, inconclusive", states the rules)."""
+"""The one judge of differences: samples of a point -> its band; two bands, or the jobs two
+points ran side by side, -> a verdict; a set of bands -> the fastest, decided or not. The
+standard library only. The table, harness-report, the MLflow parent run and autotune all decide
+through it (docs/sweeps.md, "Verdicts: real, same, inconclusive", states the rules)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TOLERANCE = 0.05  # a change smaller than 5 % is not called real (the table, harness-report)
 MIN_SPREAD = 0.01  # a single sample's own band is at least +/- 1 %
@@ -16,6 +16,7 @@ MAX_SPREAD = 0.9
 JOB_Z = 1.39  # job-to-job noise (log sd) x this / sqrt(n): the least half-width of a band;
 # two bands that just do not overlap then differ at about the 5 % level (Goldstein & Healy 1995)
 PRIOR_DOF = 2  # weight of a noise prior against the groups measured
+CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ class Verdict:
     low: float | None
     high: float | None
     reason: str | None = None  # why inconclusive: 'B: contended 2/2', 'noisy: B/A could be ...'
+    pairs: int | None = None  # paired: the pairs of jobs it stands on; None: from two bands
+    unpaired: int = 0  # paired: pairs left out (one side contended or noisy, the other not)
 
     @property
     def worse(self) -> bool:
@@ -142,12 +145,22 @@ def past(ratio: float, tolerance: float) -> bool:
     return ratio < 1 - tolerance or ratio * (1 - tolerance) > 1
 
 
+def decide(ratio: float, low: float, high: float, tolerance: float) -> Verdict:
+    """`real` when the interval lies wholly past the tolerance on one side, `same` when it lies
+    wholly within it, `inconclusive` otherwise (the noise is larger than the change asked about)."""
+    if (past(low, tolerance) and past(high, tolerance)) and (low > 1) == (high > 1):
+        return Verdict("real", ratio, low, high)
+    if not (past(low, tolerance) or past(high, tolerance)):
+        return Verdict("same", ratio, low, high)
+    return Verdict("inconclusive", ratio, low, high,
+                   f"noisy: B/A could be {low:.2f}-{high:.2f}x, not wholly beyond or within the"
+                   f" {tolerance:.0%} asked about")
+
+
 def judge(a: Band | None, b: Band | None, tolerance: float = TOLERANCE) -> Verdict | None:
-    """B against A, ratio B/A with the interval [B.low / A.high, B.high / A.low]:
-    `inconclusive` when a side counted no sample, or the interval holds 1.0 and reaches past
-    the tolerance (the noise is larger than the change asked about); `real` when it excludes
-    1.0 and the ratio is past the tolerance; `same` otherwise. None where there is nothing
-    to judge (a side has no sample, or one sample with no interval known)."""
+    """B against A by their bands: ratio B/A within [B.low / A.high, B.high / A.low], decided
+    by `decide`; `inconclusive` when a side counted no sample. None where there is nothing to
+    judge (a side has no sample, or one sample with no interval known)."""
     if a is None or b is None:
         return None
     undecided = [f"{side}: {band.why}" for side, band in (("A", a), ("B", b)) if not band.counted]
@@ -155,15 +168,52 @@ def judge(a: Band | None, b: Band | None, tolerance: float = TOLERANCE) -> Verdi
         return Verdict("inconclusive", None, None, None, "; ".join(undecided))
     if not (a.known and b.known) or not a.value:
         return None
-    ratio = b.value / a.value  # type: ignore[operator]
-    low, high = b.low / a.high, b.high / a.low  # type: ignore[operator]
-    if low <= 1.0 <= high:
-        if past(low, tolerance) or past(high, tolerance):
-            return Verdict("inconclusive", ratio, low, high,
-                           f"noisy: B/A could be {low:.2f}-{high:.2f}x, wider than the"
-                           f" {tolerance:.0%} asked about")
-        return Verdict("same", ratio, low, high)
-    return Verdict("real" if past(ratio, tolerance) else "same", ratio, low, high)
+    return decide(b.value / a.value, b.low / a.high, b.high / a.low,  # type: ignore[operator]
+                  tolerance)
+
+
+def signed_rank_cut(n: int, confidence: float = CONFIDENCE) -> int | None:
+    """The largest c with P(W <= c) <= (1 - confidence) / 2 for Wilcoxon's signed-rank statistic
+    W of n pairs, from its exact null distribution; None when even c = 0 is more likely than
+    that (under 6 pairs at 95 %)."""
+    counts = [1] + [0] * (n * (n + 1) // 2)  # ways to reach each rank sum
+    for rank in range(1, n + 1):
+        for total in range(len(counts) - 1, rank - 1, -1):
+            counts[total] += counts[total - rank]
+    tail, cut, seen = (1 - confidence) / 2 * 2 ** n, None, 0
+    for c, ways in enumerate(counts):
+        seen += ways
+        if seen > tail:
+            break
+        cut = c
+    return cut
+
+
+def paired_interval(ratios: Sequence[float], confidence: float = CONFIDENCE
+                    ) -> tuple[float, float, float] | None:
+    """(estimate, low, high) of B/A from paired ratios: the Hodges-Lehmann estimate and
+    Wilcoxon's signed-rank interval on the log scale. Free of any assumed distribution but a
+    symmetric one, and one pair hit by a burst moves it little. None with too few pairs."""
+    cut = signed_rank_cut(len(ratios), confidence)
+    if cut is None:
+        return None
+    logs = [math.log(r) for r in ratios]
+    walsh = sorted((x + y) / 2 for i, x in enumerate(logs) for y in logs[i:])
+    return (math.exp(statistics.median(walsh)), math.exp(walsh[cut]),
+            math.exp(walsh[len(walsh) - 1 - cut]))
+
+
+def paired(pairs: Sequence[tuple[Sample, Sample]], tolerance: float = TOLERANCE) -> Verdict | None:
+    """B against A through jobs that ran side by side (a round's (A, B)): a load that outlasts a
+    pair slows both alike. A pair counts when both sides were quiet, or both were contended or
+    noisy (the load then shows in the pairs' spread); a quiet side against a loaded one is left
+    out. None with fewer counted pairs than an interval at CONFIDENCE needs."""
+    kept = [(a, b) for a, b in pairs if a.counted == b.counted and a.figure > 0 and b.figure > 0]
+    found = paired_interval([b.figure / a.figure for a, b in kept])
+    if found is None:
+        return None
+    verdict = decide(*found, tolerance)
+    return replace(verdict, pairs=len(kept), unpaired=len(pairs) - len(kept))
 
 
 def beyond(slower: Band | None, faster: Band | None, tolerance: float = TOLERANCE) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -70,9 +71,31 @@ def check_job(cfg: DictConfig, overrides: list[str]) -> list[tuple[str, Any, Dic
     read_knobs(cfg)
     check_added_keys(overrides, cfg.keys())
     check_trainer_keys(cfg)
-    targets = check_targets(cfg)
-    check_arguments(targets)
+    with code_dir_imports(cfg):
+        targets = check_targets(cfg)
+        check_arguments(targets)
     return targets
+
+
+@contextlib.contextmanager
+def code_dir_imports(cfg: DictConfig) -> Iterator[None]:
+    """Within the block `code_dir` comes first on the import path; the modules it gave are
+    forgotten after, since the next job's code_dir may hold modules of the same names."""
+    from harness.config.knobs import code_dir_of
+
+    directory = code_dir_of(cfg)
+    if directory is None:
+        yield
+        return
+    before, where = set(sys.modules), str(directory)
+    sys.path.insert(0, where)
+    try:
+        yield
+    finally:
+        sys.path.remove(where)
+        for name in set(sys.modules) - before:
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(where):
+                del sys.modules[name]
 
 
 @contextlib.contextmanager

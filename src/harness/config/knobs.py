@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from harness.config.checks import NonNegativeInt, PositiveInt, check
+from harness.config.global_batch import accumulation
 from harness.config.overrides import ROUND_KEY
 from harness.errors import ConfigError
 
@@ -33,6 +35,10 @@ class Knobs:
     seed: int
     repeat: int  # measurements of this point (see harness.run.repeat)
     check_knobs: bool = True  # what ran must match the knobs the user set (harness.run.observe)
+    global_batch_size: int | None = None  # examples per optimizer step, all ranks (None: unset)
+    accumulation: int | None = None  # the trainer.accumulate_grad_batches it sets (config.global_batch)
+    # False, True (the model's repeated blocks) or class names (harness.run.checkpointing)
+    activation_checkpointing: bool | tuple[str, ...] = False
 
     @property
     def trains(self) -> bool:
@@ -53,11 +59,26 @@ def parse_compile(value: Any) -> str | bool:
     return False if text in OFF else "default" if text in ON else text
 
 
+def parse_checkpointing(value: Any) -> bool | tuple[str, ...]:
+    """activation_checkpointing: False, True, or the names of the classes to wrap (a bare name
+    is a list of one)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in (*OFF, *ON):
+        return value.strip().lower() in ON
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else value
+    return tuple(check("activation_checkpointing", names,
+                       Annotated[tuple[Annotated[str, ">= 1"], ...], ">= 1"], "[Block]",
+                       "false, true (the model's repeated blocks) or a list of module class names"))
+
+
 def read_knobs(cfg: Any) -> Knobs:
     """Validate the top-level knobs of a composed config."""
     precision = str(cfg.get("precision"))
+    batch_size = check("batch_size", cfg.get("batch_size"), PositiveInt, 32)
+    global_batch = check("global_batch_size", cfg.get("global_batch_size"), PositiveInt | None, 128)
     return Knobs(
-        batch_size=check("batch_size", cfg.get("batch_size"), PositiveInt, 32),
+        batch_size=batch_size,
         precision=precision,
         lightning_precision=PRECISIONS[check("precision", precision.strip().lower(),
                                              Literal[tuple(PRECISIONS)], "bf16")],
@@ -67,9 +88,14 @@ def read_knobs(cfg: Any) -> Knobs:
         mode=check("mode", cfg.get("mode"), Literal[MODES], "both"),
         # numpy's generators take seeds in [0, 2**32): Lightning seeds numpy with it.
         seed=check("seed", cfg.get("seed"), Annotated[int, ">= 0", f"< {2**32}"], 0),
-        repeat=check("repeat", cfg.get("repeat", 1), PositiveInt, 3,
-                     "a positive integer (runs of each point)"),
+        # auto: rounds of a sweep until decided (its sweeper gives each job repeat=1)
+        repeat=1 if str(cfg.get("repeat")).lower() == "auto" else check(
+            "repeat", cfg.get("repeat", 1), PositiveInt, 3,
+            "a positive integer (runs of each point), or auto in a sweep"),
         check_knobs=check("check_knobs", cfg.get("check_knobs", True), bool, "true"),
+        global_batch_size=global_batch,
+        accumulation=accumulation(cfg, batch_size, global_batch),
+        activation_checkpointing=parse_checkpointing(cfg.get("activation_checkpointing", False)),
     )
 
 
@@ -142,6 +168,18 @@ def check_strategy(strategy: Any) -> None:
             " processes Lightning starts with multiprocessing, whose steps the presets do not"
             " see", "trainer.strategy=ddp (each rank a process of its own; harness gathers"
             " their figures)")
+
+
+def code_dir_of(cfg: Any) -> Path | None:
+    """The `code_dir` directory, resolved; None when unset. A ConfigError when not a directory."""
+    value = cfg.get("code_dir")
+    if value is None or value == "":
+        return None
+    path = Path(str(value)).expanduser()
+    if not path.is_dir():
+        raise ConfigError("code_dir", value, "a directory whose code the job imports first",
+                          "code_dir=../base (e.g. git worktree add ../base main), or drop it")
+    return path.resolve()
 
 
 def sweep_round(cfg: Any) -> int | None:

@@ -73,9 +73,9 @@ class EventPhaseTimer(PhaseTimer):
         super().batch_received(now, examples)
         self._batch_event = self._event()
 
-    def step_done(self, now: float) -> StepRecord | None:
+    def step_done(self, now: float, updates: bool = True) -> StepRecord | None:
         """The step as the host saw it; its device time is read back later."""
-        record = super().step_done(now)
+        record = super().step_done(now, updates)
         if record is None:
             return None
         done = self._event()
@@ -98,7 +98,8 @@ class EventPhaseTimer(PhaseTimer):
             host = oldest.host
             self.device_steps.append(StepRecord(
                 host.index, oldest.origin.elapsed_time(oldest.done) / 1e3,
-                oldest.origin.elapsed_time(oldest.batch) / 1e3, host.examples, host.warmup))
+                oldest.origin.elapsed_time(oldest.batch) / 1e3, host.examples, host.warmup,
+                host.updates))
 
     def open_window(self, now: float | None = None) -> None:
         """Synchronise and open a segment; call `restart` after it."""
@@ -120,8 +121,8 @@ class EventPhaseTimer(PhaseTimer):
     def summary(self, world_size: int) -> dict[str, Any]:
         """The step figures of the mode's clock, the window's, the cross-check and `clocks`."""
         self.flush()
-        figures: dict[str, Any] = step_figures(self.steps, world_size)
-        window = window_figures(self.segments)
+        figures: dict[str, Any] = step_figures(self.steps, world_size, self.batches_per_step)
+        window = window_figures(self.segments, self.batches_per_step)
         window_s = window["window_s"]
         events_s = sum(s.step_s for s in self.device_steps if not s.warmup)
         ratio = events_s / window_s if self.sync == "events" and window_s else None
@@ -130,9 +131,10 @@ class EventPhaseTimer(PhaseTimer):
                        events_miss_work=miss)
         if self.sync == "window" or miss:
             examples = sum(s.examples for s in self.host_steps if not s.warmup) * world_size
-            figures.update(seconds_per_iteration=window["window_seconds_per_iteration"],
+            per_iteration = window["window_seconds_per_iteration"]
+            figures.update(seconds_per_iteration=per_iteration,
                            examples_per_second=examples / window_s if window_s else None,
-                           iterations_per_second=window["window_steps"] / window_s if window_s else None)
+                           iterations_per_second=1 / per_iteration if per_iteration else None)
         if self.sync == "window":  # no step was timed on the device
             figures.update(dict.fromkeys(NOT_TIMED))
         figures["clocks"] = clocks(self.sync, miss)

@@ -65,11 +65,22 @@ class BatchCounts:
 
     def __init__(self) -> None:
         self.sizes: dict[str, Counter[int | None]] = {phase: Counter() for phase in PHASES}
+        # training: examples per optimizer step on this rank, how many steps took each
+        self.step_examples: Counter[int | None] = Counter()
+        self._since_step: int | None = 0  # None: a batch since the last step was not readable
 
     def count(self, phase: str, batch: Any) -> int | None:
         examples = count_examples(batch)
         self.sizes[phase][examples] += 1
+        if phase == "train":
+            self._since_step = (None if examples is None or self._since_step is None
+                                else self._since_step + examples)
         return examples
+
+    def optimizer_stepped(self) -> None:
+        """The training batches counted since the last optimizer step made one."""
+        self.step_examples[self._since_step] += 1
+        self._since_step = 0
 
     def examples_per_batch(self) -> dict[str, int | None]:
         """Phase -> the most common examples per batch (None: unreadable), for phases that ran."""
@@ -104,6 +115,7 @@ class BatchObserver(Callback):
 
     def __init__(self, shared: RunShared) -> None:
         self.shared = shared
+        self._global_step = 0  # the trainer's optimizer steps when the batch started
 
     def _seen(self, phase: str, batch: Any) -> None:
         if self.shared.timed_from_step is None:
@@ -116,6 +128,13 @@ class BatchObserver(Callback):
     @override
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, *_: Any) -> None:
         self._seen("train", batch)
+        self._global_step = trainer.global_step
+
+    @override
+    def on_train_batch_end(self, trainer: Any, *_: Any) -> None:
+        # global_step counts optimizer steps: with accumulation, not every batch makes one
+        if trainer.global_step != self._global_step:
+            self.shared.batches.optimizer_stepped()
 
     @override
     def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, *_: Any) -> None:

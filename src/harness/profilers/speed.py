@@ -52,6 +52,7 @@ EXAMPLES_RATE_METRIC = {phase: f"{phase_word(phase)}_examples_rate" for phase in
 HEADLINE = ("seconds_per_iteration", "examples_per_second", "median_step_s", "p90_step_s",
             "between_steps_share", "first_step_s", "measured_steps", "mad_step_s",
             "median_between_s")
+TRAIN_HEADLINE = ("optimizer_steps_per_second", "batches_per_step")  # training's alone
 CONTENTION = ("other_cpu_share", "run_delay_share")  # and, on CUDA, gpu_other_sm_share
 GPU_CLOCKS = ("window_seconds_per_iteration", "events_over_window")  # CUDA only
 TABLE_FIGURES = (("seconds_per_iteration", ".4f"), ("median_step_s", ".4f"), ("p90_step_s", ".4f"),
@@ -103,6 +104,8 @@ class SpeedPreset(Preset, Callback):
         self._rate_steps: dict[str, list[int]] = {phase: [] for phase in PHASES}
         self._rates_logged = dict.fromkeys(PHASES, 0)
         self._running: str | None = None  # the phase whose clock runs (its steps go on)
+        self._global_step = 0  # the trainer's optimizer steps when the training batch started
+        self.optimizer_steps = True  # Lightning steps the optimizer (automatic optimization)
         self._held: list[Callable[[], None]] = []  # untimed work waiting for the step's end
 
     @override
@@ -144,12 +147,15 @@ class SpeedPreset(Preset, Callback):
         self.timers[phase].batch_received(arrived, examples or self.batch_size)
 
     def _done(self, phase: str, trainer: pl.Trainer) -> None:
-        record = self.timers[phase].step_done(self._now())
+        timer = self.timers[phase]
+        # with accumulation a batch without an optimizer step is part of the next iteration
+        updates = timer.batches_per_step == 1 or trainer.global_step != self._global_step
+        record = timer.step_done(self._now(), updates)
         if record is None:
             return
         if self.log_rates:
             self._rate_steps[phase].append(trainer.global_step if phase == "train" else record.index)
-        if record.index + 1 == self.warmup_steps and not self._held:
+        if timer.warm_from == record.index + 1 and not self._held:
             self._open_window(phase)  # warm-up is over: the measured window starts
         elif self.gpu_windows and record.index % FLUSH_EVERY == FLUSH_EVERY - 1:
             self.gpu_windows[phase].read()  # NVML keeps a short buffer of samples
@@ -233,7 +239,10 @@ class SpeedPreset(Preset, Callback):
             self._rates_logged[phase] = len(steps)
 
     @override
-    def on_train_start(self, *_: Any) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # an iteration of training: one optimizer step, of this many batches (step_timer)
+        self.timers["train"].batches_per_step = trainer.accumulate_grad_batches
+        self.optimizer_steps = getattr(pl_module, "automatic_optimization", True)
         memory_peaks.phase_start("train", self.device)
 
     @override
@@ -247,6 +256,8 @@ class SpeedPreset(Preset, Callback):
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              *_: Any) -> None:
+        if self.timers["train"].batches_per_step > 1:
+            self._global_step = trainer.global_step
         self._received("train", batch)
 
     @override
@@ -349,8 +360,12 @@ class SpeedPreset(Preset, Callback):
             if "clocks" not in figures:  # the host's clock (a CPU, or sync=step)
                 figures["clocks"] = clocks(self.clock)
                 if self.clock == "step":
-                    figures.update(window_figures(timer.segments))
-            per_rank = [rank_figures(rank, steps)
+                    figures.update(window_figures(timer.segments, timer.batches_per_step))
+            if phase == "train":  # an iteration is an optimizer step (step_timer)
+                figures["batches_per_step"] = timer.batches_per_step
+                figures["optimizer_steps_per_second"] = (figures["iterations_per_second"]
+                                                         if self.optimizer_steps else None)
+            per_rank = [rank_figures(rank, steps, timer.batches_per_step)
                         for rank, steps in sorted(self._steps_by_rank(phase).items())]
             if len(per_rank) == self.world_size and (
                     figures["clocks"]["examples_per_second"] != "window"):
@@ -428,6 +443,8 @@ class SpeedPreset(Preset, Callback):
         cuda = self.device_type() == "cuda"
         for phase, figures in phases.items():
             metrics.update({f"{phase}_{key}": figures[key] for key in HEADLINE})
+            metrics.update({f"{phase}_{key}": figures[key] for key in TRAIN_HEADLINE
+                            if key in figures})
             found = figures["contention"] or {}
             for key in (*CONTENTION, *(("gpu_other_sm_share",) if cuda else ())):
                 metrics[f"{phase}_{key}"] = found.get(key)
@@ -450,6 +467,12 @@ class SpeedPreset(Preset, Callback):
         for phase, f in phases.items():
             table.add_row(phase, f"{f['measured_steps']}{' (thin)' if f['thin'] else ''}",
                           *(_fmt(f[key], spec) for key, spec in TABLE_FIGURES))
+        train = phases.get("train", {})
+        if train.get("batches_per_step", 1) > 1:  # gradient accumulation: say what a step is
+            table.caption = (
+                f"train: a step is one optimizer step of {train['batches_per_step']} batches"
+                f" ({_fmt(train['optimizer_steps_per_second'], '.2f')} optimizer steps/s;"
+                f" warm-up: {train['warmup_steps']} of them)")
         return table
 
     def _rank_tables(self, phases: dict[str, dict[str, Any]]) -> list[Table]:

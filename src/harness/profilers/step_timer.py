@@ -1,7 +1,9 @@
 """Per-phase step timing on the host's clock, and the arithmetic behind the speed report.
 
 An iteration runs from the previous step's end to this one's; `between_s` is the part before the
-batch arrived (docs/presets/speed.md).
+batch arrived (docs/presets/speed.md). With gradient accumulation (k batches per optimizer step)
+a training iteration is one optimizer step: its k batches' records summed (`optimizer_steps`),
+warm-up ending with a whole step, so the figures count the optimizer's own cost.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class StepRecord:
     between_s: float  # from the previous step's end to this batch's arrival, seconds
     examples: int  # examples in this step's batch on this rank
     warmup: bool  # left out of the figures
+    updates: bool = True  # the optimizer stepped at its end (training with accumulation)
 
 
 @dataclass
@@ -50,17 +53,43 @@ class Segment:
     steps: int = 0
 
 
-def window_figures(segments: list[Segment]) -> dict[str, float | int | None]:
-    """The measured window timed as a whole: its closed segments that held steps."""
+def window_figures(segments: list[Segment], batches_per_step: int = 1
+                   ) -> dict[str, float | int | None]:
+    """The measured window timed as a whole: its closed segments that held steps (batches);
+    an iteration: `batches_per_step` of them."""
     closed = [s for s in segments if s.end_s is not None and s.steps > 0]
     window_s = float(sum(s.end_s - s.start_s for s in closed))  # type: ignore[operator]
     steps = sum(s.steps for s in closed)
     return {"window_s": window_s, "window_steps": steps, "window_segments": len(closed),
-            "window_seconds_per_iteration": window_s / steps if steps else None}
+            "window_seconds_per_iteration": window_s * batches_per_step / steps if steps else None}
 
 
-def step_figures(steps: list[StepRecord], world_size: int) -> dict[str, float | int | None]:
-    """Figures over the measured (non-warm-up) steps; None where nothing was measured."""
+def optimizer_steps(steps: list[StepRecord], batches_per_step: int) -> list[StepRecord]:
+    """Each run of `batches_per_step` batches that ended with an optimizer step as one record:
+    their times, waits and examples summed. A step short of batches (an epoch's last) and the
+    batches of one unfinished are left out: every record is a whole optimizer step."""
+    if batches_per_step <= 1:
+        return steps
+    whole: list[StepRecord] = []
+    batches: list[StepRecord] = []
+    for step in steps:
+        batches.append(step)
+        if not step.updates:
+            continue
+        if len(batches) == batches_per_step:
+            whole.append(StepRecord(len(whole), sum(b.step_s for b in batches),
+                                    sum(b.between_s for b in batches),
+                                    sum(b.examples for b in batches),
+                                    warmup=any(b.warmup for b in batches)))
+        batches = []
+    return whole
+
+
+def step_figures(steps: list[StepRecord], world_size: int, batches_per_step: int = 1
+                 ) -> dict[str, float | int | None]:
+    """Figures over the measured (non-warm-up) iterations (optimizer steps of `batches_per_step`
+    batches); None where nothing was measured."""
+    steps = optimizer_steps(steps, batches_per_step)
     measured = [s for s in steps if not s.warmup]
     times = np.array([s.step_s for s in measured], dtype=float)
     waits = np.array([s.between_s for s in measured], dtype=float)
@@ -92,11 +121,17 @@ class PhaseTimer:
 
     name: str
     warmup_steps: int
+    batches_per_step: int = 1  # training: batches per optimizer step (accumulate_grad_batches)
     host_steps: list[StepRecord] = field(default_factory=list)  # as the host's clock saw them
     segments: list[Segment] = field(default_factory=list)
     _origin: float | None = None  # end of the previous step, or the start of the phase
     _batch_at: float | None = None
     _examples: int = 0
+    warm_from: int | None = None  # the first measured step; None: still warming up
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps == 0:
+            self.warm_from = 0
 
     @property
     def steps(self) -> list[StepRecord]:
@@ -109,7 +144,7 @@ class PhaseTimer:
 
     @property
     def measuring(self) -> bool:
-        return self.recorded >= self.warmup_steps
+        return self.warm_from is not None
 
     @property
     def window_open(self) -> bool:
@@ -131,12 +166,16 @@ class PhaseTimer:
         self._batch_at = now
         self._examples = examples
 
-    def step_done(self, now: float) -> StepRecord | None:
+    def step_done(self, now: float, updates: bool = True) -> StepRecord | None:
+        """The step that ends now (`updates`: with an optimizer step); warm-up ends after
+        `warmup_steps` of them, at the end of an optimizer step."""
         if self._origin is None or self._batch_at is None:
             return None
         record = StepRecord(self.recorded, now - self._origin, self._batch_at - self._origin,
-                            self._examples, warmup=self.recorded < self.warmup_steps)
+                            self._examples, warmup=self.warm_from is None, updates=updates)
         self.host_steps.append(record)
+        if self.warm_from is None and self.recorded >= self.warmup_steps and updates:
+            self.warm_from = self.recorded
         self._origin = now
         self._batch_at = None
         return record
@@ -151,13 +190,14 @@ class PhaseTimer:
             segment.end_s, segment.steps = now, self.recorded - segment.first_step
 
     def summary(self, world_size: int) -> dict[str, float | int | None]:
-        return step_figures(self.steps, world_size)
+        return step_figures(self.steps, world_size, self.batches_per_step)
 
 
-def rank_figures(rank: int, steps: list[StepRecord]) -> dict[str, float | int | None]:
+def rank_figures(rank: int, steps: list[StepRecord], batches_per_step: int = 1
+                 ) -> dict[str, float | int | None]:
     """One rank's own figures: its measured steps, time and examples (no world-size factor)."""
-    figures = step_figures(steps, world_size=1)
-    measured = [s for s in steps if not s.warmup]
+    figures = step_figures(steps, 1, batches_per_step)
+    measured = [s for s in optimizer_steps(steps, batches_per_step) if not s.warmup]
     return {
         "rank": rank,
         "measured_steps": figures["measured_steps"],

@@ -19,7 +19,7 @@ Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interr
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
 OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
             "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis",
-            "torch_settings", "clocks")
+            "torch_settings", "clocks", "threads", "code_dir", "code_commit", "fresh_process_s")
 
 
 PHASE_PREFIXES = ("train_", "validation_", "inference_")
@@ -49,6 +49,20 @@ class Repeats(_Record):
         default_factory=list, description="every repeat's own metrics, in run order")
 
 
+class OptimizerStep(_Record):
+    """What one optimizer step of the fit took, as it ran (global_batch_size is held to it)."""
+
+    micro_batch: int | None = Field(None, description="examples per batch on one rank")
+    accumulation: int = Field(1, description="batches per optimizer step"
+                              " (trainer.accumulate_grad_batches as the fit ran it)")
+    world_size: int = Field(1, description="ranks, each with batches of its own")
+    examples: int | None = Field(None, description="examples per optimizer step, all ranks: the"
+                                 " most common over the fit's steps (null: batches not readable)")
+    steps: int = Field(0, description="optimizer steps of the fit (on this rank)")
+    other_steps: int = Field(0, description="of those, steps that took another number of"
+                             " examples (an epoch's last, short of batches)")
+
+
 class Observed(_Record):
     """What really ran, read off the run itself, to hold against the knobs."""
 
@@ -61,8 +75,15 @@ class Observed(_Record):
     compiled_graphs: int | None = Field(
         None, description="graphs TorchDynamo compiled (null: compile off)")
     graph_breaks: int | None = Field(None, description="graph breaks TorchDynamo met")
+    optimizer_step: OptimizerStep | None = Field(
+        None, description="training: micro-batch x accumulation x ranks = examples per optimizer"
+        " step, as the fit ran them")
+    checkpointed: dict[str, int] | None = Field(
+        None, description="activation_checkpointing: class -> modules wrapped (null: off, or no"
+        " block found)")
     notes: list[str] = Field(default_factory=list,
-                             description="differences from the knobs that did not make it invalid")
+                             description="differences from the knobs that did not make it invalid;"
+                             " what activation_checkpointing wrapped, and how it found them")
 
 
 class Finding(_Record):
@@ -144,7 +165,8 @@ class RunResult(_Record):
     reason: str | None = Field(None, description="one line: why the status is not ok, and the fix")
     knobs: dict[str, Any] = Field(
         default_factory=dict, description="the validated top-level knobs (batch_size, precision,"
-        " lightning_precision, compile, compile_module, mode, seed, repeat, check_knobs)")
+        " lightning_precision, compile, compile_module, mode, seed, repeat, check_knobs,"
+        " global_batch_size, accumulation, activation_checkpointing)")
     overrides: list[str] = Field(default_factory=list,
                                  description="the job's command-line / sweep overrides")
     metrics: dict[str, Any] = Field(
@@ -171,6 +193,16 @@ class RunResult(_Record):
         default_factory=dict, description="phase -> why it has no figures (status partial)")
     sweep_round: int | None = Field(
         None, description="in a sweep with repeat=N: the round (0..N-1) this job belongs to")
+    threads: int | None = Field(
+        None, description="torch threads set for the job by sweep.threads (the same for every job"
+        " of a sweep; torch_settings.num_threads is what ran); null: torch's default")
+    code_dir: str | None = Field(None, description="code_dir: the directory first on the job's"
+                                 " import path (the job ran in a fresh process)")
+    code_commit: str | None = Field(None, description="code_dir's git commit, '+dirty' with"
+                                    " uncommitted changes; null: not a git tree")
+    fresh_process_s: float | None = Field(
+        None, description="code_dir: seconds from the start of the job's fresh process until"
+        " torch and Lightning were imported, which a job in the sweep's own process skips")
     precision_used: str | None = Field(None, description="the precision Lightning really ran")
     precision_note: str | None = Field(None, description="why it differs from the knob")
     device: Device | None = Field(None, description="what the run ran on")

@@ -85,9 +85,11 @@ def build_user_callbacks(node: Any) -> list[Callback]:
 
 
 def build_trainer(
-    cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback]
+    cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback],
+    accumulation: int | None = None,
 ) -> pl.Trainer:
-    """The Trainer with the user's callbacks, the presets, harness's own and the logger."""
+    """The Trainer with the user's callbacks, the presets, harness's own and the logger;
+    `accumulation`: the accumulate_grad_batches global_batch_size sets (None: the config's)."""
     user = build_user_callbacks(cfg.trainer.get("callbacks"))
     # Without its callbacks node: Hydra would merge the list below into a dict of nodes.
     node = copy.copy(cfg.trainer)  # a shallow copy keeps the parent: ${...} still resolve
@@ -98,6 +100,7 @@ def build_trainer(
     switches = {key: True for key, kind in (("enable_checkpointing", ModelCheckpoint),
                                             ("enable_progress_bar", ProgressBar))
                 if any(isinstance(c, kind) for c in user)}
+    accumulates = {} if accumulation is None else {"accumulate_grad_batches": accumulation}
     if hasattr(logger, "flush_if_due"):  # a buffering logger sends where no step is timed
         presets.shared.between_steps.append(logger.flush_if_due)
     return _build(
@@ -108,4 +111,5 @@ def build_trainer(
         profiler=presets.profiler,
         logger=False if logger is None else logger,  # Trainer(logger=None) means its defaults
         **switches,
+        **accumulates,
     )

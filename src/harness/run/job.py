@@ -8,12 +8,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.config.composed import check_job, check_resolves
 from harness.config.knobs import Knobs, read_knobs, sweep_round
 from harness.errors import ConfigError
 from harness.launch import rank_processes
+from harness.launch.code_dir import run_in_code_dir, startup_s
 from harness.launch.job_scope import end_process_group, handle_interruption, job_scope
 from harness.launch.nsys import relaunch_under_nsys
 from harness.launch.ranks import global_rank
@@ -21,6 +22,7 @@ from harness.launch.slurm import slurm_metadata
 from harness.result.schema import RunResult
 from harness.run import torch_settings
 from harness.run.record import RunRecord
+from harness.sweep.rounds import SweepSettings
 from harness.terminal import show
 from harness.tracking.run_logging import log_finished_run
 from harness.tracking.tracker import start_tracker
@@ -37,6 +39,15 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
         record.fail(err)
         _write(record)
         raise
+    try:  # code_dir: the job runs again in a fresh process that imports that code first
+        relaunched = run_in_code_dir(cfg, output_dir, overrides, record.result, sweep_dir(),
+                                     _threads(cfg))
+    except ConfigError as err:
+        record.fail(err)
+        _write(record)
+        raise
+    if relaunched is not None:
+        return relaunched
     # profiler=nsys: Nsight Systems has to start the process it profiles, so this job runs
     # again as its child, which measures; here its result.json is read back.
     relaunched = relaunch_under_nsys(cfg, output_dir, overrides)
@@ -53,6 +64,9 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
             # torch and Lightning load here, after the config checks: a typo is said at once.
             from harness.run import build, measure
 
+            startup_s(record.result)
+
+            record.result.threads = torch_settings.set_threads(_threads(cfg))
             started_with = torch_settings.capture()  # what the job puts back when it ends
             build.route_lightning_logs()  # each Lightning message once, through the job's log
             logger = build.build_logger(cfg)  # one tracking run per job, shared by its repeats
@@ -94,15 +108,36 @@ def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None
     """The knobs (into `result` as soon as they are valid), `check_job`, then the profiler list
     (Lightning takes one Profiler): every check before compute, each a one-line ConfigError."""
     knobs = read_knobs(cfg)
+    if str(cfg.get("repeat")).lower() == "auto":  # a sweep's jobs get repeat=1 from its sweeper
+        raise ConfigError("repeat", "auto", "a number of runs: auto adds rounds of a sweep until"
+                          " its comparisons are decided, and a single run compares nothing",
+                          "repeat=3, or a sweep: harness -m precision=fp32,bf16 repeat=auto")
     if result is not None:
         result.knobs = knobs.as_dict()
         result.sweep_round = sweep_round(cfg)
+    SweepSettings.read(cfg)
     targets = check_job(cfg, overrides)
     # Here, not at the top: the targets checked imported Lightning already; --help does not.
     from harness.profilers.preset import check_one_profiler
 
     check_one_profiler(targets)
     return knobs
+
+
+def _threads(cfg: DictConfig) -> int | None:
+    """sweep.threads as its sweeper resolved it for each job (auto stays torch's default)."""
+    value = OmegaConf.select(cfg, "sweep.threads", default=None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def sweep_dir() -> Path | None:
+    """The directory of the sweep this job is part of; None in a single run."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return Path(str(HydraConfig.get().sweep.dir))
 
 
 def _write(record: RunRecord) -> None:

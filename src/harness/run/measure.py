@@ -18,13 +18,14 @@ from omegaconf import DictConfig
 
 from harness import memory_peaks, private_api
 from harness.config.knobs import Knobs
-from harness.errors import HarnessError, first_line
+from harness.errors import ConfigError, HarnessError, first_line
 from harness.launch.ddp import distributed_facts, prepare_ranks
 from harness.launch.ranks import global_rank
 from harness.measured import summarize
 from harness.profilers.preset import Presets
 from harness.result.schema import Device, Repeats, RunResult
 from harness.run import build, torch_settings
+from harness.run.checkpointing import checkpoint_blocks, said
 from harness.run.compile import compile_facts, compile_network
 from harness.run.finish import diagnose_run, write_reports
 from harness.run.isolation import start_clean
@@ -63,15 +64,18 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     pl.seed_everything(knobs.seed, workers=True, verbose=False)
     datamodule = build.build_datamodule(cfg)
     module = build.build_module(cfg)
+    check_accumulates(module, knobs)
     presets = build.build_presets(cfg)
     observer, loss_watch = presets.observer, LossWatch()
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
-                                  [observer, loss_watch])
+                                  [observer, loss_watch], knobs.accumulation)
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
     result.model = cfg.model._target_
     result.data = None if datamodule is None else cfg.data._target_
 
+    # before compile, which then traces the wrapped blocks
+    checkpointed = checkpoint_blocks(module, knobs.activation_checkpointing)
     compiling_before = private_api.compile_seconds()
     if knobs.compile:
         compile_network(module, knobs.compile_module, knobs.compile)
@@ -95,6 +99,10 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
         if trainer.is_global_zero:
             for note in result.observed.notes:  # what ran differs from a knob: said, not hidden
                 log.info("what ran: %s", note)
+        if knobs.activation_checkpointing is not False and result.observed is not None:
+            # said before the fit already
+            result.observed.checkpointed = None if checkpointed is None else checkpointed.classes()
+            result.observed.notes.append(said(checkpointed, type(module).__name__))
         _flag_nonfinite_loss(result, loss_watch)
         if trainer.is_global_zero:
             write_reports(presets.by_name, record, diagnose=knobs.repeat == 1)
@@ -102,12 +110,26 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     return presets.by_name
 
 
+def check_accumulates(module: pl.LightningModule, knobs: Knobs) -> None:
+    """global_batch_size sets Lightning's accumulation, which a module that steps its optimizers
+    itself never runs: one line before the fit (Lightning would refuse the trainer anyway)."""
+    if knobs.global_batch_size is not None and not module.automatic_optimization:
+        raise ConfigError(
+            "global_batch_size", knobs.global_batch_size,
+            f"a module with automatic optimization: {type(module).__name__} sets"
+            " automatic_optimization = False and steps its optimizers itself, so"
+            " global_batch_size cannot set its accumulation",
+            "drop global_batch_size and accumulate in its training_step (step every N batches),"
+            " with batch_size the examples of one batch")
+
+
 def record_what_ran(result: RunResult, trainer: Any, asked_precision: str, presets: Presets,
                     compiled: dict[str, Any] | None = None) -> None:
     """After the fit, into `result`: what ran (`observed`), torch settings, memory peaks, then the
     precision used (why not the one asked), device, versions, host (may fail: CUDA starts)."""
     device = trainer.strategy.root_device
-    result.observed = observed_of(presets.shared.batches, compiled)
+    result.observed = observed_of(presets.shared.batches, compiled,
+                                  trainer.accumulate_grad_batches, trainer.world_size)
     result.torch_settings = torch_settings.read()
     result.metrics.update(memory_peaks.read(device))
     result.precision_used = trainer.precision

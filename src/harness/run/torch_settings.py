@@ -80,6 +80,15 @@ def _settings() -> dict[str, Setting]:
     return found
 
 
+def set_threads(threads: int | None) -> int | None:
+    """torch's intra-op threads set to `threads` (None: left as they are); what was set."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    return threads
+
+
 def read() -> dict[str, Any]:
     """Every setting's current value (None: unreadable, e.g. the two TF32 APIs mixed)."""
     values: dict[str, Any] = {}

@@ -128,7 +128,11 @@ class ComparisonCallback(Callback):
                 OmegaConf.to_container(plain) if isinstance(plain, ListConfig) else plain)
             check_settings(self.settings.rows, self.settings.baseline, swept_values_of(config),
                            repeat_keys=repeat_keys)
-            self.settings = replace(self.settings, repeat_keys=repeat_keys)
+            from harness.sweep.rounds import SweepSettings, repeat_of
+
+            repeat_of(config)
+            self.settings = replace(self.settings, repeat_keys=repeat_keys,
+                                    tolerance=SweepSettings.read(config).decide_within)
             _check_values(config)
         except ConfigError as err:
             log.error("%s", err)

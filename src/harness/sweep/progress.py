@@ -97,6 +97,7 @@ class TableSettings:
     baseline: str | None = None
     plot: bool = True
     repeat_keys: tuple[str, ...] | None = None  # None: harness.sweep.table.REPEAT_KEYS
+    tolerance: float | None = None  # the verdicts' threshold (sweep.decide_within); None: TOLERANCE
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.judge import TOLERANCE
 from harness.measured import CAUTIONS, LEGACY_NOISY, MAIN_PHASES, USABLE, is_finite_number
 from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep.table import (
@@ -348,6 +347,7 @@ def headroom_lines(comparison: Comparison) -> list[str]:
 
 
 def legend(comparison: Comparison) -> list[str]:
+    tolerance = comparison.tolerance
     lines = [
         "s/it: seconds per iteration (median over the samples of the point; comparison.md"
         " and .csv); ex/s: examples per second, examples per iteration / s/it; between steps:"
@@ -387,10 +387,17 @@ def legend(comparison: Comparison) -> list[str]:
         )
     verdicts = {v for phase in MAIN_PHASES for v in points[f"{phase}_speedup_verdict"]
                 if isinstance(v, str)}
+    paired = [n for phase in MAIN_PHASES for n in points[f"{phase}_speedup_pairs"]
+              if is_finite_number(n)]
     if comparison.repeated:
         lines.append(
             "±: half the min..max range of the samples, as a share of the value shown."
-            " (a-b): the speed-up over the samples, worst to best pairing."
+            " (a-b): the interval the speed-up's verdict used: the counted samples' bands"
+            " (widened to the noise between runs), worst to best pairing"
+            + ("; where the rounds gave 6 or more counted pairs (a round's variant and baseline"
+               " jobs, both quiet or both loaded), the speed-up and its (a-b) come from them"
+               " instead: the Hodges-Lehmann estimate of variant / baseline, and its 95 %"
+               " confidence interval (Wilcoxon signed-rank)." if paired else ".")
         )
     elif verdicts:
         lines.append("Each point ran once: the spread between runs is not known; a speed-up's"
@@ -403,17 +410,18 @@ def legend(comparison: Comparison) -> list[str]:
     counted = ("the counted samples (neither contended nor noisy; their examples per step /"
                " median step)")
     if verdicts:
-        lines.append(f"{SAME}: no difference: on {counted}, the speed-up's range holds 1.00x"
-                     f" within the {TOLERANCE:.0%} tolerance, or the speed-up is smaller"
-                     " than that (vs base: the memory samples' range holds 1.00x). A speed-up"
-                     " with neither * nor ? is real.")
+        lines.append(f"{SAME}: no difference: on {counted}, the speed-up's range lies wholly"
+                     f" within {tolerance:.0%} of 1.00x (vs base: the memory samples' range"
+                     " holds 1.00x). A speed-up with neither * nor ? is real: its range lies"
+                     f" wholly past {tolerance:.0%}.")
     elif comparison.repeated:
         lines.append(f"{SAME}: the speed-up's range holds 1.00x, so it is within noise.")
     if "inconclusive" in verdicts:
         lines.append(f"{UNDECIDED}: inconclusive: a side has no counted sample (all contended"
-                     " or noisy), or on the counted samples the speed-up's range holds 1.00x"
-                     f" and reaches past {TOLERANCE:.0%}: no difference shown, none ruled"
-                     " out (comparison.csv: <phase>_speedup_verdict_reason).")
+                     " or noisy), or on the counted samples the speed-up's range is neither"
+                     f" wholly within nor wholly past {tolerance:.0%}: the noise is larger"
+                     " than the change asked about (comparison.csv:"
+                     " <phase>_speedup_verdict_reason).")
     if points["bound_by"].notna().any():
         unit = flop_unit(points["train_flop_per_s"])[0]
         lines.append(
@@ -514,7 +522,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
         "baseline": comparison.baseline,
         "fixed": comparison.fixed,
         "repeat_keys": comparison.repeat_keys,
-        "verdict_tolerance": TOLERANCE,
+        "verdict_tolerance": comparison.tolerance,
         "context": comparison.context,
         "jobs": {"total": len(comparison.jobs), **comparison.status_counts},
         "metrics": {m.name: {"unit": m.unit, "what": m.what} for m in METRICS},
@@ -620,7 +628,7 @@ def show_tables(comparison: Comparison) -> None:
 
     show(f"[bold]Sweep comparison:[/bold] {comparison.root}")
     for line in _preamble(comparison):
-        show(line)
+        show(escape(line))  # a fixed `profiler=[speed]` is not markup
     tables = terminal_tables(comparison)
     if tables.wide:  # else no section has anything to show
         show(tables)

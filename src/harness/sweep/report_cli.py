@@ -27,8 +27,11 @@ log = logging.getLogger(__name__)
 def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None = None,
                  plot: bool = True, write: bool = True,
                  settings_prefix: str | None = None,
-                 repeat_keys: Sequence[str] | None = None) -> Comparison:
-    """The comparison of `sweep_dir` on the terminal and (`write`) in comparison.* there."""
+                 repeat_keys: Sequence[str] | None = None,
+                 tolerance: float | None = None) -> Comparison:
+    """The comparison of `sweep_dir` on the terminal and (`write`) in comparison.* there;
+    verdicts at `tolerance` (None: harness.judge.TOLERANCE)."""
+    from harness.judge import TOLERANCE
     from harness.sweep import render
     from harness.sweep.collect import collect
     from harness.sweep.table import REPEAT_KEYS, SETTINGS_KEY, build
@@ -36,7 +39,8 @@ def report_sweep(sweep_dir: Path, rows: str | None = None, baseline: str | None 
 
     comparison = build(collect(sweep_dir), rows=rows, baseline=baseline,
                        settings_prefix=settings_prefix or f"{SETTINGS_KEY}.",
-                       repeat_keys=REPEAT_KEYS if repeat_keys is None else repeat_keys)
+                       repeat_keys=REPEAT_KEYS if repeat_keys is None else repeat_keys,
+                       tolerance=TOLERANCE if tolerance is None else tolerance)
     render.show_tables(comparison)
     if write:
         written = render.write_tables(comparison, sweep_dir)
@@ -58,8 +62,10 @@ RECORDED = {"rows": "--rows", "baseline": "--baseline", "repeat_keys": "--repeat
 
 
 def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
-                   repeat_keys: str | None) -> tuple[str | None, str | None, tuple[str, ...]]:
-    """(rows, baseline, repeat keys) for `harness-report DIR`: the command line's, else the sweep's."""
+                   repeat_keys: str | None
+                   ) -> tuple[str | None, str | None, tuple[str, ...], float | None]:
+    """(rows, baseline, repeat keys, the verdicts' threshold) for `harness-report DIR`: the
+    command line's, else the sweep's."""
     import yaml
 
     from harness.sweep.collect import MULTIRUN_FILE
@@ -69,6 +75,8 @@ def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
         node = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
     except (OSError, yaml.YAMLError):
         node = None
+    within = node.get("sweep") if isinstance(node, dict) else None
+    tolerance = within.get("decide_within") if isinstance(within, dict) else None
     for key in ("hydra", "callbacks", "sweep_report"):
         node = node.get(key) if isinstance(node, dict) else None
     recorded = {k: node[k] for k in RECORDED if node.get(k) is not None} if isinstance(node, dict) else {}
@@ -94,7 +102,7 @@ def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
         flags = ", ".join(RECORDED[name] for name in used)
         log.info("the table as the sweep set it (multirun.yaml): %s.%s; %s %s",
                  SETTINGS_KEY, said, flags, "change them" if len(used) > 1 else "changes it")
-    return rows, baseline, chosen
+    return rows, baseline, chosen, tolerance if isinstance(tolerance, float) else None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -105,7 +113,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is"
         " full); 2 bad input, or a directory it cannot write; 3 --fail-if-worse found no"
         " regression but could not decide a comparison (a side contended or noisy, or noise"
-        " wider than FRACTION): none ruled out. A regression (1) wins over 3.",
+        " wider than FRACTION): none ruled out. A regression (1) wins over 3. With one DIR,"
+        " --fail-if-worse judges each variant against the baseline of its row (docs/ci.md).",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
@@ -129,7 +138,9 @@ def parser() -> argparse.ArgumentParser:
                    help="with two DIRs: exit 1 if any metric of B is worse than A by more than"
                    " FRACTION (0.1 = 10%%) and beyond the runs' spread, or a job of B failed"
                    " where A's passed; else exit 3 if a comparison could not be decided"
-                   " (contended or noisy samples, or noise wider than FRACTION)")
+                   " (contended or noisy samples, or noise wider than FRACTION). With one DIR:"
+                   " the same for each variant against --baseline, exit 0 only when every"
+                   " comparison is decided")
     return p
 
 
@@ -140,13 +151,14 @@ def _run(args: argparse.Namespace) -> int:
 
     if len(args.dirs) == 1:
         sweep_dir = Path(args.dirs[0])
-        rows, baseline, pooled = table_settings(sweep_dir, args.rows, args.baseline,
-                                                args.repeat_keys)
-        _written(lambda: report_sweep(sweep_dir, rows=rows, baseline=baseline,
-                                      plot=not args.no_plot, write=not args.no_write,
-                                      settings_prefix="--", repeat_keys=pooled),
-                 "print the table only: --no-write")
-        return 0
+        rows, baseline, pooled, tolerance = table_settings(sweep_dir, args.rows, args.baseline,
+                                                           args.repeat_keys)
+        comparison = _written(lambda: report_sweep(
+            sweep_dir, rows=rows, baseline=baseline, plot=not args.no_plot,
+            write=not args.no_write, settings_prefix="--", repeat_keys=pooled,
+            tolerance=tolerance if args.fail_if_worse is None else args.fail_if_worse),
+            "print the table only: --no-write")
+        return 0 if args.fail_if_worse is None else gate(comparison)
     repeat_keys = check_repeat_keys(args.repeat_keys, "--")
     if len(args.dirs) != 2:
         raise HarnessError(f"expected one or two directories, got {len(args.dirs)}."
@@ -179,6 +191,25 @@ def _run(args: argparse.Namespace) -> int:
     if worse:
         return REGRESSION
     return INCONCLUSIVE if undecided and args.fail_if_worse is not None else 0
+
+
+def gate(comparison: Comparison) -> int:
+    """One line per comparison of the sweep against its baseline; 1 on a regression (or a
+    variant that failed where the baseline ran), else 3 when one is undecided, else 0."""
+    from harness.sweep import gate as outcomes
+    from harness.terminal import show
+
+    found = list(outcomes.decisions(comparison))
+    if not found:
+        raise HarnessError(
+            f"--fail-if-worse: {comparison.root} has no variant to hold against a baseline"
+            f" (variants: {'; '.join(comparison.variants)}). Fix: sweep the change as a key,"
+            " e.g. harness -m code_dir=../base,. repeat=auto, then --baseline code_dir=../base")
+    for decision in found:
+        show(decision.line)
+    if any(d.outcome in (outcomes.REGRESSION, outcomes.FAILED) for d in found):
+        return REGRESSION
+    return INCONCLUSIVE if any(not d.decided for d in found) else 0
 
 
 def _written(write: Callable[[], T], instead: str) -> T:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from harness.config.overrides import ROUND_KEY, parse_overrides
 from harness.config.sweep_keys import short_setting
 from harness.errors import ConfigError, HarnessError
-from harness.judge import TOLERANCE, band_of, fastest, job_noise, judge
+from harness.judge import TOLERANCE, band_of, fastest, job_noise, judge, paired
 from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, sample_of, summarize
 from harness.sweep.collect import Collection, JobResult
 
@@ -69,7 +69,8 @@ RATIOS = {
     "memory_ratio": "peak_memory_bytes",
 }
 # the columns of each ratio: <ratio><suffix> (add_ratios)
-RATIO_SUFFIXES = ("", "_min", "_max", "_within_spread", "_thin", "_verdict", "_verdict_reason")
+RATIO_SUFFIXES = ("", "_min", "_max", "_within_spread", "_thin", "_verdict", "_verdict_reason",
+                  "_pairs")  # _pairs: the rounds' pairs a paired verdict stands on
 
 # Where a point's peak_memory_bytes comes from (`memory_source`), in the order looked for.
 DEVICE_MEMORY, RSS_INCREASE, PROCESS_RSS = "device allocated", "peak RSS increase", "process RSS"
@@ -102,6 +103,7 @@ class Comparison:
     repeat_settings: tuple[str, ...] = REPEAT_KEYS  # the keys asked to pool (swept or not)
     noise: dict[str, float] = field(default_factory=dict)  # phase -> job-to-job noise (log sd)
     fastest: dict[str, dict[str, Any]] = field(default_factory=dict)  # see fastest_points
+    tolerance: float = TOLERANCE  # the verdicts' threshold (sweep.decide_within)
 
     @property
     def status_counts(self) -> dict[str, int]:
@@ -251,8 +253,9 @@ def swept_and_fixed(jobs: list[JobResult]) -> tuple[dict[str, list[str]], dict[s
 
 def build(collection: Collection, rows: str | None = None, baseline: str | None = None,
           settings_prefix: str = f"{SETTINGS_KEY}.",
-          repeat_keys: Sequence[str] = REPEAT_KEYS) -> Comparison:
-    """The collected jobs as rows x variants, jobs differing only in `repeat_keys` pooled."""
+          repeat_keys: Sequence[str] = REPEAT_KEYS, tolerance: float = TOLERANCE) -> Comparison:
+    """The collected jobs as rows x variants, jobs differing only in `repeat_keys` pooled;
+    verdicts at `tolerance`."""
     import pandas as pd
 
     jobs = collection.jobs
@@ -287,8 +290,8 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
         records.append(record)
     frame = pd.DataFrame.from_records(records)  # in row, then sweep order
     noise = add_bands(frame)
-    add_ratios(frame, chosen)
-    add_best(frame)
+    add_ratios(frame, chosen, tolerance)
+    add_best(frame, tolerance)
     comparison = Comparison(
         root=collection.root,
         row_key=row_key,
@@ -304,6 +307,7 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
         variant_settings=settings_of,
         repeat_keys=pooled,
         repeat_settings=tuple(repeat_keys),
+        tolerance=tolerance,
     )
     comparison.headroom = largest_batches(comparison)
     comparison.noise = noise
@@ -362,6 +366,11 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         samples = [found for job in usable for figures in job.samples
                    if (found := sample_of(figures, job.result.flags if job.result else [], phase))]
         record[f"{phase}_samples"] = samples
+        # a round's one job: its sample, to pair with the other points' of the same round
+        record[f"{phase}_rounds"] = {
+            j.result.sweep_round: found for j in usable if j.result and j.result.sweep_round
+            is not None and len(j.samples) == 1
+            and (found := sample_of(j.samples[0], j.result.flags, phase))}
         record[f"{phase}_contended"] = any(s.contended for s in samples)
         record[f"{phase}_noisy"] = any(s.noisy for s in samples)
     for phase in PHASES:
@@ -405,8 +414,9 @@ def majority(bounds: list[str]) -> str | None:
     return "/".join(dict.fromkeys(b for b in bounds if counts[b] == top))
 
 
-def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
-    """Each ratio's columns (RATIO_SUFFIXES), the speed-ups' verdicts from harness.judge."""
+def add_ratios(frame: pd.DataFrame, baseline: str, tolerance: float = TOLERANCE) -> None:
+    """Each ratio's columns (RATIO_SUFFIXES), the speed-ups' verdicts from harness.judge: paired
+    through the rounds where enough rounds ran, else from the two points' bands."""
     base = frame[frame["variant"] == baseline].set_index("row")
     for ratio, metric in RATIOS.items():
         phase = metric.split("_", 1)[0]
@@ -422,10 +432,21 @@ def add_ratios(frame: pd.DataFrame, baseline: str) -> None:
                 found["_min"], found["_max"], found["_within_spread"] = ratio_range(p, ref, metric)
             if phase in PHASES:
                 found["_thin"] = bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
-            verdict = (judge(ref[f"{phase}_band"], p[f"{phase}_band"], TOLERANCE)
-                       if phase in MAIN_PHASES and p["variant"] != baseline else None)
-            if verdict is not None:
-                found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
+            if phase not in MAIN_PHASES or p["variant"] == baseline:
+                continue
+            rounds = ref[f"{phase}_rounds"]
+            verdict = paired([(rounds[r], s) for r, s in sorted(p[f"{phase}_rounds"].items())
+                              if r in rounds], tolerance)
+            if verdict is None:
+                verdict = judge(ref[f"{phase}_band"], p[f"{phase}_band"], tolerance)
+            if verdict is None:
+                continue
+            found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
+            found["_pairs"] = verdict.pairs
+            if verdict.ratio is not None and verdict.low is not None and verdict.high is not None:
+                # what is shown is what was decided: the counted samples' ratio and interval
+                found[""], found["_min"], found["_max"] = verdict.ratio, verdict.low, verdict.high
+                found["_within_spread"] = verdict.low <= 1.0 <= verdict.high
         for suffix in RATIO_SUFFIXES:
             frame[f"{ratio}{suffix}"] = pd_objects([found[suffix] for found in rows], frame.index)
 
@@ -437,13 +458,13 @@ def ratio_range(side: Any, base: Any, metric: str) -> tuple[float, float, bool]:
     return low, high, bool(low <= 1.0 <= high)
 
 
-def add_best(frame: pd.DataFrame) -> None:
+def add_best(frame: pd.DataFrame, tolerance: float = TOLERANCE) -> None:
     """`<phase>_best`: True for the row's fastest variant, where harness.judge.fastest decides."""
     for phase in MAIN_PHASES:
         best = [False] * len(frame)
         for _, group in _usable(frame, phase).groupby("row", sort=False):
             if len(group) > 1:
-                found = fastest(dict(group[f"{phase}_band"].items()))
+                found = fastest(dict(group[f"{phase}_band"].items()), tolerance)
                 if found is not None and found.decided:
                     best[frame.index.get_loc(found.key)] = True
         frame[f"{phase}_best"] = pd_objects(best, frame.index)
@@ -459,7 +480,7 @@ def fastest_points(comparison: Comparison) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     frame = comparison.points
     for phase in MAIN_PHASES:
-        best = fastest(dict(_usable(frame, phase)[f"{phase}_band"].items()))
+        best = fastest(dict(_usable(frame, phase)[f"{phase}_band"].items()), comparison.tolerance)
         if best is None:
             continue
         found[phase] = {"point": comparison.point_label(frame.loc[best.key]),

@@ -5,6 +5,7 @@ a failing store turns tracking off for the rest of the run (docs/tracking.md).""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import time
 from argparse import Namespace
@@ -20,6 +21,7 @@ from typing_extensions import override
 from harness.config.checks import parsed_number
 from harness.config.overrides import as_typed
 from harness.errors import ConfigError, HarnessError
+from harness.launch.code_dir import SWEEP_ENV
 from harness.tracking.store_access import MAX_PARAM_CHARS, now_ms, probe, short_reason
 from harness.tracking.store_ops import flatten
 from harness.tracking.tracker import sweep_info, tracker_for
@@ -38,9 +40,12 @@ def _from_hydra_job() -> tuple[str, str | None, bool]:
         return "harness", None, False
     job = HydraConfig.get()
     overrides = as_typed(job.overrides.task)  # a ${...} in an override stays as written
-    if job.mode != RunMode.MULTIRUN:
+    # A sweep's job run again in a fresh process (code_dir) is a single run that knows its sweep.
+    sweep_dir = os.environ.get(SWEEP_ENV) or (
+        str(job.sweep.dir) if job.mode == RunMode.MULTIRUN else None)
+    if sweep_dir is None:
         return ",".join(overrides) or "harness", None, False
-    sweep = sweep_info(Path(str(job.sweep.dir)))
+    sweep = sweep_info(Path(sweep_dir))
     name = run_name(overrides, sweep.get("swept_keys") or [])
     return name or "harness", sweep.get("parent_run_id"), True
 

@@ -196,10 +196,13 @@ class DiagnosePreset(WindowPreset):
         """Shares, rates, FLOPs and MFU of a phase that ran its passes; `peak`: dense TFLOP/s.
         The step is the median, never shorter than the loader's pace (docs/presets/diagnose.md)."""
         loader, model = self.passes[phase]["loader"], self.passes[phase]["model"]
-        median, mean = (metrics.get(f"{phase}_median_step_s"),
-                        metrics.get(f"{phase}_seconds_per_iteration"))
+        # With gradient accumulation a training step is k batches and the passes time one: the
+        # step per batch (its optimizer step shared by the k; the model pass holds one each).
+        per = metrics.get(f"{phase}_batches_per_step") or 1
+        median, mean, between_s = (None if value is None else value / per for value in (
+            metrics.get(f"{phase}_median_step_s"), metrics.get(f"{phase}_seconds_per_iteration"),
+            metrics.get(f"{phase}_median_between_s")))
         step_s = median or mean
-        between_s = metrics.get(f"{phase}_median_between_s")
         if between_s is None:
             between = metrics.get(f"{phase}_between_steps_share")
             between_s = between * step_s if between is not None and step_s else None

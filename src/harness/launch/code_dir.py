@@ -1,0 +1,75 @@
+"""`code_dir=DIR` (docs/sweeps.md, "Two code trees in one sweep"): the job runs again in a fresh
+process, DIR first on its import path; its result.json is read back. Imports neither torch nor
+Lightning."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.config.knobs import code_dir_of
+from harness.errors import HarnessError
+from harness.launch.hydra_args import rerun_command, same_config_arguments
+from harness.launch.outside_tool import git_commit
+from harness.result.schema import RunResult
+from harness.result.store import RESULT_FILE, load_result
+
+log = logging.getLogger(__name__)
+CHILD_ENV = "HARNESS_CODE_DIR_CHILD"
+SWEEP_ENV = "HARNESS_SWEEP_DIR"  # the child of a sweep's job: its sweep, for the MLflow parent run
+CHILD_LOG = "code_dir.log"  # the child's terminal output, in the run directory
+
+
+def in_child() -> bool:
+    return os.environ.get(CHILD_ENV) == "1"
+
+
+def run_in_code_dir(cfg: Any, run_dir: Path, overrides: list[str], result: RunResult,
+                    sweep_dir: Path | None, threads: int | None) -> RunResult | None:
+    """The fresh process's RunResult once the job ran there; None to run it here: no code_dir,
+    or this is that process (then `code_dir` goes first on sys.path and into `result`)."""
+    directory = code_dir_of(cfg)
+    if directory is None:
+        return None
+    if in_child():
+        sys.path.insert(0, str(directory))  # before the script's own directory, too
+        commit, dirty = git_commit(directory)
+        result.code_dir = str(directory)
+        result.code_commit = commit and commit + ("+dirty" if dirty else "")
+        return None
+    env = {**os.environ, CHILD_ENV: "1",
+           "PYTHONPATH": os.pathsep.join([str(directory), *filter(None, [
+               os.environ.get("PYTHONPATH")])])}  # DDP ranks the child starts import it too
+    if sweep_dir is not None:
+        env[SWEEP_ENV] = str(sweep_dir)
+    if threads is not None:  # OpenMP sizes its pool when the process starts
+        env["OMP_NUM_THREADS"] = str(threads)
+    command = rerun_command(overrides, run_dir, config_args=same_config_arguments())
+    log.info("code_dir=%s: running this job in a fresh process:\n  %s", directory,
+             " ".join(command))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # A sweep's job says its outcome in one line; the child's own output goes to a file.
+    with (open(run_dir / CHILD_LOG, "w") if sweep_dir is not None
+          else contextlib.nullcontext()) as output:
+        returncode = subprocess.run(command, env=env, stdout=output,
+                                    stderr=subprocess.STDOUT if output else None).returncode
+    if not (run_dir / RESULT_FILE).is_file():
+        raise HarnessError(f"code_dir: the job's fresh process ended (exit status {returncode})"
+                           f" without writing {run_dir / RESULT_FILE}; see its output"
+                           + (f" in {run_dir / CHILD_LOG}" if sweep_dir is not None else ""))
+    return load_result(run_dir)
+
+
+def startup_s(result: RunResult) -> None:
+    """In the fresh process, once torch and Lightning are in: the seconds since it started,
+    what a job run in the sweep's own process would not pay again."""
+    if in_child() and result.code_dir is not None:
+        import psutil
+
+        result.fresh_process_s = time.time() - psutil.Process().create_time()

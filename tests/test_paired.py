@@ -1,0 +1,190 @@
+"""Issue 28: comparisons decided through the jobs that ran side by side in each round (the
+paired interval of harness.judge), the gate of `harness-report DIR --fail-if-worse`, and
+`repeat=auto` adding rounds until decided. Planted truths: a machine that drifts between rounds
+while every round's pair reads the same ratio."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from conftest import run_harness
+from sweep_files import multirun_yaml, steps, write_job
+
+from harness.judge import Sample, decide, paired, paired_interval, signed_rank_cut
+from harness.sweep.collect import collect
+from harness.sweep.gate import decisions
+from harness.sweep.report_cli import main as report_main
+from harness.sweep.table import build
+
+
+def test_the_signed_rank_cut_matches_the_published_table():
+    # two-sided 5 %: n=6 -> 0, 8 -> 3, 10 -> 8, 20 -> 52 (Wilcoxon's tables, alpha/2 = .025)
+    assert [signed_rank_cut(n) for n in (5, 6, 8, 10, 20)] == [None, 0, 3, 8, 52]
+
+
+def test_a_paired_interval_covers_the_planted_ratio_about_as_often_as_it_says():
+    rng, covered = random.Random(7), 0
+    for _ in range(400):
+        estimate, low, high = paired_interval([1.1 * rng.lognormvariate(0, 0.05) for _ in range(10)])
+        covered += low <= 1.1 <= high
+        assert low <= estimate <= high
+    assert 0.92 * 400 <= covered <= 0.99 * 400
+    assert paired_interval([1.0] * 5) is None  # under 6 pairs: no 95 % interval
+
+
+@pytest.mark.parametrize(("low", "high", "kind"), [
+    (0.97, 1.03, "same"), (0.86, 0.93, "real"), (1.07, 1.2, "real"), (0.92, 0.99, "inconclusive"),
+    (0.9, 1.1, "inconclusive")])
+def test_decided_is_an_interval_wholly_within_or_wholly_beyond_the_threshold(low, high, kind):
+    assert decide((low + high) / 2, low, high, 0.05).kind == kind
+
+
+def test_a_pair_with_one_side_contended_is_left_out_and_both_contended_counts():
+    quiet = [(Sample(100.0), Sample(90.0)) for _ in range(6)]
+    verdict = paired(quiet)
+    assert (verdict.kind, verdict.pairs, verdict.ratio) == ("real", 6, pytest.approx(0.9))
+    loaded = [(Sample(50.0, contended=True), Sample(45.0, contended=True))] * 6
+    assert paired(loaded).pairs == 6
+    mixed = [(Sample(100.0), Sample(45.0, contended=True))] * 6
+    assert paired(mixed) is None  # a quiet side against a loaded one is never a difference
+    half = paired([*quiet, *mixed])
+    assert (half.pairs, half.unpaired) == (6, 6)
+
+
+def _drifting_sweep(root, ratio: float, rounds: int, contended_b: tuple[int, ...] = (),
+                    seed: int = 3):
+    """Two points of one key; the machine drifts from 7.2k to 9.4k ex/s over the rounds (as
+    measured in issue 28), each round's B reads `ratio` x its A, within 1.5 %."""
+    rng = random.Random(seed)
+    job = 0
+    for r in range(rounds):
+        machine = 7200 + 2200 * r / max(rounds - 1, 1)
+        order = ("a", "b") if r % 2 == 0 else ("b", "a")
+        for side in order:
+            rate = machine * (ratio if side == "b" else 1.0) * rng.uniform(0.9925, 1.0075)
+            write_job(root / str(job), [f"+model.tag={side}", f"+sweep_round={r}"],
+                      values=steps(rate), sweep_round=r, schema_version=3,
+                      flags=["contended:train"] if side == "b" and r in contended_b else None)
+            job += 1
+    multirun_yaml(root)
+    return root
+
+
+def test_drift_between_rounds_hides_a_difference_from_the_bands_and_not_from_the_pairs(tmp_path):
+    three = build(collect(_drifting_sweep(tmp_path / "three", 0.92, 3)))
+    b = three.points[three.points["variant"] == "model.tag=b"].iloc[0]
+    assert b["train_speedup_verdict"] == "inconclusive" and b["train_speedup_pairs"] is None
+    eight = build(collect(_drifting_sweep(tmp_path / "eight", 0.92, 8)))
+    b = eight.points[eight.points["variant"] == "model.tag=b"].iloc[0]
+    assert b["train_speedup_verdict"] == "real" and b["train_speedup_pairs"] == 8
+    assert b["train_speedup_min"] <= 0.92 <= b["train_speedup_max"] < 0.95
+    (decision,) = decisions(eight)
+    assert decision.outcome == "regression" and "95 % CI over 8 pairs" in decision.line
+
+
+def test_identical_code_ends_no_change_once_it_has_enough_pairs(tmp_path):
+    comparison = build(collect(_drifting_sweep(tmp_path, 1.0, 8)))
+    (decision,) = decisions(comparison)
+    assert decision.outcome == "no change" and "within 5%" in decision.line
+
+
+def test_the_gate_on_one_sweep_exits_1_0_or_3(tmp_path, capsys):
+    def gate(root, *flags):
+        with pytest.raises(SystemExit) as ended:
+            report_main([str(root), "--no-write", "--fail-if-worse", "0.05", *flags])
+        return ended.value.code
+
+    assert gate(_drifting_sweep(tmp_path / "slower", 0.9, 8)) == 1
+    assert "regression: model.tag=b: training" in capsys.readouterr().out
+    assert gate(_drifting_sweep(tmp_path / "same", 1.0, 8)) == 0
+    assert gate(_drifting_sweep(tmp_path / "short", 0.92, 3)) == 3
+    # the baseline named the other way round: B is then faster, no regression
+    assert gate(tmp_path / "slower", "--baseline", "model.tag=b") == 0
+    # a failed variant where the baseline ran is a regression, not a pass
+    failed = _drifting_sweep(tmp_path / "failed", 1.0, 2)
+    write_job(failed / "1", ["+model.tag=b", "+sweep_round=0"], status="failed",
+              reason="RuntimeError: boom", sweep_round=0)
+    write_job(failed / "2", ["+model.tag=b", "+sweep_round=1"], status="failed",
+              reason="RuntimeError: boom", sweep_round=1)
+    assert gate(failed) == 1
+
+
+def test_a_contended_side_against_a_quiet_one_is_still_never_a_difference(tmp_path):
+    # B contended in 4 of 8 rounds: those pairs are left out; 4 pairs give no interval, and
+    # the bands leave the contended samples out too
+    comparison = build(collect(_drifting_sweep(tmp_path, 0.5, 8, contended_b=(0, 2, 4, 6))))
+    b = comparison.points[comparison.points["variant"] == "model.tag=b"].iloc[0]
+    assert b["train_speedup_pairs"] is None  # 4 counted pairs: fewer than an interval needs
+    assert b["train_speedup_verdict"] in ("real", "inconclusive")
+    assert b["train_band"].left_out == "contended 4/8"
+
+
+def test_repeat_auto_adds_rounds_until_decided_and_runs_every_job_at_one_thread_count(tmp_path):
+    # 20 % more sleep per step: a difference no CPU load can hide or fake (the steps sleep)
+    done = run_harness(tmp_path, "hydra.mode=MULTIRUN", "model._target_=drifting_module.DriftingModule",
+                       "+model.base_s=0.01", "+model.rate=0", "+model.factor=1.0,1.2",
+                       "repeat=auto", "sweep.max_rounds=6", "sweep.threads=1", "mode=train",
+                       "profiler=[speed]", "data.train_batches=16", "hydra.sweep.dir=sweep")
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "every job at 1 torch thread(s) (sweep.threads=1)" in said
+    assert "repeat=auto: rounds of the 2 point(s)" in said
+    results = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/result.json")]
+    rounds = {r["sweep_round"] for r in results}
+    assert len(results) == 2 * len(rounds) and 2 <= len(rounds) <= 6
+    assert {r["threads"] for r in results} == {1}
+    assert {r["torch_settings"]["num_threads"] for r in results} == {1}
+    if len(rounds) < 6:  # stopped early: decided, and only as the planted truth says
+        assert f"round {len(rounds)}: every comparison is decided" in said
+        with pytest.raises(SystemExit) as ended:
+            report_main([str(tmp_path / "sweep"), "--no-write", "--fail-if-worse", "0.05"])
+        assert ended.value.code == 1
+
+
+def test_repeat_auto_in_a_single_run_is_refused_before_compute(tmp_path):
+    done = run_harness(tmp_path, "repeat=auto")
+    assert done.returncode == 2
+    assert "repeat" in done.stderr and "harness -m" in done.stderr
+    assert not list(tmp_path.rglob("reports"))
+
+
+def _two_jobs_a_side(root, b_quiet: float, contended_rate: float):
+    """Rounds 0 and 1 of A (100 ex/s) and B: one quiet job a side, the other contended."""
+    for job, (tag, r, rate, flags) in enumerate([
+            ("a", 0, 100.0, None), ("b", 0, b_quiet, None),
+            ("b", 1, contended_rate, ["contended:train"]),
+            ("a", 1, 50.0, ["contended:train"])]):
+        write_job(root / str(job), [f"+model.tag={tag}", f"+sweep_round={r}"], values=steps(rate),
+                  sweep_round=r, schema_version=3, flags=flags)
+    multirun_yaml(root)
+    return root
+
+
+def test_the_direction_said_is_the_one_decided_on_the_counted_samples(tmp_path):
+    # B's quiet job is 10 % slower; its contended job read fast: the all-sample medians would
+    # say B is faster. What is shown and judged is the counted samples.
+    comparison = build(collect(_two_jobs_a_side(tmp_path, 90.0, 150.0)))
+    b = comparison.points[comparison.points["variant"] == "model.tag=b"].iloc[0]
+    assert b["train_speedup"] == pytest.approx(0.9, rel=0.01)
+    (decision,) = decisions(comparison)
+    assert "slower" in decision.line and decision.outcome != "improvement"
+
+
+def test_one_counted_job_a_side_decides_nothing(tmp_path):
+    # the band of one job is its own step spread, not the noise between processes
+    (decision,) = decisions(build(collect(_two_jobs_a_side(tmp_path, 50.0, 150.0))))
+    assert decision.outcome == "undecided" and "one counted job" in decision.line
+
+
+def test_a_failed_baseline_leaves_the_gate_undecided(tmp_path):
+    root = _drifting_sweep(tmp_path, 1.0, 2)
+    for job in (0, 3):  # the two jobs of model.tag=a
+        write_job(root / str(job), ["+model.tag=a", f"+sweep_round={0 if job == 0 else 1}"],
+                  status="failed", reason="RuntimeError: boom", sweep_round=0 if job == 0 else 1)
+    (decision,) = decisions(build(collect(root)))
+    assert decision.outcome == "undecided" and "the baseline has no figure" in decision.line
+    with pytest.raises(SystemExit) as ended:
+        report_main([str(root), "--no-write", "--fail-if-worse", "0.05"])
+    assert ended.value.code == 3
