@@ -13,7 +13,7 @@ under 10 % slower (0.92x in a quiet smoke trial): the tiny transformer's own ste
 Lightning's loop do not change. Trial kinds:
 
 - `aa`: A/A, the same code on both sides; exit 1 (a regression) is a false positive;
-- `ab5`, `ab10`: B does 5 % / 10 % more iters; exit 1 is a detection (exit 0 with the line
+- `ab5`, `ab10`, `ab20`: B does 5 % / 10 % / 20 % more iters; exit 1 is a detection (exit 0 with the line
   `improvement:` is a miss in the wrong direction, counted apart: `impr.`).
 
 Exit 0 is a pass (decided: no regression beyond 5 %), exit 3 undecided at the cap
@@ -95,7 +95,7 @@ class Model(TransformerModule):
 MODULE_NAME = "gate_user"
 ITERS = 100
 SIZE = 256
-KINDS = {"aa": 0.0, "ab5": 0.05, "ab10": 0.10}  # B's extra work
+KINDS = {"aa": 0.0, "ab5": 0.05, "ab10": 0.10, "ab20": 0.20}  # B's extra work
 CONDITIONS = ("quiet", "busy")
 FORMS = ("key", "code_dir")
 # Each job small: training only, the speed preset alone, no tracker, a tiny transformer beside
@@ -216,6 +216,7 @@ def run_trial(condition: str, form: str, kind: str, number: int, root: Path,
     try:
         swept = subprocess.run([*_tool("harness"), "-m", *overrides], cwd=where, env=env,
                                capture_output=True, text=True, timeout=timeout)
+        (where / "harness.out").write_text(swept.stdout + swept.stderr)  # kept with --dir
         if swept.returncode != 0:
             trial.outcome, trial.error = "error", f"harness exit {swept.returncode}: " + (
                 swept.stderr.strip().splitlines() or [""])[-1][:300]
@@ -224,6 +225,7 @@ def run_trial(condition: str, form: str, kind: str, number: int, root: Path,
                                     baseline, "--fail-if-worse", THRESHOLD, "--no-plot"],
                                    cwd=where, env=env, capture_output=True, text=True, timeout=600)
             trial.exit = gated.returncode
+            (where / "harness-report.out").write_text(gated.stdout + gated.stderr)
             trial.outcome = OUTCOMES.get(gated.returncode, "error")
             trial.lines = [ln for ln in gated.stdout.splitlines() if GATE_LINE.match(ln)]
             if trial.outcome == "error":
@@ -358,7 +360,7 @@ def main() -> None:
                         help="the same for the code_dir form (default: a quarter of --trials,"
                         " at least 1)")
     parser.add_argument("--kinds", type=lambda v: _list(v, KINDS), default=list(KINDS),
-                        help="comma-separated, of aa, ab5, ab10 (default all)")
+                        help="comma-separated, of aa, ab5, ab10, ab20 (default all)")
     parser.add_argument("--conditions", type=lambda v: _list(v, CONDITIONS),
                         default=list(CONDITIONS), help="comma-separated, of quiet, busy")
     parser.add_argument("--forms", type=lambda v: _list(v, FORMS), default=list(FORMS),

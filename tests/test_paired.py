@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 
 import pytest
 from conftest import run_harness
@@ -54,13 +55,13 @@ def test_a_pair_with_one_side_contended_is_left_out_and_both_contended_counts():
 
 
 def _drifting_sweep(root, ratio: float, rounds: int, contended_b: tuple[int, ...] = (),
-                    seed: int = 3):
+                    seed: int = 3, drift: float = 2200):
     """Two points of one key; the machine drifts from 7.2k to 9.4k ex/s over the rounds (as
     measured in issue 28), each round's B reads `ratio` x its A, within 1.5 %."""
     rng = random.Random(seed)
     job = 0
     for r in range(rounds):
-        machine = 7200 + 2200 * r / max(rounds - 1, 1)
+        machine = 7200 + drift * r / max(rounds - 1, 1)
         order = ("a", "b") if r % 2 == 0 else ("b", "a")
         for side in order:
             rate = machine * (ratio if side == "b" else 1.0) * rng.uniform(0.9925, 1.0075)
@@ -125,7 +126,7 @@ def test_repeat_auto_adds_rounds_until_decided_and_runs_every_job_at_one_thread_
     # 20 % more sleep per step: a difference no CPU load can hide or fake (the steps sleep)
     done = run_harness(tmp_path, "hydra.mode=MULTIRUN", "model._target_=drifting_module.DriftingModule",
                        "+model.base_s=0.01", "+model.rate=0", "+model.factor=1.0,1.2",
-                       "repeat=auto", "sweep.max_rounds=6", "sweep.threads=1", "mode=train",
+                       "repeat=auto", "sweep.max_rounds=8", "sweep.threads=1", "mode=train",
                        "profiler=[speed]", "data.train_batches=16", "hydra.sweep.dir=sweep")
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
@@ -133,11 +134,12 @@ def test_repeat_auto_adds_rounds_until_decided_and_runs_every_job_at_one_thread_
     assert "repeat=auto: rounds of the 2 point(s)" in said
     results = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/result.json")]
     rounds = {r["sweep_round"] for r in results}
-    assert len(results) == 2 * len(rounds) and 2 <= len(rounds) <= 6
+    # at least the 6 rounds a paired interval needs, at most the cap
+    assert len(results) == 2 * len(rounds) and 6 <= len(rounds) <= 8
     assert {r["threads"] for r in results} == {1}
     assert {r["torch_settings"]["num_threads"] for r in results} == {1}
-    if len(rounds) < 6:  # stopped early: decided, and only as the planted truth says
-        assert f"round {len(rounds)}: every comparison is decided" in said
+    if len(rounds) < 8:  # stopped early: decided, and only as the planted truth says
+        assert f"after {len(rounds)} rounds: every comparison is decided" in said
         with pytest.raises(SystemExit) as ended:
             report_main([str(tmp_path / "sweep"), "--no-write", "--fail-if-worse", "0.05"])
         assert ended.value.code == 1
@@ -188,3 +190,32 @@ def test_a_failed_baseline_leaves_the_gate_undecided(tmp_path):
     with pytest.raises(SystemExit) as ended:
         report_main([str(root), "--no-write", "--fail-if-worse", "0.05"])
     assert ended.value.code == 3
+
+
+def test_a_sweep_without_variants_stops_once_its_fastest_point_is_decided_or_a_plateau(tmp_path):
+    from harness.sweep.rounds import fastest_undecided
+
+    far = build(collect(_drifting_sweep(tmp_path / "far", 0.5, 6)))
+    assert fastest_undecided(far) == []  # model.tag=a is 2x b: decided
+    flat = build(collect(_drifting_sweep(tmp_path / "flat", 1.0, 6, drift=0)))
+    assert fastest_undecided(flat) == []  # a plateau: no round would tell them apart
+    close = build(collect(_drifting_sweep(tmp_path / "close", 0.95, 6)))
+    assert close.fastest["train"]["decided"] is False
+    assert fastest_undecided(close)  # 5 % apart: not yet decided, not yet the same
+
+
+def test_a_code_dir_checked_before_a_sweep_forgets_only_its_own_modules(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from harness.config.composed import code_dir_imports
+
+    tree = tmp_path / "tree"
+    (tree / ".venv").mkdir(parents=True)
+    (tree / "user_mod_x.py").write_text("VALUE = 1\n")
+    (tree / ".venv" / "lib_in_venv_x.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tree / ".venv"))  # a library installed inside the tree
+    with code_dir_imports(OmegaConf.create({"code_dir": str(tree)})):
+        import lib_in_venv_x  # noqa: F401
+        import user_mod_x  # noqa: F401
+    assert "user_mod_x" not in sys.modules and "lib_in_venv_x" in sys.modules
+    assert str(tree) not in sys.path

@@ -27,6 +27,11 @@ class Sample:
     spread: float | None = None  # its own band's half-width, a share of the figure
     contended: bool = False  # other processes took the machine during its window
     noisy: bool = False  # its step times vary too much for its figure to be precise
+    # examples/s over its whole measured window: a fair scheduler's share of the CPUs settles
+    # over a window, while which steps a neighbour preempts does not (a loaded job's median
+    # step jumps between modes: pair ratios of identical code spread 0.26 on medians, 0.10 on
+    # windows, measured beside two CPU hogs). None: the figure stands for it.
+    rate: float | None = None
 
     @property
     def counted(self) -> bool:
@@ -119,7 +124,8 @@ class Verdict:
     """B against A on rates (higher is better)."""
 
     kind: str  # real | same | inconclusive
-    ratio: float | None  # B / A of the bands' values; None when a side counted no sample
+    ratio: float | None  # B / A: of the bands' values, or the pairs' estimate; None when a side
+    # counted no sample
     low: float | None
     high: float | None
     reason: str | None = None  # why inconclusive: 'B: contended 2/2', 'noisy: B/A could be ...'
@@ -204,12 +210,13 @@ def paired_interval(ratios: Sequence[float], confidence: float = CONFIDENCE
 
 
 def paired(pairs: Sequence[tuple[Sample, Sample]], tolerance: float = TOLERANCE) -> Verdict | None:
-    """B against A through jobs that ran side by side (a round's (A, B)): a load that outlasts a
-    pair slows both alike. A pair counts when both sides were quiet, or both were contended or
-    noisy (the load then shows in the pairs' spread); a quiet side against a loaded one is left
-    out. None with fewer counted pairs than an interval at CONFIDENCE needs."""
-    kept = [(a, b) for a, b in pairs if a.counted == b.counted and a.figure > 0 and b.figure > 0]
-    found = paired_interval([b.figure / a.figure for a, b in kept])
+    """B against A through jobs that ran side by side (a round's (A, B)), each by its window's
+    examples/s (Sample.rate): a load that outlasts a pair slows both alike. A pair counts when
+    both sides were quiet, or both were contended or noisy (the load then shows in the pairs'
+    spread); a quiet side against a loaded one is left out (`unpaired`). None with fewer
+    counted pairs than an interval at CONFIDENCE needs."""
+    kept = [(a.rate or a.figure, b.rate or b.figure) for a, b in pairs if a.counted == b.counted]
+    found = paired_interval([b / a for a, b in kept if a > 0 and b > 0])
     if found is None:
         return None
     verdict = decide(*found, tolerance)

@@ -97,4 +97,4 @@ def sample_of(figures: Mapping[str, Any], flags: Collection[str], phase: str) ->
     noisy = f"noisy:{phase}" in flags
     if mad is None and _positive(median) and _positive(per_iteration):
         noisy = noisy or per_iteration > LEGACY_NOISY * median
-    return Sample(figure, spread, f"contended:{phase}" in flags, noisy)
+    return Sample(figure, spread, f"contended:{phase}" in flags, noisy, float(rate))

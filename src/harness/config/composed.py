@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -79,12 +81,13 @@ def check_job(cfg: DictConfig, overrides: list[str]) -> list[tuple[str, Any, Dic
 
 @contextlib.contextmanager
 def code_dir_imports(cfg: DictConfig) -> Iterator[None]:
-    """Within the block `code_dir` comes first on the import path; the modules it gave are
-    forgotten after, since the next job's code_dir may hold modules of the same names."""
-    from harness.config.knobs import code_dir_of
+    """Within the block `code_dir` comes first on the import path, for a sweep's checks before
+    its jobs; the modules its top-level entries gave are forgotten after, since the next
+    value's tree may hold modules of the same names (a job's own fresh process keeps them)."""
+    from harness.config.knobs import CODE_DIR_CHILD, code_dir_of
 
     directory = code_dir_of(cfg)
-    if directory is None:
+    if directory is None or os.environ.get(CODE_DIR_CHILD) == "1":
         yield
         return
     before, where = set(sys.modules), str(directory)
@@ -93,8 +96,10 @@ def code_dir_imports(cfg: DictConfig) -> Iterator[None]:
         yield
     finally:
         sys.path.remove(where)
-        for name in set(sys.modules) - before:
-            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(where):
+        for name in set(sys.modules) - before:  # not a .venv inside the tree: only its own
+            top = name.partition(".")[0]
+            file = Path(str(getattr(sys.modules[name], "__file__", None) or "/"))
+            if any(file.is_relative_to(directory / entry) for entry in (top, f"{top}.py")):
                 del sys.modules[name]
 
 

@@ -170,6 +170,9 @@ def check_strategy(strategy: Any) -> None:
             " their figures)")
 
 
+CODE_DIR_CHILD = "HARNESS_CODE_DIR_CHILD"  # set in the fresh process a code_dir job runs in
+
+
 def code_dir_of(cfg: Any) -> Path | None:
     """The `code_dir` directory, resolved; None when unset. A ConfigError when not a directory."""
     value = cfg.get("code_dir")

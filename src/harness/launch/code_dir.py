@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config.knobs import code_dir_of
+from harness.config.knobs import CODE_DIR_CHILD, code_dir_of
 from harness.errors import HarnessError
 from harness.launch.hydra_args import rerun_command, same_config_arguments
 from harness.launch.outside_tool import git_commit
@@ -21,13 +21,12 @@ from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, load_result
 
 log = logging.getLogger(__name__)
-CHILD_ENV = "HARNESS_CODE_DIR_CHILD"
 SWEEP_ENV = "HARNESS_SWEEP_DIR"  # the child of a sweep's job: its sweep, for the MLflow parent run
 CHILD_LOG = "code_dir.log"  # the child's terminal output, in the run directory
 
 
 def in_child() -> bool:
-    return os.environ.get(CHILD_ENV) == "1"
+    return os.environ.get(CODE_DIR_CHILD) == "1"
 
 
 def run_in_code_dir(cfg: Any, run_dir: Path, overrides: list[str], result: RunResult,
@@ -43,7 +42,7 @@ def run_in_code_dir(cfg: Any, run_dir: Path, overrides: list[str], result: RunRe
         result.code_dir = str(directory)
         result.code_commit = commit and commit + ("+dirty" if dirty else "")
         return None
-    env = {**os.environ, CHILD_ENV: "1",
+    env = {**os.environ, CODE_DIR_CHILD: "1",
            "PYTHONPATH": os.pathsep.join([str(directory), *filter(None, [
                os.environ.get("PYTHONPATH")])])}  # DDP ranks the child starts import it too
     if sweep_dir is not None:

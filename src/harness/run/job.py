@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config.composed import check_job, check_resolves
+from harness.config.global_batch import world_size
 from harness.config.knobs import Knobs, read_knobs, sweep_round
 from harness.errors import ConfigError
 from harness.launch import rank_processes
@@ -66,8 +67,8 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
 
             startup_s(record.result)
 
-            record.result.threads = torch_settings.set_threads(_threads(cfg))
             started_with = torch_settings.capture()  # what the job puts back when it ends
+            record.result.threads = torch_settings.set_threads(_threads(cfg))
             build.route_lightning_logs()  # each Lightning message once, through the job's log
             logger = build.build_logger(cfg)  # one tracking run per job, shared by its repeats
             measure.measure_repeats(cfg, knobs, record, logger)
@@ -80,7 +81,10 @@ def run_job(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> RunResul
         finally:
             _end_ranks(record)
             # The process-wide torch settings the job changed go back (isolation names them).
-            if started_with is not None and (changed := torch_settings.restore(started_with)):
+            # (num_threads, when sweep.threads set it, is harness's own change, not the job's)
+            if started_with is not None and (changed := [
+                    name for name in torch_settings.restore(started_with)
+                    if not (name == "num_threads" and record.result.threads)]):
                 record.result.isolation = {**(record.result.isolation or {}),
                                            "torch_settings_put_back": changed}
                 log.debug("put back after the job (it changed them): %s", ", ".join(changed))
@@ -125,9 +129,14 @@ def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None
 
 
 def _threads(cfg: DictConfig) -> int | None:
-    """sweep.threads as its sweeper resolved it for each job (auto stays torch's default)."""
+    """This process's share of sweep.threads as its sweeper resolved it (auto stays torch's
+    default): a job's CPU ranks on one machine split it, or they would oversubscribe it."""
     value = OmegaConf.select(cfg, "sweep.threads", default=None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return None
+    trainer = cfg.get("trainer") or {}
+    ranks = world_size(trainer) or 1
+    return max(1, value // max(ranks // int(trainer.get("num_nodes") or 1), 1))
 
 
 def sweep_dir() -> Path | None:

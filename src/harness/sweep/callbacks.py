@@ -131,6 +131,11 @@ class ComparisonCallback(Callback):
             from harness.sweep.rounds import SweepSettings, repeat_of
 
             repeat_of(config)
+            threads = swept_values_of(config).get("sweep.threads")
+            if threads:  # the sweeper gives every job one count
+                raise ConfigError("sweep.threads", ",".join(threads), "one count for the whole"
+                                  " sweep: both sides of a comparison run at it",
+                                  "sweep.threads=1 (or auto); compare thread counts in two sweeps")
             self.settings = replace(self.settings, repeat_keys=repeat_keys,
                                     tolerance=SweepSettings.read(config).decide_within)
             _check_values(config)

@@ -26,6 +26,7 @@ class Decision:
     phase: str
     outcome: str  # REGRESSION | IMPROVEMENT | NO_CHANGE | UNDECIDED | FAILED
     line: str  # 'regression: training 9.8 % slower (7.1-12.4 %, 95 % CI over 12 pairs)'
+    final: bool = False  # more rounds cannot change it (a side failed: no figure to decide on)
 
     @property
     def decided(self) -> bool:
@@ -38,13 +39,16 @@ def _share(ratio: float) -> str:
 
 
 def _interval(point: Any, ratio: str) -> str:
+    """' (B/A low-high, what it rests on)': the interval the verdict was decided on."""
     low, high = point.get(f"{ratio}_min"), point.get(f"{ratio}_max")
     if not (is_finite_number(low) and is_finite_number(high)):
         return ""
-    pairs = point.get(f"{ratio}_pairs")
-    basis = (f"95 % CI over {int(pairs)} pairs" if is_finite_number(pairs)
-             else "the two points' ranges")
-    return f" (B/A {low:.3f}-{high:.3f}, {basis})"
+    pairs, unpaired = point.get(f"{ratio}_pairs"), point.get(f"{ratio}_unpaired")
+    if not is_finite_number(pairs):
+        return f" (B/A {low:.3f}-{high:.3f}, the two points' bands)"
+    left = (f"; {int(unpaired)} left out: one side loaded, the other not"
+            if is_finite_number(unpaired) and unpaired else "")
+    return f" (B/A {low:.3f}-{high:.3f}, 95 % CI over {int(pairs)} pairs{left})"
 
 
 def decisions(comparison: Comparison) -> Iterator[Decision]:
@@ -61,7 +65,7 @@ def decisions(comparison: Comparison) -> Iterator[Decision]:
         label = comparison.point_label(point)
         if ref["status"] not in USABLE:
             yield Decision(label, MAIN_PHASES[0], UNDECIDED, f"{UNDECIDED}: {label}: the"
-                           f" baseline has no figure ({ref['status']}: {ref['reason']})")
+                           f" baseline has no figure ({ref['status']}: {ref['reason']})", True)
             continue
         for phase in MAIN_PHASES:
             metric, ratio = f"{phase}_examples_per_second", f"{phase}_speedup"
@@ -71,10 +75,11 @@ def decisions(comparison: Comparison) -> Iterator[Decision]:
                 continue
             if point["status"] not in USABLE or not measured["b"]:
                 yield Decision(label, phase, FAILED, f"{FAILED}: {name}: no figure where the"
-                               f" baseline has one ({point['status']}: {point['reason']})")
+                               f" baseline has one ({point['status']}: {point['reason']})", True)
                 continue
             verdict, value = point[f"{ratio}_verdict"], point[ratio]
-            said = f"{name} {_share(value)}{_interval(point, ratio)}"
+            counted = is_finite_number(point[f"{ratio}_min"])  # else a side counted no job
+            said = f"{name} {_share(value)}{_interval(point, ratio)}" if counted else name
             bands = (ref[f"{phase}_band"], point[f"{phase}_band"])
             if (verdict in ("real", "same") and not is_finite_number(point[f"{ratio}_pairs"])
                     and not all(band is not None and band.between_runs for band in bands)):

@@ -205,6 +205,8 @@ def gate(comparison: Comparison) -> int:
             f"--fail-if-worse: {comparison.root} has no variant to hold against a baseline"
             f" (variants: {'; '.join(comparison.variants)}). Fix: sweep the change as a key,"
             " e.g. harness -m code_dir=../base,. repeat=auto, then --baseline code_dir=../base")
+    show(f"gate: each variant against the baseline {comparison.baseline}, at"
+         f" {comparison.tolerance:.0%} (--baseline chooses it)")
     for decision in found:
         show(decision.line)
     if any(d.outcome in (outcomes.REGRESSION, outcomes.FAILED) for d in found):
@@ -229,9 +231,10 @@ def main(argv: list[str] | None = None) -> None:
 
     use_console(prefix=PROG)
     args = parser().parse_args(argv)
-    if args.fail_if_worse is not None and args.fail_if_worse < 0:
-        log.error("--fail-if-worse=%s is not valid: expected a fraction >= 0."
-                  " Fix: --fail-if-worse 0.1", args.fail_if_worse)
+    if args.fail_if_worse is not None and not 0 <= args.fail_if_worse < 1:
+        log.error("--fail-if-worse=%s is not valid: expected a fraction from 0 to below 1 (at"
+                  " 1 no slow-down could be beyond it). Fix: --fail-if-worse 0.1",
+                  args.fail_if_worse)
         sys.exit(BAD_INPUT)
     try:
         code = _run(args)

@@ -17,7 +17,7 @@ from harness.judge import TOLERANCE
 
 log = logging.getLogger(__name__)
 AUTO = "auto"
-MIN_ROUNDS = 2  # a band needs two jobs of a point before the noise between runs is known
+MIN_ROUNDS = 6  # the pairs a paired 95 % interval needs (harness.judge.signed_rank_cut)
 SAMPLE_S = 0.5  # how long the other processes' CPU use is read before the first job
 
 
@@ -100,23 +100,24 @@ class Rounds:
         self.done += 1
         if self.done < MIN_ROUNDS:
             return True
+        after = f"after {self.done} rounds"
         try:
             undecided = self.undecided()
         except HarnessError as err:  # no job measured anything: more rounds would not either
-            log.warning("round %d: no comparison to decide (%s); no more rounds", self.done, err)
+            log.warning("%s: nothing to decide (%s); no more rounds", after, err)
             return False
-        cap = self._cap()
         if not undecided:
-            log.info("round %d: every comparison is decided", self.done)
+            log.info("%s: every comparison is decided", after)
             return False
         said = "; ".join(undecided[:3]) + (f"; and {len(undecided) - 3} more"
                                             if len(undecided) > 3 else "")
+        cap = self._cap()
         if cap:
-            log.warning("round %d: %d comparison(s) still undecided at the cap (%s): %s",
-                        self.done, len(undecided), cap, said)
+            log.warning("%s: %d comparison(s) still undecided at the cap (%s): %s", after,
+                        len(undecided), cap, said)
             return False
-        log.info("round %d: %d comparison(s) undecided, one more round: %s", self.done,
-                 len(undecided), said)
+        log.info("%s: %d comparison(s) undecided, one more round: %s", after, len(undecided),
+                 said)
         return True
 
     def _cap(self) -> str | None:
@@ -128,7 +129,7 @@ class Rounds:
         return None
 
     def undecided(self) -> list[str]:
-        """The undecided comparisons of the jobs so far, each as its line."""
+        """What more rounds could still decide, each as its line: a failure is final."""
         from harness.sweep.collect import collect
         from harness.sweep.gate import decisions
         from harness.sweep.table import REPEAT_KEYS, build
@@ -140,8 +141,28 @@ class Rounds:
                                         is not None else REPEAT_KEYS),
                            tolerance=self.settings.decide_within)
         found = list(decisions(comparison))
-        if not found:  # nothing to compare (one variant): the sweep's fastest point decides
-            return [f"fastest ({phase}): {best['why']}" for phase, best
-                    in comparison.fastest.items() if not best["decided"]]
-        return [d.line.removeprefix("undecided: ") for d in found if not d.decided]
+        if found:
+            return [d.line.removeprefix("undecided: ") for d in found
+                    if not d.decided and not d.final]
+        return fastest_undecided(comparison)  # no variant: the sweep's fastest point decides
 
+
+def fastest_undecided(comparison: Any) -> list[str]:
+    """Per phase, why the sweep's fastest point is not decided yet; a plateau (every tie the
+    judge reads `same`) is decided: no round would tell its points apart."""
+    from harness.judge import fastest, judge
+    from harness.measured import MAIN_PHASES, USABLE
+
+    found = []
+    frame = comparison.points
+    for phase in MAIN_PHASES:
+        usable = frame[frame["status"].isin(USABLE)]
+        bands = {k: b for k, b in usable[f"{phase}_band"].items() if b is not None}
+        best = fastest(bands, comparison.tolerance)
+        if best is None or best.decided or len(bands) < 2:
+            continue
+        plateau = all(verdict is not None and verdict.kind == "same" for verdict in (
+            judge(bands[k], best.band, comparison.tolerance) for k in best.ties))
+        if not (plateau and best.ties and all(b.between_runs for b in bands.values())):
+            found.append(f"fastest ({phase}): {best.why}")
+    return found

@@ -69,8 +69,9 @@ RATIOS = {
     "memory_ratio": "peak_memory_bytes",
 }
 # the columns of each ratio: <ratio><suffix> (add_ratios)
+# _pairs: the rounds' pairs a paired verdict stands on; _unpaired: pairs it left out
 RATIO_SUFFIXES = ("", "_min", "_max", "_within_spread", "_thin", "_verdict", "_verdict_reason",
-                  "_pairs")  # _pairs: the rounds' pairs a paired verdict stands on
+                  "_pairs", "_unpaired")
 
 # Where a point's peak_memory_bytes comes from (`memory_source`), in the order looked for.
 DEVICE_MEMORY, RSS_INCREASE, PROCESS_RSS = "device allocated", "peak RSS increase", "process RSS"
@@ -366,11 +367,13 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         samples = [found for job in usable for figures in job.samples
                    if (found := sample_of(figures, job.result.flags if job.result else [], phase))]
         record[f"{phase}_samples"] = samples
-        # a round's one job: its sample, to pair with the other points' of the same round
-        record[f"{phase}_rounds"] = {
-            j.result.sweep_round: found for j in usable if j.result and j.result.sweep_round
-            is not None and len(j.samples) == 1
-            and (found := sample_of(j.samples[0], j.result.flags, phase))}
+        # a round's one job: its sample, to pair with the other points' of the same round (a
+        # round with two jobs of the point, e.g. seeds pooled too, pairs nothing)
+        in_rounds = [j for j in usable if j.result and j.result.sweep_round is not None]
+        by_round = {j.result.sweep_round: j for j in in_rounds if len(j.samples) == 1}
+        paired_up = {r: sample_of(j.samples[0], j.result.flags, phase) for r, j in by_round.items()}
+        record[f"{phase}_rounds"] = ({r: found for r, found in paired_up.items() if found}
+                                     if len(by_round) == len(in_rounds) else {})
         record[f"{phase}_contended"] = any(s.contended for s in samples)
         record[f"{phase}_noisy"] = any(s.noisy for s in samples)
     for phase in PHASES:
@@ -443,8 +446,11 @@ def add_ratios(frame: pd.DataFrame, baseline: str, tolerance: float = TOLERANCE)
                 continue
             found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
             found["_pairs"] = verdict.pairs
+            found["_unpaired"] = verdict.unpaired if verdict.pairs else None
+            # what is shown is what was decided: the counted samples' ratio and interval (none
+            # where a side counted no sample)
+            found["_min"], found["_max"], found["_within_spread"] = None, None, None
             if verdict.ratio is not None and verdict.low is not None and verdict.high is not None:
-                # what is shown is what was decided: the counted samples' ratio and interval
                 found[""], found["_min"], found["_max"] = verdict.ratio, verdict.low, verdict.high
                 found["_within_spread"] = verdict.low <= 1.0 <= verdict.high
         for suffix in RATIO_SUFFIXES:
