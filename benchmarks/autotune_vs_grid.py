@@ -18,12 +18,24 @@ duration_s) are at most a third of the grid's. Neither side assumes which settin
 CPU bf16 may well lose, and compile pays TorchInductor's compile in every job).
 
     python benchmarks/autotune_vs_grid.py [--space batch_size=8,16,32 ...] [--json out.json]
+
+Recipe mode (`--global-batch N`, docs/autotune.md "A recipe's global batch"): both sweeps keep
+`global_batch_size=N`, so every job's optimizer step takes N examples, and search how to run
+it: micro-batch (dividing N) x accumulation, activation checkpointing, precision. The grid's
+jobs all run the same optimizer steps (`trainer.max_steps`: one of warm-up and 10 measured,
+in an epoch that is a whole number of steps for every micro-batch), so each point measures
+as many examples; the figures compared are examples/s. It also checks, off each job's
+result.json (`observed.optimizer_step.examples`), that every optimizer step of every job of
+both sweeps took N examples.
+
+    python benchmarks/autotune_vs_grid.py --global-batch 64 [--space ...] [--autotune ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -43,6 +55,15 @@ WORKLOAD = ("data.seq_len=16", "data.dim=32", "model.depth=1", "data.train_batch
             "logger=none", "hydra.callbacks.sweep_report.plot=false")
 SPACE = ("batch_size=8,16,32,64,128", "precision=fp32,bf16", "compile=false,true",
          "data.num_workers=0,2")
+# --global-batch N: two blocks (one is no repeated block, nothing to checkpoint); the
+# micro-batches that divide N (from 8), checkpointing and precision
+RECIPE_WORKLOAD = tuple(o.replace("model.depth=1", "model.depth=2") for o in WORKLOAD)
+RECIPE_SPACE = ("activation_checkpointing=false,true", "precision=fp32,bf16")
+# The lines of autotune's default space (sweeps/autotune.yaml): a key not in --space is fixed
+# at its default for both sweeps, or autotune would search it and the grid would not.
+DEFAULT_LINES = ("precision=fp32", "compile=false", "data.num_workers=0",
+                 "activation_checkpointing=false")
+MEASURED_STEPS = 10  # optimizer steps a grid job measures in recipe mode (a probe's)
 
 
 def _harness() -> list[str]:
@@ -82,10 +103,39 @@ def _job_seconds(sweep_dir: Path) -> float:
                for p in sweep_dir.glob("*/result.json"))
 
 
+def recipe_grid(global_batch: int, space: list[str]) -> list[str]:
+    """The grid's own overrides at a global batch: every job the same optimizer steps (one of
+    warm-up, then MEASURED_STEPS), its epoch a whole number of them at every micro-batch."""
+    (batches,) = [s.partition("=")[2] for s in space if s.startswith("batch_size=")]
+    steps = [global_batch // int(b) for b in batches.split(",")]
+    epoch = math.lcm(*steps) * (1 + MEASURED_STEPS)
+    return [f"global_batch_size={global_batch}", f"trainer.max_steps={1 + MEASURED_STEPS}",
+            f"data.train_batches={epoch}", "profiler.speed.warmup_steps=1"]
+
+
+def steps_off(sweep_dir: Path, global_batch: int) -> list[str]:
+    """The jobs whose optimizer steps did not take `global_batch` examples each (result.json's
+    observed.optimizer_step, counted off the fit)."""
+    wrong = []
+    for path in sorted(sweep_dir.glob("*/result.json")):
+        result = json.loads(path.read_text())
+        step = (result.get("observed") or {}).get("optimizer_step") or {}
+        if result.get("status") in ("ok", "partial") and (
+                step.get("examples") != global_batch or step.get("other_steps")):
+            wrong.append(f"{path.parent.name}: {step}")
+    return wrong
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--space", nargs="*", default=list(SPACE))
-    parser.add_argument("--workload", nargs="*", default=list(WORKLOAD))
+    parser.add_argument("--space", nargs="*", default=None,
+                        help=f"the swept keys (default: {' '.join(SPACE)}; with --global-batch N:"
+                        f" batch_size=<its divisors from 8> {' '.join(RECIPE_SPACE)})")
+    parser.add_argument("--workload", nargs="*", default=None,
+                        help=f"the workload's overrides (default: {' '.join(WORKLOAD)}; with"
+                        " --global-batch: model.depth=2)")
+    parser.add_argument("--global-batch", type=int, default=None, metavar="N",
+                        help="recipe mode: both sweeps at global_batch_size=N (module docstring)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--dir", type=Path, default=None,
                         help="run the two sweeps in DIR/grid and DIR/autotune and keep them"
@@ -94,21 +144,33 @@ def main() -> None:
                         help="autotune.* settings for the autotune sweep (default:"
                         " autotune.budget.jobs=<a third of the grid's jobs>)")
     args = parser.parse_args()
+    recipe = args.global_batch
+    if args.workload is None:
+        args.workload = list(RECIPE_WORKLOAD if recipe else WORKLOAD)
+    if args.space is None:
+        divisors = [str(b) for b in range(8, (recipe or 0) + 1) if recipe % b == 0]
+        args.space = ([f"batch_size={','.join(divisors)}", *RECIPE_SPACE] if recipe
+                      else list(SPACE))
     keys = [s.partition("=")[0] for s in args.space]
     assert not set(keys) & set(MEASUREMENT_KEYS)
     settings = Settings(objective="training")
+    fixed = [o for o in DEFAULT_LINES if o.partition("=")[0] not in keys]
+    # recipe mode: the global batch kept by both
+    at = [f"global_batch_size={recipe}"] if recipe else []
     with tempfile.TemporaryDirectory() as tmp:
         where = args.dir or Path(tmp)
         grid_cwd, tune_cwd = where / "grid", where / "autotune"
         grid_cwd.mkdir(parents=True), tune_cwd.mkdir(parents=True)
-        grid_dir, grid_wall, _ = _sweep(grid_cwd, [*args.workload, *args.space, "repeat=2",
-                                                   "mode=train", "trainer.limit_val_batches=0"])
+        grid_dir, grid_wall, _ = _sweep(grid_cwd, [
+            *args.workload, *fixed, *args.space, "repeat=2", "mode=train",
+            "trainer.limit_val_batches=0", *(recipe_grid(recipe, args.space) if recipe else [])])
         budget = args.autotune or [f"autotune.budget.jobs={len(list(grid_dir.glob('*/result.json'))) // 3}"]
-        tune_dir, tune_wall, _ = _sweep(tune_cwd, ["sweep=autotune", *args.workload,
+        tune_dir, tune_wall, _ = _sweep(tune_cwd, ["sweep=autotune", *args.workload, *fixed, *at,
                                                    *args.space, *budget])
         grid = {p: s for p, s in _points(grid_dir, keys, settings).items() if s}
         body = json.loads((tune_dir / "autotune.json").read_text())
         grid_seconds, tune_seconds = _job_seconds(grid_dir), _job_seconds(tune_dir)
+        off = [*steps_off(grid_dir, recipe), *steps_off(tune_dir, recipe)] if recipe else []
     best = max(grid, key=lambda p: statistics.median(grid[p]))
     winner = tuple(body["best"].get(k) for k in keys) if body["best"] else None
     mine = grid.get(winner, [])
@@ -129,11 +191,21 @@ def main() -> None:
         "winner_within_grid_best_spread": winner == best or tied,
         "load_average": os.getloadavg(),
     }
+    if recipe:
+        figures.update({
+            "global_batch_size": recipe,
+            "grid_best_micro_x_accumulation": f"{best[keys.index('batch_size')]} x"
+            f" {recipe // int(best[keys.index('batch_size')])}" if "batch_size" in keys else None,
+            "autotune_best_micro_x_accumulation": (body.get("global_batch") or {}).get("best"),
+            "every_optimizer_step_took_the_global_batch": not off,
+            "steps_off": off,
+        })
     for key, value in figures.items():
         print(f"{key:38} {value}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
-    ok = figures["winner_within_grid_best_spread"] and figures["job_seconds_ratio"] <= 1 / 3
+    ok = (figures["winner_within_grid_best_spread"] and figures["job_seconds_ratio"] <= 1 / 3
+          and not off)
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 

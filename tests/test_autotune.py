@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from autotune_landscape import GRID, PLANTED_BEST
+from autotune_landscape import GRID, PLANTED_BEST, PLANTED_RECIPE, RECIPE_GLOBAL
 from conftest import harness_report, run_harness, start_harness, sweep_dir
 from forked_harness import ForkedRun
 
@@ -34,6 +34,12 @@ LANDSCAPE = ("model._target_=autotune_workload.LandscapeModule", "~model.dim", "
              "~data.val_batches", "~data.generate_on", "~data.pin_memory", "logger=none",
              "hydra.callbacks.sweep_report.plot=false")
 SPACE = tuple(f"{key}={values}" for key, values in GRID.items())
+# The planted recipe (tests/autotune_landscape.py RecipeLandscape; autotune_recipe_workload.py)
+RECIPE = ("model._target_=autotune_recipe_workload.RecipeModule", "~model.dim", "~model.depth",
+          "~model.num_heads", "~model.mlp_ratio", "~model.dropout", "~model.lr",
+          "data._target_=autotune_recipe_workload.RecipeData", "~data.seq_len", "~data.dim",
+          "~data.val_batches", "~data.generate_on", "~data.pin_memory", "~data.num_workers",
+          "logger=none")
 VERDICT = "best: batch_size=64 precision=bf16 data.num_workers=2 compile=false:"
 
 
@@ -100,6 +106,50 @@ def test_autotune_names_the_planted_best_in_a_third_of_the_grid(tmp_path):
     assert verdict in report.stdout + report.stderr
 
 
+@pytest.mark.slow
+def test_autotune_at_a_global_batch_names_the_planted_recipe(tmp_path):
+    """Issue 27: `harness -m sweep=autotune global_batch_size=128` on the planted recipe, its
+    40 points (checkpointing from the default space: the model has repeated blocks)."""
+    done = run_harness(tmp_path, "-m", "sweep=autotune", *RECIPE,
+                       f"global_batch_size={RECIPE_GLOBAL}", "batch_size=8,16,32,64,128",
+                       "precision=fp32,bf16", "compile=false,true", "autotune.planned_steps=300",
+                       fast=False, timeout=400)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    assert "activation_checkpointing: false, true searched: the model's repeated blocks are 2" \
+        " Block" in out
+    root = sweep_dir(tmp_path)
+    body = json.loads((root / "autotune.json").read_text())
+    jobs = _jobs(root)
+    assert body["grid_points"] == 40 and body["jobs"] == len(jobs) <= 20
+    assert body["global_batch"]["global_batch_size"] == RECIPE_GLOBAL
+    # every optimizer step of every job that ran took the global batch, as the fit counted it
+    for _, settings, result in jobs:
+        assert settings["global_batch_size"] == str(RECIPE_GLOBAL)
+        if result["status"] == "oom":
+            continue
+        assert result["status"] == "ok", result["reason"]
+        step = result["observed"]["optimizer_step"]
+        assert (step["examples"], step["other_steps"]) == (RECIPE_GLOBAL, 0), step
+        assert step["micro_batch"] * step["accumulation"] == RECIPE_GLOBAL
+    # the out-of-memory points are cells of the table, never failures of the sweep
+    rows = list(csv.DictReader((root / "comparison.csv").open()))
+    assert any(r["status"] == "oom" for r in rows) and body["status"] in ("done", "budget")
+    assert (root / "autotune_memory.png").is_file()
+    untrusted = [s for _, s, r in jobs if _untrusted(r)]
+    if body["best"] == PLANTED_RECIPE or not untrusted:
+        assert body["best"] == PLANTED_RECIPE, (body["best"], body["stages"])
+        assert "best: batch_size=64 x 2 = global_batch_size=128, activation_checkpointing=true" \
+            " precision=bf16 compile=false: " in out
+        assert body["command"].endswith("logger=none global_batch_size=128 batch_size=64"
+                                        " activation_checkpointing=true precision=bf16")
+    report = harness_report(str(root), "--no-write", "--no-plot")
+    assert report.returncode == 0, report.stderr[-2000:]
+    verdict = next(line for line in out.splitlines() if line.startswith(("best:", "best so far:")))
+    assert verdict in report.stdout + report.stderr
+
+
 def _wait_for_jobs(root: Path, count: int, proc: ForkedRun, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -152,6 +202,8 @@ def test_every_candidate_infeasible_exits_1_naming_why(tmp_path):
     (("batch_size=32",), "the space holds one point"),
     (("model.depht=2,4",), "model.depht is not a key of the config"),
     (("compile=maybe,false",), "compile='maybe' is not valid"),
+    (("global_batch_size=256", "batch_size=48,64"),
+     "batch_size=48 does not divide global_batch_size=256: every optimizer step takes whole"),
 ])
 def test_bad_input_is_one_line_before_any_job(tmp_path, overrides, needle):
     done = run_harness(tmp_path, "-m", "hydra/sweeper=autotune", "logger=none", *overrides,

@@ -215,8 +215,11 @@ def test_a_jobs_overrides_say_how_it_is_measured():
                       "data.train_batches=27", "repeat=1", "+sweep_round=1",
                       "+autotune_stage=s1"]  # warm-up: 3 + 2 workers x prefetch 2
     assert stage_and_round(listed) == ("s1", 1)
-    both = overrides(job, [], Settings(objective="both"), Shape(accumulate=4))
-    assert "trainer.max_steps=7" in both and "trainer.limit_predict_batches=27" in both
+    # with accumulation the speed preset measures optimizer steps (its warm-up: 7 batches
+    # rounded up to 2 whole steps of 4): 2 + 20 of them, in 22 x 4 batches
+    both = overrides(job, [], Settings(objective="both"), Shape(accumulate=4, train_batches=8))
+    assert "trainer.max_steps=22" in both and "trainer.limit_predict_batches=27" in both
+    assert "data.train_batches=88" in both
 
 
 def test_a_points_probe_and_confirm_jobs_pool_into_one_cell():

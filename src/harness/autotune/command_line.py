@@ -3,13 +3,28 @@ space fitted to the machine, overridden key by key; an unsearchable space refuse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.autotune.settings import Settings
-from harness.autotune.space import ABSENT, Key, Space, SpaceError, check_space, normal, role_of
+from harness.autotune.space import (
+    ABSENT,
+    BATCH,
+    CHECKPOINT_KEY,
+    GlobalBatch,
+    Key,
+    Space,
+    SpaceError,
+    as_number,
+    check_space,
+    normal,
+    role_of,
+)
 from harness.config.knobs import Here, check_device, runnable
+
+GLOBAL_BATCH_KEY = "global_batch_size"
 
 # Keys autotune sets on every job, and what to use instead.
 OWNED = {
@@ -30,8 +45,11 @@ class Parsed:
 
 
 def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
-          settings: Settings, here: Here) -> Parsed:
-    """The space and fixed overrides of this sweep; SpaceError or ConfigError if unsearchable."""
+          settings: Settings, here: Here, blocks: Callable[[], str | None] | None = None
+          ) -> Parsed:
+    """The space and fixed overrides of this sweep; SpaceError or ConfigError if unsearchable.
+    `blocks`: the model's repeated blocks said in a few words, None when it has none (asked
+    only where the default space's activation_checkpointing line would be searched)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -43,6 +61,7 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
         entries[key.lstrip("+~")] = (key, override, n < len(default))
     notes: list[str] = []
     keys, fixed = [], []
+    recipe = global_batch(config, entries.get(GLOBAL_BATCH_KEY))
     for key, override, from_params in entries.values():
         if not override.is_sweep_override():
             fixed.append(override.input_line or f"{key}={override.get_value_element_as_str()}")
@@ -50,15 +69,21 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
             group, _, leaf = f".{key.lstrip('+~')}".rpartition(".")  # data.num_workers, mostly
             notes.append(f"{key} left out of the default space: the{group.replace('.', ' ')}"
                          f" config has no {leaf}")
+        elif from_params and key == CHECKPOINT_KEY and not checkpointing(recipe, blocks, notes):
+            continue
         else:
             made = _key(key, override, config, settings)
             made = adapt(made, here, notes) if from_params else made
+            if made is not None and made.role == BATCH and recipe is not None:
+                made = micro_batches(made, recipe, from_params, notes)
             keys += [made] if made is not None else []
     owned = [bare for key in [*(k.name for k in keys), *(line.partition("=")[0] for line in fixed)]
              if (bare := key.lstrip("+~")) in OWNED]
     if owned:
         raise SpaceError(f"{owned[0]}: autotune sets it on every job. Fix: drop it; use {OWNED[owned[0]]}")
-    space = Space(tuple(keys))
+    if recipe is not None and not any(k.role == BATCH for k in keys):
+        recipe = replace(recipe, batch_size=_int(config_value(config, "batch_size")))
+    space = Space(tuple(keys), recipe)
     check_space(space)
     check_device({k.name: list(k.listed()) for k in space.keys}, here)
     return Parsed(space, fixed, notes)
@@ -113,3 +138,95 @@ def adapt(key: Key, here: Here, notes: list[str]) -> Key | None:
         return None
     return key if len(kept) == len(listed) else Key(key.name, key.role, key.default, values=tuple(kept))
 
+
+
+def _int(value: str | None) -> int | None:
+    number = as_number(value) if value is not None else None
+    return int(number) if number is not None and number == int(number) else None
+
+
+def global_batch(config: Any, entry: tuple[str, Any, bool] | None) -> GlobalBatch | None:
+    """The recipe's global batch (global_batch_size), its world size read as a job reads it;
+    None without one. A global batch autotune cannot keep is refused (SpaceError)."""
+    from harness.config.global_batch import world_size
+
+    if entry is not None and entry[1].is_sweep_override():
+        raise SpaceError(f"{GLOBAL_BATCH_KEY}: autotune keeps a recipe's global batch (the"
+                         " learning rate was tuned for it) and searches how to run it. Fix: one"
+                         f" value, e.g. {GLOBAL_BATCH_KEY}=256; one autotune sweep per global batch")
+    size = _int(config_value(config, GLOBAL_BATCH_KEY))
+    if size is None or size < 1:
+        return None  # null, or a value the jobs' own check refuses in one line
+    trainer = config.get("trainer") if hasattr(config, "get") else None
+    ranks = world_size(trainer)
+    if ranks is None:
+        raise SpaceError(f"{GLOBAL_BATCH_KEY}={size}: autotune splits it over the ranks, and"
+                         f" trainer.devices={config_value(config, 'trainer.devices')} says no count."
+                         " Fix: trainer.devices=N (a count, a list of ids or auto)")
+    if size % ranks:
+        nearest = max(ranks, round(size / ranks) * ranks)
+        raise SpaceError(f"{GLOBAL_BATCH_KEY}={size} does not split over {ranks} ranks: every"
+                         f" rank takes whole micro-batches. Fix: {GLOBAL_BATCH_KEY}={nearest}")
+    return GlobalBatch(size, ranks)
+
+
+def micro_batches(key: Key, recipe: GlobalBatch, from_params: bool, notes: list[str]) -> Key:
+    """The batch_size line at a global batch: micro-batches that divide it per rank. The
+    default space's line (and an interval) become its divisors within their ends, one note
+    saying so; a listed value that does not divide it is refused, naming both keys."""
+    where = (f"{GLOBAL_BATCH_KEY}={recipe.size}" + (f" on {recipe.ranks} ranks ({recipe.per_rank}"
+                                                    " a rank)" if recipe.ranks > 1 else ""))
+    numbers = [int(float(v)) for v in key.listed() if _int(v) is not None and _int(v) > 0]
+    if not numbers:
+        return key  # check_space says what is wrong with the values
+    if not from_params and key.interval is None:
+        bad = [n for n in numbers if not recipe.divides(n)]
+        if bad:
+            fits = recipe.divisors(min(numbers), max(numbers)) or recipe.divisors()
+            raise SpaceError(
+                f"batch_size={bad[0]} does not divide {where}: every optimizer step takes whole"
+                f" micro-batches (batch_size x accumulation{' x ranks' if recipe.ranks > 1 else ''}"
+                f" = {recipe.size}). Fix: batch_size={','.join(map(str, fits))}, or another"
+                f" {GLOBAL_BATCH_KEY}")
+    else:
+        low, high = (key.interval if key.interval is not None else (min(numbers), max(numbers)))
+        fits = recipe.divisors(low, high)
+        if not fits:
+            raise SpaceError(f"batch_size={low}..{high}: no micro-batch in it divides {where}."
+                             f" Fix: batch_size={','.join(map(str, recipe.divisors()[-4:]))}")
+        dropped = [str(n) for n in numbers if n not in fits]
+        notes.append(f"batch_size: the micro-batches that divide {where}: "
+                     f"{', '.join(map(str, fits))}"
+                     + (f" ({', '.join(dropped)} left out)" if dropped else ""))
+        key = Key(key.name, key.role, key.default, values=tuple(map(str, fits)))
+    default = _int(key.default)
+    if default is not None and not recipe.divides(default):
+        nearest = min(key.sorted_numbers(), key=lambda v: (abs(math.log(v / max(default, 1))), v))
+        notes.append(f"batch_size: the config's {default} does not divide {where}; the default"
+                     f" configuration runs batch_size={nearest}")
+        key = Key(key.name, key.role, str(nearest), key.values, key.interval)
+    return key
+
+
+def checkpointing(recipe: GlobalBatch | None, blocks: Callable[[], str | None] | None,
+                  notes: list[str]) -> bool:
+    """Whether the default space's activation_checkpointing line is searched (at a global
+    batch, on a model with repeated blocks); why not, or which blocks, in one note."""
+    leave = f"{CHECKPOINT_KEY} left out of the default space"
+    if recipe is None:
+        notes.append(f"{leave}: it is searched at a global batch ({GLOBAL_BATCH_KEY}=N), where"
+                     " checkpointing's recompute can buy a larger micro-batch of the same step")
+        return False
+    try:
+        found = blocks() if blocks is not None else None
+    except Exception as err:  # a model that cannot be built outside its job
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        notes.append(f"{leave}: the model could not be built here to look for its repeated"
+                     f" blocks ({first}); to search it: {CHECKPOINT_KEY}=false,true")
+        return False
+    if not found:
+        notes.append(f"{leave}: the model has no repeated block to wrap (no ModuleList or"
+                     " Sequential of one class of blocks, no _no_split_modules)")
+        return False
+    notes.append(f"{CHECKPOINT_KEY}: false, true searched: the model's repeated blocks are {found}")
+    return True

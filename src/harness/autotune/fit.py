@@ -1,5 +1,6 @@
 """The fit stage (docs/autotune.md, "How it searches"): the warm-up job, the batch ladder to
-the first OOM, bisection below it, smaller batches while they pay, and the calibration."""
+the first OOM, bisection below it, smaller batches while they pay, the calibration; then, where
+the space has activation checkpointing, the ladder again with it from that first OOM up."""
 
 from __future__ import annotations
 
@@ -22,6 +23,25 @@ def fit(search: Knowledge, start: Candidate) -> Plan:
         yield from calibrate(search, start)
         return
     b0 = int(start[batch.name])
+    search.largest_fit, search.first_oom = yield from ladder(search, start, b0, first=True)
+    saving = search.space.saving(start)
+    if saving is not None and search.first_oom is not None:
+        # per checkpointing setting: from the batch that ran out of memory (or was tight)
+        # without it, up: what fits only with checkpointing (below it, the same batch fits
+        # without the recompute)
+        largest, _ = yield from ladder(search, saving, search.first_oom, first=False)
+        if largest is None:
+            search.decide(FIT, saving.with_(batch.name, str(search.first_oom)), "kept",
+                          "nothing fits only with checkpointing: it ran out of memory too")
+
+
+def ladder(search: Knowledge, start: Candidate, b0: int, first: bool
+           ) -> Generator[Wave, list[Outcome], tuple[int | None, int | None]]:
+    """The batch ladder at `start`'s other values from `b0`: up to the first OOM, bisection
+    below it; the first ladder also walks down when b0 does not fit, down while smaller is
+    faster, and calibrates. (the largest batch that fits, the first OOM above it)."""
+    batch = search.space.batch
+    assert batch is not None
 
     def at(b: int) -> Candidate:
         return start.with_(batch.name, str(b))
@@ -30,54 +50,61 @@ def fit(search: Knowledge, start: Candidate) -> Plan:
         found = search.estimate(at(b), (FIT,))
         return found.value if found is not None else None
 
-    ladder: list[int] = []
+    rungs: list[int] = []
     if search.settings.sequential_probes:
         b: int | None = b0
         while b is not None:
             yield from search.probe(FIT, [at(b)])
-            ladder.append(b)
-            if search.infeasible(at(b)):
-                break  # the first OOM: nothing above it is launched
-            if not search.settings.find_max_batch and falling(ladder, rate):
+            rungs.append(b)
+            if search.infeasible(at(b)) or not search.outcomes(at(b)):
+                break  # the first OOM (or tight, or skipped): nothing above it is launched
+            if not search.settings.find_max_batch and falling(rungs, rate):
                 search.decide(FIT, at(b), "kept", "ladder stopped: two doublings slower"
                               " (autotune.find_max_batch=false)")
                 break
             b = rung(search, b, up=True)
     else:  # one wave: every rung from the start up, and the start twice (the calibration)
-        ladder = [b0]
-        while (nxt := rung(search, ladder[-1], up=True)) is not None:
-            ladder.append(nxt)
-        yield from search.probe(FIT, [at(r) for r in ladder],
-                                again=at(b0) if search.settings.calibrate else None)
-    b = rung(search, b0, up=False) if search.ran_oom(at(b0)) else None
+        rungs = [b0]
+        while (nxt := rung(search, rungs[-1], up=True)) is not None:
+            rungs.append(nxt)
+        yield from search.probe(FIT, [at(r) for r in rungs],
+                                again=at(b0) if first and search.settings.calibrate else None)
+    b = rung(search, b0, up=False) if first and search.ran_oom(at(b0)) else None
     while b is not None:  # the start does not fit: down until a batch does
         yield from search.probe(FIT, [at(b)])
-        ladder.append(b)
+        rungs.append(b)
         b = rung(search, b, up=False) if search.ran_oom(at(b)) else None
-    yield from bisect(search, at, ladder)
-    measured = sorted({r for r in ladder if rate(r) is not None})
-    # down while it pays: the fastest so far is the smallest batch probed
-    while measured and max(measured, key=lambda r: rate(r) or 0.0) == measured[0] and (
-            lower := rung(search, measured[0], up=False)) is not None:
-        yield from search.probe(FIT, [at(lower)])
-        ladder.append(lower)
-        if rate(lower) is None:
-            break
-        measured.insert(0, lower)
-    measured = [at(r) for r in ladder if rate(r) is not None]
-    yield from calibrate(search, at(b0) if at(b0) in measured else search.best(measured, (FIT,)))
-    if search.largest_fit is not None:
-        search.decide(FIT, at(search.largest_fit), "kept",
-                      f"largest batch that fits: {search.largest_fit}"
-                      + (f" (first OOM: {search.first_oom})" if search.first_oom else
-                         " (no OOM up to the top of the space)"))
+    yield from bisect(search, at, rungs)
+    if first:
+        measured = sorted({r for r in rungs if rate(r) is not None})
+        # down while it pays: the fastest so far is the smallest batch probed
+        while measured and max(measured, key=lambda r: rate(r) or 0.0) == measured[0] and (
+                lower := rung(search, measured[0], up=False)) is not None:
+            yield from search.probe(FIT, [at(lower)])
+            rungs.append(lower)
+            if rate(lower) is None:
+                break
+            measured.insert(0, lower)
+        tried = [at(r) for r in rungs if rate(r) is not None]
+        yield from calibrate(search, at(b0) if at(b0) in tried else search.best(tried, (FIT,)))
+    largest, ceiling = limits(search, at, rungs)
+    search.ladders.append({"point": {k: v for k, v in start.items if k != batch.name},
+                           "from": b0, "largest_fit": largest, "first_oom": ceiling})
+    if largest is not None:
+        said = "tight" if ceiling is not None and not search.ran_oom(at(ceiling)) else "OOM"
+        search.decide(FIT, at(largest), "kept", f"largest batch that fits: {largest}" + (
+            f" (first {said}: {ceiling})" if ceiling else " (no OOM up to the top of the space)"))
+    return largest, ceiling
 
 
-def limits(search: Knowledge, at: Callable[[int], Candidate], probed: list[int]) -> None:
-    """The largest batch that fits, and the first OOM above it, among those probed."""
-    search.largest_fit = max((b for b in probed if not search.infeasible(at(b))), default=None)
-    search.first_oom = min((b for b in probed if search.ran_oom(at(b)) and (
-        search.largest_fit is None or b > search.largest_fit)), default=None)
+def limits(search: Knowledge, at: Callable[[int], Candidate], probed: list[int]
+           ) -> tuple[int | None, int | None]:
+    """Of those probed: the largest batch that fits (not tight), and the memory ceiling above
+    it: the first batch that ran out of memory or was tight."""
+    largest = max((b for b in probed if not search.infeasible(at(b))), default=None)
+    ceiling = min((b for b in probed if (search.ran_oom(at(b)) or search.tight(at(b)))
+                   and (largest is None or b > largest)), default=None)
+    return largest, ceiling
 
 
 def bisect(search: Knowledge, at: Callable[[int], Candidate], ladder: list[int]) -> Plan:
@@ -85,8 +112,7 @@ def bisect(search: Knowledge, at: Callable[[int], Candidate], ladder: list[int])
     batch, sequential = search.space.batch, search.settings.sequential_probes
     assert batch is not None
     for _ in range(search.settings.bisect_steps if sequential else min(1, search.settings.bisect_steps)):
-        limits(search, at, ladder)
-        lo, hi = search.largest_fit, search.first_oom
+        lo, hi = limits(search, at, ladder)
         middle = batch.between(lo, hi) if lo is not None and hi is not None else []
         if not middle:
             break
@@ -97,7 +123,6 @@ def bisect(search: Knowledge, at: Callable[[int], Candidate], ladder: list[int])
         ladder += sizes
         if any(search.infeasible(at(m)) and not search.ran_oom(at(m)) for m in sizes):
             break  # a failure other than memory: no more bisection
-    limits(search, at, ladder)
 
 
 def rung(search: Knowledge, b: int, up: bool) -> int | None:

@@ -10,7 +10,7 @@ from harness.autotune.space import Candidate
 from harness.judge import fastest
 
 CROSS_LIMIT = 4  # alternates are crossed while that makes at most this many candidates
-SIMPLER = "no compile, fp32, fewer workers, smaller batch"
+SIMPLER = "no compile, fp32, no checkpointing, fewer workers, smaller batch"
 
 
 def halving_pool(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str, str]]
@@ -27,6 +27,7 @@ def halving_pool(search: Knowledge, incumbent: Candidate, alternates: list[tuple
         for k, vs in values.items():
             corner = corner.with_(k, min(vs, key=search.space.key(k).simplicity))
         combos = [incumbent, *(incumbent.with_(k, v) for k, v in alternates), corner]
+    combos += search.kept  # alternates that moved several keys (a batch with checkpointing)
     pool = [c for c in dict.fromkeys(combos) if c == incumbent
             or (not search.infeasible(c) and not search.above_known_oom(c))]
     for c in pool[search.settings.max_candidates:]:
@@ -85,7 +86,9 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
 def halving_verdict(search: Knowledge, stage: str, pool: list[Candidate], rounds: int,
                     retries: dict[Candidate, int]) -> tuple[list[Candidate], bool]:
     """Who goes on after a halving stage, and whether the stage settled it."""
-    est = {c: e for c in pool if (e := search.estimate(c, (stage,))) is not None}
+    # a candidate whose job of this stage ran out of memory or was tight is out of the running
+    est = {c: e for c in pool if not search.infeasible(c)
+           and (e := search.estimate(c, (stage,))) is not None}
     for c in pool:
         if c not in est:
             search.decide(stage, c, "infeasible", search.infeasible(c) or "no figures")
@@ -164,7 +167,7 @@ def confirm(search: Knowledge) -> Plan:
     if winner == default:
         search.confirm = {"same_as_default": True}
         return
-    failed = search.infeasible(default)
+    failed = search.failed(default)  # a tight default still runs: the ratio is over it
     if failed:  # measured already (the start point): no figure to confirm against
         search.confirm = {"default_failed": failed}
         return
@@ -188,7 +191,7 @@ def confirm(search: Knowledge) -> Plan:
         rounds += 2
         search.confirm["rounds"] = rounds
         yield Wave(CONFIRM, tuple(more))
-    search.confirm.update(winner=w, default=d, default_failed=search.infeasible(default))
+    search.confirm.update(winner=w, default=d, default_failed=search.failed(default))
     if w is not None and d is not None and not search.confirm["default_failed"] and w.tied(
             d, search.settings.min_gain):
         # the judge cannot tell the winner from the default: nothing to change, so it stands

@@ -28,6 +28,9 @@ class Shape:
     accumulate: int = 1
     workers: int = 0
     prefetch: int = 2  # DataLoader's default prefetch_factor
+    global_batch: int | None = None  # global_batch_size: accumulation = it / (batch x ranks)
+    ranks: int = 1
+    batch_size: int = 32  # the config's, for a candidate that does not search it
 
 
 def _int(value: str | None, default: int) -> int:
@@ -46,12 +49,15 @@ def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> l
     measuring = {"mode": MODES[settings.objective], "profiler.speed.warmup_steps": warmup,
                  "trainer.max_epochs": -1, "trainer.limit_val_batches": 0}
     if settings.objective in ("training", "both"):
-        accumulate = _int(job.candidate.get(ACCUMULATE) or job.candidate.get(f"+{ACCUMULATE}"),
-                          shape.accumulate)
-        # max_steps counts optimizer steps; the speed preset times each batch
-        measuring["trainer.max_steps"] = math.ceil(steps / max(accumulate, 1))
-        if shape.train_batches is not None and shape.train_batches < steps:
-            measuring["data.train_batches"] = steps  # one epoch: no loader restart mid-measure
+        accumulate = max(accumulation(job, shape), 1)
+        # max_steps counts optimizer steps, as the speed preset's measured steps do with
+        # accumulation (its warm-up: `warmup` batches rounded up to whole optimizer steps)
+        optimizer_steps = math.ceil(warmup / accumulate) + job.measured_steps
+        measuring["trainer.max_steps"] = optimizer_steps
+        batches = optimizer_steps * accumulate
+        if shape.train_batches is not None and shape.train_batches < batches:
+            # one epoch of whole optimizer steps: no loader restart mid-measure, no short step
+            measuring["data.train_batches"] = batches
     if settings.objective in ("inference", "both"):
         measuring["trainer.limit_predict_batches"] = steps
         if shape.predict_batches is not None and shape.predict_batches < steps:
@@ -59,6 +65,16 @@ def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> l
     kept = [o for o in fixed if o.partition("=")[0].lstrip("+~") not in measuring]
     return [*kept, *job.candidate.overrides(), *(f"{k}={v}" for k, v in measuring.items()),
             "repeat=1", f"+{ROUND_KEY}={job.round}", f"+{AUTOTUNE_STAGE}={job.stage}"]
+
+
+def accumulation(job: Job, shape: Shape) -> int:
+    """The batches of one optimizer step of the job: global_batch_size's, else the
+    candidate's or the config's trainer.accumulate_grad_batches."""
+    if shape.global_batch is not None:
+        micro = _int(job.candidate.get("batch_size"), shape.batch_size)
+        return max(shape.global_batch // max(micro * shape.ranks, 1), 1)
+    return _int(job.candidate.get(ACCUMULATE) or job.candidate.get(f"+{ACCUMULATE}"),
+                shape.accumulate)
 
 
 def stage_and_round(job_overrides: list[str]) -> tuple[str, int] | None:

@@ -16,6 +16,7 @@ from harness.judge import job_noise
 FIT, SCREEN, RECHECK, CONFIRM, FINAL = "fit", "screen", "recheck", "confirm", "final"
 WARMUP = "warmup"  # a first job whose figures are not used (autotune.warmup_job)
 PROBE_STAGES = (FIT, SCREEN, RECHECK)
+GIB = 2**30
 
 Plan = Generator["Wave", list[Outcome], None]
 
@@ -71,9 +72,11 @@ class Knowledge:
     status: str = "running"  # running, done, budget, interrupted, infeasible
     stop_reason: str | None = None
     stages: list[dict] = field(default_factory=list)  # name, measured_steps, rounds, jobs
-    largest_fit: int | None = None
+    largest_fit: int | None = None  # the start point's batch ladder
     first_oom: int | None = None
+    ladders: list[dict] = field(default_factory=list)  # each fit ladder: its point, largest, OOM
     pool: list[Candidate] = field(default_factory=list)  # still in the running
+    kept: list[Candidate] = field(default_factory=list)  # alternates of several keys, whole
     left_out: list[Candidate] = field(default_factory=list)  # cut by the budget, unmeasured
     winner: Candidate | None = None
     winner_trusted: bool = True  # false: no trusted figure was left to rank on
@@ -95,10 +98,27 @@ class Knowledge:
     def estimate(self, candidate: Candidate, stages: tuple[str, ...] = PROBE_STAGES) -> Estimate | None:
         return estimate(self.outcomes(candidate, stages), self.settings, self.sigma())
 
-    def infeasible(self, candidate: Candidate) -> str | None:
-        """Why the candidate cannot win: a job of it ended oom, failed or invalid."""
+    def failed(self, candidate: Candidate) -> str | None:
+        """Why the candidate did not run as asked: a job of it ended oom, failed or invalid."""
         return next((f"{o.status}: {o.reason or 'no figures for the objective'}"
                      for o in self.outcomes(candidate) if o.infeasible), None)
+
+    def tight(self, candidate: Candidate) -> str | None:
+        """Why the candidate runs too close to the device's memory (autotune.memory_margin): a
+        job of it peaked above (1 - margin) of its CUDA device's memory. A batch that just fits
+        in a short probe runs out later in the real run (fragmentation, a longer batch)."""
+        limit = 1 - self.settings.memory_margin
+        for o in self.outcomes(candidate):
+            used, total = o.device_allocated_bytes, o.device_memory_bytes
+            if o.accelerator == "cuda" and used and total and used > limit * total:
+                return (f"tight: peak {used / GIB:.1f} GiB allocated, {used / total:.0%} of the"
+                        f" device's {total / GIB:.1f} GiB (above 1 - autotune.memory_margin ="
+                        f" {limit:.0%})")
+        return None
+
+    def infeasible(self, candidate: Candidate) -> str | None:
+        """Why the candidate cannot win: it failed (oom, failed, invalid) or is tight."""
+        return self.failed(candidate) or self.tight(candidate)
 
     def ran_oom(self, candidate: Candidate) -> bool:
         return any(o.oom for o in self.outcomes(candidate))

@@ -10,7 +10,7 @@ from typing import Any
 from harness.autotune.outcome import Outcome, Phase
 from harness.autotune.score import PHASES
 from harness.errors import HarnessError
-from harness.measured import USABLE, is_finite_number, sample_of
+from harness.measured import MAIN_PHASES, USABLE, is_finite_number, sample_of
 from harness.result.store import RESULT_FILE, hydra_overrides, load_result
 
 NO_FIGURES_FLAG = "warmup_swallowed"
@@ -49,6 +49,8 @@ def outcome_of(job_dir: Path, objective: str) -> Outcome:
             charge += max(0.0, first - median)
     compiled = bool(result.knobs.get("compile")) if result.knobs else False
     diagnosis = result.diagnosis
+    peak, source = peak_memory(metrics)
+    device = result.device
     shares = [s for p in PHASES[objective]
               if _number(s := getattr(diagnosis, f"{p}_data_share", None)) is not None]
     return Outcome(
@@ -60,7 +62,27 @@ def outcome_of(job_dir: Path, objective: str) -> Outcome:
         data_share=max(shares) if shares else None,
         job_seconds=_number(result.duration_s) or 0.0,
         ended_at=_ended_at(result.started_at, result.duration_s),
+        peak_memory_bytes=peak, memory_source=source,
+        accelerator=device.accelerator if device is not None else None,
+        device_allocated_bytes=_number(metrics.get("peak_device_allocated_bytes")),
+        device_memory_bytes=_number(device.memory_bytes) if device is not None else None,
     )
+
+
+def peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str | None]:
+    """(bytes, source) of a job's peak memory, read as the sweep table reads it
+    (harness.sweep.table.peak_memory, a layer above autotune: tests/test_autotune_recipe.py
+    holds the two alike): torch's peak allocated on CUDA, else a phase's peak RSS increase over
+    its start (training's first), else the process's peak RSS."""
+    device = _number(metrics.get("peak_device_allocated_bytes"))
+    if device is not None:
+        return device, "device allocated"
+    for phase in MAIN_PHASES:
+        increase = _number(metrics.get(f"{phase}_peak_rss_increase_bytes"))
+        if increase is not None:
+            return increase, "peak RSS increase"
+    rss = _number(metrics.get("peak_rss_bytes"))
+    return (rss, "process RSS") if rss is not None else (None, None)
 
 
 def _ended_at(started_at: str | None, duration_s: float | None) -> float | None:

@@ -37,6 +37,7 @@ class Setup:
     def write(self, sweep_dir: Path) -> Path:
         return write_json(Path(sweep_dir) / SPACE_FILE, {
             "schema_version": SPACE_SCHEMA, "space": self.space.as_list(),
+            "global_batch": self.space.global_batch.as_dict() if self.space.global_batch else None,
             "settings": self.settings.as_dict(), "fixed": self.fixed,
             "started_at": self.started_at, "notes": self.notes, "launcher": self.launcher})
 
@@ -45,7 +46,8 @@ class Setup:
         path = Path(sweep_dir) / SPACE_FILE
         try:
             raw = json.loads(path.read_text())
-            return cls(Space.from_list(raw["space"]), Settings.from_mapping(raw["settings"]),
+            return cls(Space.from_list(raw["space"], raw.get("global_batch")),
+                       Settings.from_mapping(raw["settings"]),
                        list(raw.get("fixed") or []), float(raw.get("started_at") or 0.0),
                        list(raw.get("notes") or []), raw.get("launcher"))
         except (OSError, ValueError, KeyError, TypeError) as err:

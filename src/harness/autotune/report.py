@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from harness.autotune.plot import MEMORY_PNG, point_label, write_memory_png
 from harness.autotune.replay import SPACE_FILE, SUMMARY_FILE, Setup, replay
 from harness.autotune.search import Search
 from harness.autotune.verdict import line, summary
@@ -14,6 +15,8 @@ from harness.reports.files import write_json
 
 log = logging.getLogger(__name__)
 NAMED_SWEEP = "sweep"  # the config group of named sweeps (harness.sweep.named.GROUP)
+MULTIRUN_FILE = "multirun.yaml"  # the sweep's config, as the sweeper saved it
+MIB = 2**20
 
 
 def body_of(search: Search, setup: Setup, sweep_dir: Path) -> dict[str, Any]:
@@ -28,7 +31,8 @@ def write_summary(sweep_dir: Path, body: dict[str, Any]) -> Path:
 
 
 def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
-    """The autotune verdict of `sweep_dir` rebuilt, shown and (`write`) written; None: no autotune."""
+    """The autotune verdict of `sweep_dir` rebuilt, shown and (`write`) written with its plot
+    of speed against memory; None: no autotune."""
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / SPACE_FILE).is_file():
         return None
@@ -41,28 +45,56 @@ def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
     show_points(body)
     if write:
         write_summary(sweep_dir, body)
+        if plots(sweep_dir):
+            png = write_memory_png(body, sweep_dir / MEMORY_PNG)
+            if png is not None:
+                show(f"[bold]autotune:[/bold] {png}")
     colour = "green" if body["best"] is not None and body["status"] == "done" else "yellow"
     show(f"[bold {colour}]{escape(line(body))}[/bold {colour}]")
-    for note in body.get("notes") or []:
-        log.info("autotune: %s", note)
+    for note in [*(body.get("notes") or []), body["memory"]["note"]]:
+        if note:
+            log.info("autotune: %s", note)
     return body
 
 
+def plots(sweep_dir: Path) -> bool:
+    """The sweep's own `hydra.callbacks.sweep_report.plot` (true unless it says false)."""
+    import yaml
+
+    try:
+        node = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return True
+    for key in ("hydra", "callbacks", "sweep_report"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return not (isinstance(node, dict) and node.get("plot") is False)
+
+
 def show_points(body: dict[str, Any]) -> None:
-    """Every point tried, fastest first, with the deepest stage that measured it."""
+    """Every point tried, fastest first, with the deepest stage that measured it and its peak
+    memory."""
     from rich.table import Table
 
-    from harness.config.sweep_keys import short_key, short_setting
     from harness.terminal import show
 
-    table = Table(title=f"autotune: every point tried ({body['objective']} examples/s; compile"
-                  f" charged over {body['settings']['planned_steps']} planned steps)")
-    for column in ("point", "stage", "jobs", "ex/s", "range", "note"):
-        table.add_column(column, justify="right" if column in ("jobs", "ex/s", "range")
+    recipe = body.get("global_batch")
+    at = (f" at global_batch_size={recipe['global_batch_size']}, micro-batch x accumulation"
+          + (f" x {recipe['world_size']} ranks" if recipe["world_size"] > 1 else "")
+          if recipe else "")
+    sources = sorted({p["memory_source"] for p in body["points"] if p.get("memory_source")})
+    table = Table(title=f"autotune: every point tried{at} ({body['objective']} examples/s;"
+                  f" compile charged over {body['settings']['planned_steps']} planned steps)",
+                  caption=f"peak MiB: {' / '.join(sources)}, the largest of the point's jobs"
+                  if sources else None)
+    for column in ("point", "stage", "jobs", "ex/s", "range", "peak MiB", "note"):
+        table.add_column(column, justify="right" if column in ("jobs", "ex/s", "range", "peak MiB")
                          else "left")
 
-    for point in sorted(body["points"], key=lambda p: (0, -p["figure"]["examples_per_second"])
-                        if p["figure"] and p["status"] == "ok" else (1, 0.0)):  # fastest first
+    def order(point: dict[str, Any]) -> tuple[int, float]:  # fastest first; failures last
+        measured = point["figure"] and point["status"] in ("ok", "tight")
+        return (0, -point["figure"]["examples_per_second"]) if measured else (1, 0.0)
+
+    for point in sorted(body["points"], key=order):
         figure, values = point["figure"], point["candidate"]
         notes = [word for word, same in (("best", body["best"]), ("default", body["default"]))
                  if values == same]
@@ -70,9 +102,9 @@ def show_points(body: dict[str, Any]) -> None:
             notes.append(point["status"])
         elif figure and not figure["trusted"]:
             notes.append("untrusted: " + ", ".join(figure["why"]))
-        label = " ".join(short_setting(short_key(k.lstrip("+")), v) for k, v in values.items())
-        table.add_row(label, point["stage"], str(point["jobs"]),
+        peak = point.get("peak_memory_bytes")
+        table.add_row(point_label(values, recipe), point["stage"], str(point["jobs"]),
                       f"{figure['examples_per_second']:,.0f}" if figure else "-",
                       f"{figure['low']:,.0f}-{figure['high']:,.0f}" if figure else "-",
-                      ", ".join(notes))
+                      f"{peak / MIB:,.0f}" if peak is not None else "-", ", ".join(notes))
     show(table)

@@ -8,7 +8,7 @@ from collections.abc import Generator
 from harness.autotune.knowledge import PROBE_STAGES, RECHECK, SCREEN, Knowledge, Wave
 from harness.autotune.outcome import Outcome
 from harness.autotune.score import Estimate
-from harness.autotune.space import BATCH, COMPILE, LOADER, OTHER, PRECISION, Candidate
+from harness.autotune.space import BATCH, CHECKPOINT, COMPILE, LOADER, OTHER, PRECISION, Candidate
 
 
 def loader_irrelevant(search: Knowledge, incumbent: Candidate) -> str | None:
@@ -24,8 +24,9 @@ def loader_irrelevant(search: Knowledge, incumbent: Candidate) -> str | None:
 
 
 def screen_order(search: Knowledge) -> list[str]:
-    """Loader keys first (a data-bound step hides every other gain), precision, compile, the rest."""
-    rank = {LOADER: 0, PRECISION: 1, COMPILE: 2, OTHER: 3}
+    """Loader keys first (a data-bound step hides every other gain), precision, checkpointing
+    (both change what fits), compile, the rest."""
+    rank = {LOADER: 0, PRECISION: 1, CHECKPOINT: 2, COMPILE: 3, OTHER: 4}
     keys = [k for k in search.space.keys if k.role != BATCH]
     return [k.name for k in sorted(keys, key=lambda k: (rank[k.role], search.space.keys.index(k)))]
 
@@ -71,8 +72,10 @@ def screen_key(search: Knowledge, name: str, incumbent: Candidate, alternates: l
 
 def recheck(search: Knowledge, incumbent: Candidate, start: Candidate, alternates: list[tuple[str, str]]
             ) -> Generator[Wave, list[Outcome], Candidate]:
-    """Up to two batch rungs each way while they pay (stage mode: one each way, in one wave)."""
-    batch = search.space.batch
+    """Up to two batch rungs each way while they pay (stage mode: one each way, in one wave),
+    per checkpointing setting: a rung up that runs out of memory is tried with checkpointing,
+    a rung down without it (the smaller batch may fit without the recompute)."""
+    batch, space = search.space.batch, search.space
     if batch is None or all(incumbent[k.name] == start[k.name] for k in search.space.keys if k.role != BATCH):
         return incumbent
     numbers = batch.sorted_numbers()
@@ -80,7 +83,13 @@ def recheck(search: Knowledge, incumbent: Candidate, start: Candidate, alternate
     def neighbour(c: Candidate, direction: int) -> Candidate | None:
         b = int(c[batch.name])
         side = [v for v in numbers if (v > b if direction > 0 else v < b)]
-        return c.with_(batch.name, str(side[0] if direction > 0 else side[-1])) if side else None
+        if not side:
+            return None
+        rung = c.with_(batch.name, str(side[0] if direction > 0 else side[-1]))
+        return (space.plainer(rung) or rung) if direction < 0 else rung
+
+    def out_of_memory(c: Candidate) -> bool:
+        return search.ran_oom(c) or search.above_known_oom(c) is not None
 
     def faster(rung: Candidate) -> bool:
         mine, theirs = search.estimate(incumbent), search.estimate(rung)
@@ -90,6 +99,9 @@ def recheck(search: Knowledge, incumbent: Candidate, start: Candidate, alternate
 
     if not search.settings.sequential_probes:
         found = [c for d in (+1, -1) if (c := neighbour(incumbent, d)) is not None]
+        up = neighbour(incumbent, +1)
+        if up is not None and (saving := space.saving(up)) is not None:
+            found.append(saving)  # the rung up may fit only with checkpointing
         yield from search.probe(RECHECK, found)
         wins = [c for c in found if faster(c)]
         return search.best(wins) or incumbent  # each trusted and feasible: the fastest
@@ -100,6 +112,10 @@ def recheck(search: Knowledge, incumbent: Candidate, start: Candidate, alternate
             if nxt is None:
                 break
             yield from search.probe(RECHECK, [nxt])
+            other = space.saving(nxt) if out_of_memory(nxt) else None
+            if other is not None:  # what fits only with checkpointing, at these settings
+                yield from search.probe(RECHECK, [other])
+                nxt = other
             if not faster(nxt):
                 break
             incumbent = current = nxt
@@ -109,10 +125,16 @@ def recheck(search: Knowledge, incumbent: Candidate, start: Candidate, alternate
 def weigh(search: Knowledge, stage: str, name: str, point: Candidate, theirs: Estimate,
           incumbent: Candidate, mine: Estimate, alternates: list[tuple[str, str]]) -> bool:
     """`point` against the incumbent: kept as an alternate, dropped, or faster beyond spread (True)."""
-    search.gains[(name, point[name])] = theirs.value / mine.value  # to rank crossed candidates
+    # a point may differ in more than `name`: a batch up with checkpointing (the recheck)
+    single = all(v == incumbent[k] for k, v in point.items if k != name)
+    if single:
+        search.gains[(name, point[name])] = theirs.value / mine.value  # to rank crossed candidates
     here = f"{name}={incumbent[name]} ({mine.describe()})"
     if not theirs.trusted or theirs.tied(mine, search.settings.min_gain):
-        alternates.append((name, point[name]))
+        if single:
+            alternates.append((name, point[name]))
+        else:  # kept whole: its batch alone swapped into the incumbent might not fit
+            search.kept.append(point)
         search.decide(stage, point, "kept", "an alternate: " + (
             f"untrusted probe ({', '.join(theirs.cautions)}): measured again, longer"
             if not theirs.trusted else f"{theirs.describe()}: within spread of {here}"))

@@ -34,6 +34,8 @@ class Settings:
     min_gain: Fraction = 0.05
     noise_floor: Fraction = 0.05
     data_share_floor: Fraction = 0.05
+    # CUDA: a point whose peak allocated memory is above (1 - this) of the device's is `tight`
+    memory_margin: Fraction = 0.10
     max_candidates: PositiveInt = 9
     retries: NonNegativeInt = 2
     bisect_steps: NonNegativeInt = 3

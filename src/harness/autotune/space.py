@@ -9,14 +9,18 @@ from dataclasses import dataclass
 from harness.errors import CONFIG_STATUS, HarnessError
 
 BATCH, PRECISION, COMPILE, LOADER, OTHER = "batch", "precision", "compile", "loader", "other"
+CHECKPOINT = "checkpointing"  # activation_checkpointing: false, true or class names
+CHECKPOINT_KEY = "activation_checkpointing"
 # Simplest first; a value not listed ranks after these, in the order typed.
 PRECISION_ORDER = ("fp32", "32-true", "32", "bf16", "bf16-mixed", "bf16-true", "fp16", "16",
                    "16-mixed", "16-true", "fp64", "64", "64-true")
 COMPILE_ORDER = ("false", "true", "default", "reduce-overhead", "max-autotune-no-cudagraphs",
                  "max-autotune")
 ABSENT = "(default)"  # a `+key`'s value in the default configuration: not set at all
-# Which key's simplicity counts first when two candidates are tied.
-_ROLE_PRIORITY = {COMPILE: 0, PRECISION: 1, LOADER: 2, BATCH: 3, OTHER: 4}
+OFF = ("false",)  # activation_checkpointing's value that wraps nothing (normal() lower-cases)
+# Which key's simplicity counts first when two candidates are tied: compile, then precision
+# (it changes the numbers), then checkpointing (the same numbers, recomputed), then the rest.
+_ROLE_PRIORITY = {COMPILE: 0, PRECISION: 1, CHECKPOINT: 2, LOADER: 3, BATCH: 4, OTHER: 5}
 
 
 class SpaceError(HarnessError, ValueError):
@@ -97,7 +101,8 @@ class Key:
         return self.listed()[0]
 
     def simplicity(self, value: str) -> tuple[float, ...]:
-        """Smaller is simpler: no compile, fp32, fewer workers, a smaller batch, the default."""
+        """Smaller is simpler: no compile, fp32, no checkpointing, fewer workers, a smaller
+        batch, the default."""
         lowered = value.lower()
         if self.role == COMPILE:
             return (_rank(lowered, COMPILE_ORDER, self.listed()),)
@@ -105,7 +110,7 @@ class Key:
             return (_rank(lowered, PRECISION_ORDER, self.listed()),)
         if self.role in (LOADER, BATCH) and as_number(value) is not None:
             return (float(value),)
-        if self.role == LOADER:
+        if self.role in (LOADER, CHECKPOINT):  # off before on; a class list after true
             return (_rank(lowered, ("false", "true"), self.listed()),)
         if value == self.default:
             return (-1.0,)
@@ -156,8 +161,45 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class GlobalBatch:
+    """global_batch_size: every optimizer step takes `size` examples over `ranks` ranks, as
+    micro-batches of `batch_size` x accumulation on each rank."""
+
+    size: int
+    ranks: int = 1
+    batch_size: int | None = None  # the micro-batch when batch_size is not searched
+
+    @property
+    def per_rank(self) -> int:
+        return self.size // self.ranks
+
+    def divides(self, micro: int) -> bool:
+        return micro > 0 and self.size % (micro * self.ranks) == 0
+
+    def divisors(self, low: int = 1, high: int | None = None) -> list[int]:
+        """The micro-batches from `low` to `high` (default: all) that make whole steps."""
+        top = self.per_rank if high is None else min(high, self.per_rank)
+        return [b for b in range(max(low, 1), top + 1) if self.per_rank % b == 0]
+
+    def accumulation(self, micro: int) -> int:
+        return self.per_rank // micro
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {"global_batch_size": self.size, "world_size": self.ranks,
+                "per_rank": self.per_rank, "batch_size": self.batch_size}
+
+    @classmethod
+    def from_dict(cls, raw: dict | None) -> GlobalBatch | None:
+        if not raw:
+            return None
+        return cls(int(raw["global_batch_size"]), int(raw.get("world_size") or 1),
+                   raw.get("batch_size"))
+
+
+@dataclass(frozen=True)
 class Space:
     keys: tuple[Key, ...]
+    global_batch: GlobalBatch | None = None  # the recipe's global batch, when one is kept
 
     def key(self, name: str) -> Key:
         return next(k for k in self.keys if k.name == name)
@@ -169,6 +211,41 @@ class Space:
     @property
     def batch(self) -> Key | None:
         return next((k for k in self.keys if k.role == BATCH), None)
+
+    @property
+    def checkpointing(self) -> Key | None:
+        return next((k for k in self.keys if k.role == CHECKPOINT), None)
+
+    def micro_batch(self, candidate: Candidate) -> int | None:
+        """The candidate's batch_size (the global batch's fixed one when it is not searched)."""
+        batch = self.batch
+        if batch is not None and as_number(candidate[batch.name]) is not None:
+            return int(float(candidate[batch.name]))
+        return self.global_batch.batch_size if self.global_batch else None
+
+    def accumulation(self, candidate: Candidate) -> int | None:
+        """The batches per optimizer step global_batch_size makes (None: no global batch)."""
+        micro = self.micro_batch(candidate)
+        if self.global_batch is None or not micro:
+            return None
+        return self.global_batch.accumulation(micro)
+
+    def saving(self, candidate: Candidate) -> Candidate | None:
+        """The candidate with activation checkpointing on, where it is off and the space has
+        it: the same batch in less memory, for one more forward pass."""
+        key = self.checkpointing
+        if key is None or candidate[key.name] not in OFF:
+            return None
+        on = [v for v in key.listed() if v not in OFF]
+        return candidate.with_(key.name, on[0]) if on else None
+
+    def plainer(self, candidate: Candidate) -> Candidate | None:
+        """The candidate without activation checkpointing, where it is on."""
+        key = self.checkpointing
+        if key is None or candidate[key.name] in OFF:
+            return None
+        off = [v for v in key.listed() if v in OFF]
+        return candidate.with_(key.name, off[0]) if off else None
 
     def grid_points(self) -> int:
         """The exhaustive grid's size (an interval counted as its listed values)."""
@@ -186,19 +263,24 @@ class Space:
         return tuple(part for k in ordered for part in k.simplicity(candidate[k.name]))
 
     def memory_twin(self, a: Candidate, b: Candidate) -> bool:
-        """Same device memory apart from the batch: equal but for batch and loader keys."""
-        return all(a[k.name] == b[k.name] for k in self.keys if k.role not in (BATCH, LOADER))
+        """`b` needs at least `a`'s device memory at the same batch: equal but for batch and
+        loader keys, and for checkpointing where `a` has it on and `b` off (checkpointing only
+        frees activations; it never needs more)."""
+        return all(a[k.name] == b[k.name] or (k.role == CHECKPOINT and a[k.name] not in OFF
+                                              and b[k.name] in OFF)
+                   for k in self.keys if k.role not in (BATCH, LOADER))
 
     def as_list(self) -> list[dict[str, object]]:
         return [k.as_dict() for k in self.keys]
 
     @classmethod
-    def from_list(cls, raw: list[dict]) -> Space:
-        return cls(tuple(Key.from_dict(k) for k in raw))
+    def from_list(cls, raw: list[dict], global_batch: dict | None = None) -> Space:
+        return cls(tuple(Key.from_dict(k) for k in raw), GlobalBatch.from_dict(global_batch))
 
 
 def role_of(name: str, loader_keys: tuple[str, ...]) -> str:
-    roles = {"batch_size": BATCH, "precision": PRECISION, "compile": COMPILE}
+    roles = {"batch_size": BATCH, "precision": PRECISION, "compile": COMPILE,
+             CHECKPOINT_KEY: CHECKPOINT}
     return roles.get(name, LOADER if name in loader_keys else OTHER)
 
 

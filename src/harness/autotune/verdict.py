@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.autotune.halving import SIMPLER
-from harness.autotune.knowledge import FINAL, PROBE_STAGES, WARMUP, Knowledge, stage_rank
+from harness.autotune.knowledge import FINAL, PROBE_STAGES, WARMUP, Knowledge, Record, stage_rank
 from harness.autotune.score import Estimate
 from harness.autotune.space import Candidate
 from harness.measured import duration
@@ -82,8 +82,61 @@ def points(search: Knowledge) -> list[dict[str, Any]]:
             "reason": reason.split(": ", 1)[1] if reason and ": " in reason else None,
             "figure": _est(figure),
             "in_probe_stages": any(r.job.stage in PROBE_STAGES for r in records),
+            "micro_batch": search.space.micro_batch(c) if search.space.global_batch else None,
+            "accumulation": search.space.accumulation(c),
+            **peak_memory(records),
         })
     return found
+
+
+def peak_memory(records: list[Record]) -> dict[str, Any]:
+    """A point's peak memory: the largest of its measured jobs' (memory is what runs out),
+    and where it comes from (device allocated, peak RSS increase, process RSS)."""
+    peaks = [(o.peak_memory_bytes, o.memory_source) for r in records
+             if (o := r.outcome).measured and o.peak_memory_bytes is not None]
+    peak, source = max(peaks, key=lambda p: p[0]) if peaks else (None, None)
+    return {"peak_memory_bytes": peak, "memory_source": source}
+
+
+def memory(search: Knowledge) -> dict[str, Any]:
+    """autotune.memory_margin as it applied: on CUDA tight points are marked; elsewhere one note."""
+    margin = search.settings.memory_margin
+    seen = sorted({o.accelerator for r in search.records if (o := r.outcome).measured
+                   and o.accelerator})
+    note = None
+    if margin and seen and "cuda" not in seen:
+        note = (f"autotune.memory_margin={margin:g}: the jobs ran on {', '.join(seen)}, which has"
+                " no device memory to keep free; no point is marked tight (it applies on CUDA)")
+    tight = []
+    mine = search.latest(search.winner) if search.winner is not None else None
+    for c in search.tried():
+        why = search.tight(c)
+        if why is None or search.failed(c):
+            continue
+        figure = search.latest(c, skip=(WARMUP,))
+        tight.append({"candidate": c.as_dict(), "why": why, "figure": _est(figure),
+                      "faster_than_best": bool(figure and mine and figure.value > mine.value)})
+    devices = [o.device_memory_bytes for r in search.records
+               if (o := r.outcome).accelerator == "cuda" and o.device_memory_bytes]
+    return {"margin": margin, "accelerators": seen, "note": note, "tight": tight,
+            "device_memory_bytes": max(devices) if devices else None}
+
+
+def said(values: dict[str, str], recipe: dict[str, Any] | None) -> str:
+    """A point as the verdict says it; at a global batch its micro-batch x accumulation
+    (`batch_size=64 x 4 = global_batch_size=256,`) first."""
+    parts = [f"{k}={v}" for k, v in values.items()]
+    if not recipe:
+        return " ".join(parts)
+    micro = next((int(v) for k, v in values.items() if k.lstrip("+") == "batch_size"
+                  and v.isdigit()), recipe.get("batch_size"))
+    if not micro:
+        return " ".join(parts)
+    ranks = f" x {recipe['world_size']} ranks" if recipe["world_size"] > 1 else ""
+    head = (f"batch_size={micro} x {recipe['per_rank'] // micro}{ranks} ="
+            f" global_batch_size={recipe['global_batch_size']}")
+    rest = [p for p in parts if p.partition("=")[0].lstrip("+") != "batch_size"]
+    return f"{head}, {' '.join(rest)}" if rest else head
 
 
 def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -119,6 +172,9 @@ def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str,
         if confirm.get("default_stands") is not None else None,
         "largest_batch_that_fits": search.largest_fit,
         "first_oom_batch": search.first_oom,
+        "fit_ladders": list(search.ladders),
+        "global_batch": recipe(search),
+        "memory": memory(search),
         "jobs": search.jobs_launched,
         "job_budget": search.job_cap,
         "points_tried": len(search.tried()),
@@ -128,7 +184,9 @@ def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str,
         "noise": search.sigma(),
         "in_the_running": running,
         "sure": sure,
-        "command": run_command(winner, default, extra.get("fixed", [])) if winner else None,
+        "command": run_command(winner, default, extra.get("fixed", []),
+                               keep=(space.batch.name,) if space.batch and space.global_batch
+                               else ()) if winner else None,
         "space": space.as_list(),
         "settings": search.settings.as_dict(),
         "infeasible": failures,
@@ -138,10 +196,27 @@ def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str,
     }
 
 
-def run_command(winner: Candidate, default: Candidate, fixed: list[str]) -> str:
-    """The run to do next: the command's own overrides and the winner's values that differ."""
-    changed = [f"{k}={v}" for k, v in winner.items if default.get(k) != v]
+def run_command(winner: Candidate, default: Candidate, fixed: list[str],
+                keep: tuple[str, ...] = ()) -> str:
+    """The run to do next: the command's own overrides and the winner's values that differ
+    (and those of `keep` always, first: at a global batch the micro-batch is the answer)."""
+    changed = [f"{k}={v}" for k, v in sorted(winner.items, key=lambda kv: kv[0] not in keep)
+               if default.get(k) != v or k in keep]
     return " ".join(["harness", *fixed, *changed])
+
+
+def recipe(search: Knowledge) -> dict[str, Any] | None:
+    """The global batch kept, and the micro-batch x accumulation of the best and the default."""
+    space = search.space
+    if space.global_batch is None:
+        return None
+
+    def split(c: Candidate | None) -> dict[str, int | None] | None:
+        return None if c is None else {"micro_batch": space.micro_batch(c),
+                                       "accumulation": space.accumulation(c)}
+
+    return {**space.global_batch.as_dict(), "best": split(search.winner),
+            "default": split(space.default())}
 
 
 def line(body: dict[str, Any]) -> str:
@@ -156,7 +231,7 @@ def line(body: dict[str, Any]) -> str:
                    " fix that failure, or search without it)"
                    if body["points_tried"] < body["grid_points"] else "")
         return f"autotune: no candidate is feasible {where}: {why}{untried}"
-    best = " ".join(f"{k}={v}" for k, v in body["best"].items())
+    best = said(body["best"], body.get("global_batch"))
     s = body["speedup"]
     failed = (body.get("confirm") or {}).get("default_failed")
     if s is None:
@@ -177,6 +252,10 @@ def line(body: dict[str, Any]) -> str:
         notes.append("on untrusted figures only (noisy or contended jobs): not a verdict")
     elif s is not None and not s.get("trusted", True):
         notes.append("the confirm stage's figures are untrusted")
+    faster = [" ".join(f"{k}={v}" for k, v in t["candidate"].items())
+              for t in (body.get("memory") or {}).get("tight", []) if t["faster_than_best"]]
+    if faster:
+        notes.append(f"faster but tight (autotune.memory_margin): {'; '.join(faster)}")
     note = f" ({'; '.join(notes)})" if notes else ""
     stopped = f" [{body['stopped']}; {body['sure']}]" if body["status"] in ("budget", "interrupted") else ""
     head = "best so far" if body["status"] == "interrupted" else "best"

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from harness.autotune.knowledge import Wave
     from harness.autotune.replay import Setup
     from harness.autotune.search import Search
+    from harness.autotune.space import Space
 
 log = logging.getLogger(__name__)
 MULTIRUN_FILE = "multirun.yaml"
@@ -62,7 +63,7 @@ class AutotuneSweeper(Sweeper):
             log.info("autotune: %s", note)
         search = Search(setup.space, setup.settings)
         self._announce(setup, search)
-        shape = self._shape()
+        shape = self._shape(setup.space)
         seen = []
         told = 0
         try:
@@ -104,8 +105,8 @@ class AutotuneSweeper(Sweeper):
         if settings.warmup_job == AUTO:  # a process's first job is slower: in process, one
             settings = settings.resolved(warmup_job=in_process)
         params = OmegaConf.to_container(self.params, resolve=False) if self.params else {}
-        parsed = parse(params, arguments, self.config, settings, self._here(launcher, params,
-                                                                           arguments))
+        parsed = parse(params, arguments, self.config, settings,
+                       self._here(launcher, params, arguments), blocks=self._blocks)
         profiler = self.config.get("profiler")
         if not hasattr(profiler, "keys") or "speed" not in profiler:
             raise SpaceError("profiler: autotune ranks by the speed preset's examples/s, and this"
@@ -142,7 +143,27 @@ class AutotuneSweeper(Sweeper):
         cpus = affinity()
         return Here(here=True, cuda=cuda, cxx=cxx, cpus=len(cpus) if cpus else os.cpu_count())
 
-    def _shape(self) -> Shape:
+    def _blocks(self) -> str | None:
+        """The model's repeated blocks (harness.run.checkpointing's finder), said in a few words;
+        None when it has none. The model is built once here, on the meta device where its
+        constructor allows (no memory, no weights read), else as its job builds it."""
+        import torch
+
+        from harness.run.build import build_module
+        from harness.run.checkpointing import repeated_blocks
+
+        try:
+            with torch.device("meta"):
+                module = build_module(self.config)
+        except Exception:  # a constructor that reads weights or checks its device
+            module = build_module(self.config)
+        found = repeated_blocks(module)
+        if found is None or not found.modules:
+            return None
+        classes = ", ".join(f"{count} {name}" for name, count in found.classes().items())
+        return f"{classes} ({found.found_by})"
+
+    def _shape(self, space: Space) -> Shape:
         from harness.autotune import job as autotune_job
         from harness.autotune.command_line import config_value
 
@@ -150,11 +171,15 @@ class AutotuneSweeper(Sweeper):
             value = config_value(self.config, key)
             return int(value) if value is not None and value.isdigit() else None
 
+        recipe = space.global_batch
         return autotune_job.Shape(train_batches=count("data.train_batches"),
                                   predict_batches=count("data.predict_batches"),
                                   accumulate=count(autotune_job.ACCUMULATE) or 1,
                                   workers=count(autotune_job.WORKERS) or 0,
-                                  prefetch=count(autotune_job.PREFETCH) or 2)
+                                  prefetch=count(autotune_job.PREFETCH) or 2,
+                                  global_batch=recipe.size if recipe else None,
+                                  ranks=recipe.ranks if recipe else 1,
+                                  batch_size=count("batch_size") or 32)
 
     def _announce(self, setup: Setup, search: Search) -> None:
         from harness.autotune.settings import AUTO
