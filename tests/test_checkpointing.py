@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -229,3 +230,50 @@ def test_checkpointing_works_under_compile(harness):
     observed = done.result()["observed"]
     assert observed["checkpointed"] == {"Block": 2}
     assert observed["compiled_graphs"] >= 1
+
+
+class CachingBlock(nn.Module):
+    """A Hugging Face-style attention block: with config.use_cache its key/value cache grows on
+    every forward, the checkpoint's recompute included."""
+
+    def __init__(self, config: SimpleNamespace, dim: int = 8) -> None:
+        super().__init__()
+        self.config, self.linear, self.past = config, nn.Linear(dim, dim), []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keys = self.linear(x)
+        if self.config.use_cache:
+            self.past.append(keys)
+            keys = torch.cat(self.past)
+        return (x @ keys.T) @ keys
+
+
+class CachedModel(nn.Module):
+    _no_split_modules = ["CachingBlock"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(use_cache=True)  # one config, shared as in transformers
+        self.blocks = nn.ModuleList([CachingBlock(self.config), CachingBlock(self.config)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_a_key_value_cache_is_turned_off_or_the_recompute_would_not_match():
+    from torch.utils.checkpoint import CheckpointError
+
+    from harness import private_api
+
+    planted = CachedModel()  # the failure it avoids, seen on a real GPT-2: a grown cache
+    planted.blocks[0] = private_api.checkpoint_wrapper(planted.blocks[0])
+    with pytest.raises(CheckpointError):
+        planted(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    model = CachedModel()
+    blocks = checkpoint_blocks(model, True)
+    assert blocks is not None and blocks.classes() == {"CachingBlock": 2}
+    assert "use_cache turned off on CachedModel's config" in blocks.found_by
+    assert model.config.use_cache is False
+    model(torch.randn(4, 8, requires_grad=True)).sum().backward()  # recomputes, matches

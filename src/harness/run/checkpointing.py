@@ -148,8 +148,22 @@ def checkpoint_blocks(root: nn.Module, setting: bool | tuple[str, ...]) -> Block
         log.warning("%s", said(None, class_name(root)))
         return None
     _wrap(root, {id(m) for m in blocks.modules})
+    blocks.found_by += _without_cache(root)
     log.info("%s", said(blocks))
     return blocks
+
+
+def _without_cache(root: nn.Module) -> str:
+    """Turn off a Hugging Face config's `use_cache` (as its own gradient_checkpointing_enable
+    does): a key/value cache filled in the forward grows again when a block is recomputed, and
+    the recomputed tensors no longer match (torch's CheckpointError). What was turned off."""
+    owners: dict[int, str] = {}  # one config is shared by a model's parts: its outermost owner
+    for module in root.modules():  # outermost first
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", False) is True or id(config) in owners:
+            owners.setdefault(id(config), class_name(module))
+            config.use_cache = False
+    return f"; use_cache turned off on {', '.join(owners.values())}'s config" if owners else ""
 
 
 def said(blocks: Blocks | None, model: str = "the model") -> str:
