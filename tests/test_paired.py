@@ -168,10 +168,8 @@ def test_the_direction_said_is_the_one_decided_on_the_counted_samples(tmp_path):
     # B's quiet job is 10 % slower; its contended job read fast: the all-sample medians would
     # say B is faster. What is shown and judged is the counted samples.
     comparison = build(collect(_two_jobs_a_side(tmp_path, 90.0, 150.0)))
-    b = comparison.points[comparison.points["variant"] == "model.tag=b"].iloc[0]
-    assert b["train_speedup"] == pytest.approx(0.9, rel=0.01)
     (decision,) = decisions(comparison)
-    assert "slower" in decision.line and decision.outcome != "improvement"
+    assert "10.0 % slower" in decision.line and decision.outcome != "improvement"
 
 
 def test_one_counted_job_a_side_decides_nothing(tmp_path):

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.judge import Verdict, judge
 from harness.measured import MAIN_PHASES, USABLE, is_finite_number
 
 if TYPE_CHECKING:
@@ -38,17 +39,30 @@ def _share(ratio: float) -> str:
     return f"{abs(1 - ratio):.1%} {'slower' if ratio < 1 else 'faster'}".replace("%", " %", 1)
 
 
-def _interval(point: Any, ratio: str) -> str:
-    """' (B/A low-high, what it rests on)': the interval the verdict was decided on."""
-    low, high = point.get(f"{ratio}_min"), point.get(f"{ratio}_max")
-    if not (is_finite_number(low) and is_finite_number(high)):
+def _decided(point: Any, ref: Any, phase: str, tolerance: float) -> Verdict | None:
+    """The verdict the table's speed-up has, with the figures it was decided on: the pairs',
+    else the two bands' (the table's ratio is of the ex/s shown, contended samples included)."""
+    ratio = f"{phase}_speedup"
+    if is_finite_number(point.get(f"{ratio}_pairs")):
+        return Verdict(point[f"{ratio}_verdict"], point[ratio], point[f"{ratio}_min"],
+                       point[f"{ratio}_max"], point[f"{ratio}_verdict_reason"],
+                       int(point[f"{ratio}_pairs"]), int(point.get(f"{ratio}_unpaired") or 0))
+    return judge(ref[f"{phase}_band"], point[f"{phase}_band"], tolerance)
+
+
+def _said(verdict: Verdict) -> str:
+    """'9.8 % slower (B/A 0.876-0.929, 95 % CI over 12 pairs)': what the verdict rests on."""
+    if verdict.ratio is None:
         return ""
-    pairs, unpaired = point.get(f"{ratio}_pairs"), point.get(f"{ratio}_unpaired")
-    if not is_finite_number(pairs):
-        return f" (B/A {low:.3f}-{high:.3f}, the two points' bands)"
-    left = (f"; {int(unpaired)} left out: one side loaded, the other not"
-            if is_finite_number(unpaired) and unpaired else "")
-    return f" (B/A {low:.3f}-{high:.3f}, 95 % CI over {int(pairs)} pairs{left})"
+    text = f" {_share(verdict.ratio)}"
+    if verdict.low is None or verdict.high is None:
+        return text
+    if not verdict.pairs:
+        return f"{text} (B/A {verdict.low:.3f}-{verdict.high:.3f}, the two points' bands)"
+    left = (f"; {verdict.unpaired} left out: one side loaded, the other not"
+            if verdict.unpaired else "")
+    return (f"{text} (B/A {verdict.low:.3f}-{verdict.high:.3f}, 95 % CI over {verdict.pairs}"
+            f" pairs{left})")
 
 
 def decisions(comparison: Comparison) -> Iterator[Decision]:
@@ -68,7 +82,7 @@ def decisions(comparison: Comparison) -> Iterator[Decision]:
                            f" baseline has no figure ({ref['status']}: {ref['reason']})", True)
             continue
         for phase in MAIN_PHASES:
-            metric, ratio = f"{phase}_examples_per_second", f"{phase}_speedup"
+            metric = f"{phase}_examples_per_second"
             name = f"{label}: {PHASE_NAMES[phase]}"
             measured = {side: is_finite_number(p[metric]) for side, p in (("a", ref), ("b", point))}
             if not measured["a"]:
@@ -77,11 +91,14 @@ def decisions(comparison: Comparison) -> Iterator[Decision]:
                 yield Decision(label, phase, FAILED, f"{FAILED}: {name}: no figure where the"
                                f" baseline has one ({point['status']}: {point['reason']})", True)
                 continue
-            verdict, value = point[f"{ratio}_verdict"], point[ratio]
-            counted = is_finite_number(point[f"{ratio}_min"])  # else a side counted no job
-            said = f"{name} {_share(value)}{_interval(point, ratio)}" if counted else name
+            decided = _decided(point, ref, phase, tolerance)
+            if decided is None:
+                yield Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {name}: each side ran"
+                               " once, with no spread known")
+                continue
+            verdict, said = decided.kind, f"{name}{_said(decided)}"
             bands = (ref[f"{phase}_band"], point[f"{phase}_band"])
-            if (verdict in ("real", "same") and not is_finite_number(point[f"{ratio}_pairs"])
+            if (verdict in ("real", "same") and not decided.pairs
                     and not all(band is not None and band.between_runs for band in bands)):
                 # one counted job's own spread says nothing of the noise between processes
                 yield Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {said}: a side rests on one"
@@ -89,11 +106,10 @@ def decisions(comparison: Comparison) -> Iterator[Decision]:
                                " between runs")
                 continue
             if verdict == "real":
-                outcome = REGRESSION if value < 1 else IMPROVEMENT
+                outcome = REGRESSION if decided.worse else IMPROVEMENT
                 yield Decision(label, phase, outcome, f"{outcome}: {said}, beyond {tolerance:.0%}")
             elif verdict == "same":
                 yield Decision(label, phase, NO_CHANGE,
                                f"{NO_CHANGE}: {said}, within {tolerance:.0%}")
             else:
-                why = point[f"{ratio}_verdict_reason"] or "each point ran once: no spread known"
-                yield Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {said}: {why}")
+                yield Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {said}: {decided.reason}")

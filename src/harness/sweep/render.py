@@ -392,8 +392,7 @@ def legend(comparison: Comparison) -> list[str]:
     if comparison.repeated:
         lines.append(
             "±: half the min..max range of the samples, as a share of the value shown."
-            " (a-b): the interval the speed-up's verdict used: the counted samples' bands"
-            " (widened to the noise between runs), worst to best pairing"
+            " (a-b): the speed-up over the samples, worst to best pairing"
             + ("; where the rounds gave 6 or more counted pairs (a round's variant and baseline"
                " jobs, both quiet or both loaded), the speed-up and its (a-b) come from them"
                " instead: the Hodges-Lehmann estimate of variant / baseline, and its 95 %"

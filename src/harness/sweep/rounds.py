@@ -87,7 +87,7 @@ def job_threads(setting: int | str | None, here: bool) -> tuple[int | None, str]
 
 @dataclass
 class Rounds:
-    """`repeat=auto`'s state: when it started, what it may spend, what it said last."""
+    """`repeat=auto`'s state: its settings, the table's, when it started, the rounds done."""
 
     settings: SweepSettings
     sweep_dir: Path

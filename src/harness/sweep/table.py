@@ -447,10 +447,7 @@ def add_ratios(frame: pd.DataFrame, baseline: str, tolerance: float = TOLERANCE)
             found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
             found["_pairs"] = verdict.pairs
             found["_unpaired"] = verdict.unpaired if verdict.pairs else None
-            # what is shown is what was decided: the counted samples' ratio and interval (none
-            # where a side counted no sample)
-            found["_min"], found["_max"], found["_within_spread"] = None, None, None
-            if verdict.ratio is not None and verdict.low is not None and verdict.high is not None:
+            if verdict.pairs:  # the pairs' estimate and interval replace the samples' range
                 found[""], found["_min"], found["_max"] = verdict.ratio, verdict.low, verdict.high
                 found["_within_spread"] = verdict.low <= 1.0 <= verdict.high
         for suffix in RATIO_SUFFIXES:
