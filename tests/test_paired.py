@@ -54,6 +54,33 @@ def test_a_pair_with_one_side_contended_is_left_out_and_both_contended_counts():
     assert (half.pairs, half.unpaired) == (6, 6)
 
 
+def test_a_loaded_pair_compares_the_time_on_a_cpu_and_a_quiet_pair_the_wall_time():
+    # planted: identical work; each job's share of the CPU swings 45-75 % with the neighbours'
+    # load, so the wall-time rates swing with it, while rate / (1 - waited share) stays put
+    rng = random.Random(11)
+    shares = [(rng.uniform(0.25, 0.55), rng.uniform(0.25, 0.55)) for _ in range(10)]
+
+    def job(waited: float, contended: bool) -> Sample:
+        rate = 100.0 * (1 - waited) * rng.uniform(0.995, 1.005)
+        return Sample(rate, contended=contended, rate=rate, on_cpu=rate / (1 - waited))
+
+    loaded = paired([(job(wa, True), job(wb, True)) for wa, wb in shares])
+    assert (loaded.kind, loaded.pairs) == ("same", 10)
+    assert 0.99 < loaded.low <= loaded.high < 1.01
+    # the same waits without others' load are the job's own threads oversubscribing the CPUs:
+    # a real cost, never taken out, so the wall-time rates decide (too spread to say same)
+    quiet = paired([(job(wa, False), job(wb, False)) for wa, wb in shares])
+    assert quiet.kind == "inconclusive" and quiet.high - quiet.low > 0.1
+
+
+def test_a_result_without_schedstat_pairs_on_its_window_rate():
+    from harness.measured import sample_of
+
+    figures = {"train_examples_per_second": 80.0}
+    assert sample_of({**figures, "train_run_delay_share": 0.2}, [], "train").on_cpu == 100.0
+    assert sample_of(figures, [], "train").on_cpu is None
+
+
 def _drifting_sweep(root, ratio: float, rounds: int, contended_b: tuple[int, ...] = (),
                     seed: int = 3, drift: float = 2200):
     """Two points of one key; the machine drifts from 7.2k to 9.4k ex/s over the rounds (as

@@ -14,8 +14,10 @@ import pytest
 from sweep_files import steps, write_job
 
 from harness.sweep.collect import collect
+from harness.sweep.gate import FOUND_REGRESSION as REGRESSION
+from harness.sweep.gate import NOT_DECIDED as INCONCLUSIVE
 from harness.sweep.render import legend, ratio_cell, sections, terminal_table, value_cell
-from harness.sweep.report_cli import INCONCLUSIVE, REGRESSION, main, parser
+from harness.sweep.report_cli import main, parser
 from harness.sweep.table import build
 
 
@@ -41,64 +43,83 @@ def report(capsys, *argv: str) -> tuple[int, str]:
     return stopped.value.code, out.out + out.err
 
 
+def gate_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines()
+            if re.match(r"^(regression|improvement|no change|undecided|failed): ", line)]
+
+
 def test_identical_quiet_sweeps_pass(tmp_path, capsys):
     a, b = sweep(tmp_path / "a", [100, 101]), sweep(tmp_path / "b", [99, 100.5])
     code, out = report(capsys, a, b, "--fail-if-worse", "0.1")
     assert code == 0, out
-    assert "inconclusive" not in out and "regression" not in out
+    lines = gate_lines(out)
+    # per point: training and memory (mode=train: no inference)
+    assert len(lines) == 4 and all(line.startswith("no change: ") for line in lines), out
+    assert "no change: batch_size=8: training 0.7 % slower (B/A" in out
 
 
-@pytest.mark.parametrize("rounds", [1, 2])
-def test_a_planted_30_percent_slowdown_is_a_regression_from_single_runs_too(tmp_path, capsys,
-                                                                             rounds):
-    a = sweep(tmp_path / "a", [100, 101][:rounds])
-    b = sweep(tmp_path / "b", [70, 71][:rounds])
+def test_a_planted_30_percent_slowdown_is_a_regression(tmp_path, capsys):
+    a = sweep(tmp_path / "a", [100, 101])
+    b = sweep(tmp_path / "b", [70, 71])
     code, out = report(capsys, a, b, "--fail-if-worse", "0.1", "--out", str(tmp_path / "d"))
     assert code == REGRESSION, out
-    assert "regression batch_size=8: train_examples_per_second" in out
+    assert "regression: batch_size=8: training 29.9 % slower (B/A 0.690-0.713, the two points'" \
+        " bands), beyond 10%" in out
     rows = {r["metric"]: r for r in csv.DictReader((tmp_path / "d" / "diff.csv").open())}
     assert rows["train_examples_per_second"]["verdict"] == "real"
     assert rows["train_seconds_per_iteration"]["verdict"] == "real"
     assert rows["peak_memory_bytes"]["verdict"] == ""  # memory keeps the spread rule
+    assert "no change: batch_size=8: peak memory the same (500 -> 500 MiB), within the" \
+        " repeated runs' spread" in out
 
 
-def test_the_observed_case_a_contended_side_is_inconclusive_in_one_line(tmp_path, capsys):
+def test_one_run_a_side_is_undecided_the_noise_between_runs_unknown(tmp_path, capsys):
+    # one process a side: its steps' spread says nothing of how far a second run would land
+    a, b = sweep(tmp_path / "a", [100]), sweep(tmp_path / "b", [70])
+    code, out = report(capsys, a, b, "--fail-if-worse", "0.1")
+    assert code == INCONCLUSIVE, out
+    assert "undecided: batch_size=8: training 30.0 % slower (B/A" in out
+    assert "a side rests on one counted job, and nothing measured the noise between runs" in out
+
+
+def test_the_observed_case_a_contended_side_is_undecided(tmp_path, capsys):
     # the same sweep run again beside two CPU-bound processes read B/A=0.121: a regression
     a = sweep(tmp_path / "a", [100, 101])
     b = sweep(tmp_path / "b", [12.1, 12.3], flags=["contended:train"])
     code, out = report(capsys, a, b, "--fail-if-worse", "0.1", "--out", str(tmp_path / "d"))
     assert code == INCONCLUSIVE, out
-    lines = [line for line in out.splitlines() if "warning: inconclusive" in line]
-    assert len(lines) == 1, out
-    assert "batch_size=8: train_examples_per_second: B: contended 2/2" in lines[0]
-    assert "no regression found, none ruled out" in lines[0]
-    assert "regression batch_size" not in out
+    assert "undecided: batch_size=8: training: B: contended 2/2" in gate_lines(out), out
+    assert not any(line.startswith("regression") for line in gate_lines(out))
     changes = json.loads((tmp_path / "d" / "diff.json").read_text())["changes"]
     train = next(c for c in changes if c["metric"] == "train_examples_per_second")
     assert (train["verdict"], train["verdict_reason"]) == ("inconclusive", "B: contended 2/2")
     assert "0.12x ?" in out  # the table reads it as the sweep table does
-    # without --fail-if-worse: said, but no question was asked: exit 0
+    # without --fail-if-worse: one warning, no gate, exit 0
     code, out = report(capsys, a, b)
-    assert code == 0 and sum("warning: inconclusive" in line for line in out.splitlines()) == 1
+    assert code == 0 and not gate_lines(out), out
+    (warning,) = [line for line in out.splitlines() if "warning:" in line]
+    assert "2 of 4 comparisons undecided; the first: undecided: batch_size=8: training: B:" \
+        " contended 2/2" in warning
 
 
-def test_planted_spikes_are_inconclusive(tmp_path, capsys):
-    a, b = sweep(tmp_path / "a", [100]), sweep(tmp_path / "b", [100], spiky=True,
-                                               flags=["noisy:train"])
+def test_planted_spikes_are_undecided(tmp_path, capsys):
+    a, b = sweep(tmp_path / "a", [100, 101]), sweep(tmp_path / "b", [100, 101], spiky=True,
+                                                     flags=["noisy:train"])
     code, out = report(capsys, a, b, "--fail-if-worse", "0.1")
     assert code == INCONCLUSIVE, out
-    assert "B: noisy 1/1" in out
+    assert "B: noisy 2/2" in out
 
 
-def test_a_regression_wins_over_inconclusive(tmp_path, capsys):
+def test_a_regression_wins_over_undecided(tmp_path, capsys):
     a = sweep(tmp_path / "a", [100, 101], batch_sizes=(8, 16))
     b = tmp_path / "b"
     sweep(b / "quiet", [70, 71], batch_sizes=(8,))  # batch 8: a real 30% slow-down
     sweep(b / "busy", [20, 30], batch_sizes=(16,), flags=["contended:train"])
     code, out = report(capsys, a, str(b), "--fail-if-worse", "0.1")
     assert code == REGRESSION, out
-    assert "regression batch_size=8" in out and "batch_size=16" not in out.split("regression")[1]
-    assert sum("warning: inconclusive" in line for line in out.splitlines()) == 1
+    said = {line.split(":")[0] + ":" + line.split(":")[1] for line in gate_lines(out)
+            if "training" in line}
+    assert said == {"regression: batch_size=8", "undecided: batch_size=16"}, out
 
 
 def test_help_names_every_exit_status(capsys):

@@ -97,4 +97,6 @@ def sample_of(figures: Mapping[str, Any], flags: Collection[str], phase: str) ->
     noisy = f"noisy:{phase}" in flags
     if mad is None and _positive(median) and _positive(per_iteration):
         noisy = noisy or per_iteration > LEGACY_NOISY * median
-    return Sample(figure, spread, f"contended:{phase}" in flags, noisy, float(rate))
+    waited = figures.get(f"{phase}_run_delay_share")
+    on_cpu = rate / (1 - waited) if is_finite_number(waited) and 0 <= waited < 1 else None
+    return Sample(figure, spread, f"contended:{phase}" in flags, noisy, float(rate), on_cpu)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.judge import TOLERANCE, Band, Verdict, judge, past
+from harness.judge import TOLERANCE, Band, Verdict, judge
 from harness.measured import USABLE, is_finite_number
 from harness.sweep.render import SAME, UNDECIDED, ByWidth, markdown, ratio_text, rich_table, value_cell
 from harness.sweep.table import DEFAULT, METRICS, Comparison, ratio_range
@@ -45,18 +45,6 @@ class Change:
     @property
     def verdict(self) -> Verdict | None:
         return self.judged(self.tolerance)
-
-    def is_regression(self, tolerance: float) -> bool:
-        """B is worse than A beyond `tolerance` (0.1: 10%) and noise, or B failed where A measured."""
-        if self.status_a in USABLE and self.status_b not in USABLE:
-            return True
-        verdict = self.judged(tolerance)
-        if verdict is not None:
-            return verdict.regression
-        if self.ratio is None or self.within_spread or not self.worse:
-            return False
-        # memory: the share added; speed: the share of throughput lost, from either side
-        return self.ratio - 1 > tolerance if self.unit == "bytes" else past(self.ratio, tolerance)
 
 
 @dataclass
@@ -125,32 +113,6 @@ def diff(a: Comparison, b: Comparison, tolerance: float = TOLERANCE) -> Diff:
 SPEED_FIGURES = ("_examples_per_second", "_seconds_per_iteration")
 
 
-def regressions(result: Diff, tolerance: float) -> list[Change]:
-    """The changes that are regressions at `tolerance` (Change.is_regression)."""
-    return [change for change in result.changes if change.is_regression(tolerance)]
-
-
-def inconclusive(result: Diff, tolerance: float) -> list[Change]:
-    """The changes whose verdict at `tolerance` is inconclusive."""
-    return [change for change in result.changes
-            if (verdict := change.judged(tolerance)) is not None
-            and verdict.kind == "inconclusive"]
-
-
-def inconclusive_line(result: Diff, tolerance: float) -> str | None:
-    """The one line that says the comparison could not be decided, naming the first."""
-    undecided = inconclusive(result, tolerance)
-    if not undecided:
-        return None
-    # named by a throughput where one is undecided: its s/it says the same
-    first = next((c for c in undecided if c.higher_is_better), undecided[0])
-    why = first.judged(tolerance).reason  # type: ignore[union-attr]
-    return (f"inconclusive: {len(undecided)} of {len(result.changes)} comparisons could not be"
-            f" decided ({first.point}: {first.metric}: {why}): no regression found, none ruled"
-            " out. Fix: rerun the contended or noisy side on a quiet machine, with repeat=3 for"
-            " a spread (each comparison's reason: --out DIR, diff.csv verdict_reason)")
-
-
 def rows(result: Diff) -> list[dict[str, Any]]:
     return [{"point": c.point, "metric": c.metric, "unit": c.unit, "a": c.a, "b": c.b,
              "ratio_b_over_a": c.ratio, "within_spread": c.within_spread,
@@ -170,7 +132,8 @@ def _marks(result: Diff) -> str:
     tolerance = result.changes[0].tolerance if result.changes else TOLERANCE
     text = (f"{SAME}: no difference (speed: on the counted samples, within their noise and the"
             f" {tolerance:.0%} tolerance; memory: within the spread of the repeated runs).")
-    if inconclusive(result, tolerance):
+    if any(c.verdict is not None and c.verdict.kind == "inconclusive"
+           for c in result.changes):
         text += (f" {UNDECIDED}: inconclusive: a side contended or noisy, or its noise wider"
                  f" than the {tolerance:.0%} asked about (diff.csv verdict_reason).")
     return text

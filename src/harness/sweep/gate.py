@@ -1,27 +1,31 @@
-"""Each speed-up of a sweep's table as a decision at its threshold: a regression, an
-improvement, no change, or undecided (and why). `harness-report DIR --fail-if-worse F` exits by
-them; `repeat=auto` adds rounds while one is undecided (docs/ci.md)."""
+"""Each comparison as a decision at its threshold: a regression, an improvement, no change,
+or undecided (and why). Within one sweep (`decisions`: each variant against the baseline of its
+row) or between two (`changes`: B's points against A's); `harness-report --fail-if-worse F`
+exits by them (`exit_status`), and `repeat=auto` adds rounds while one is undecided
+(docs/ci.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.judge import Verdict, judge
+from harness.judge import Band, Verdict, judge
 from harness.measured import MAIN_PHASES, USABLE, is_finite_number
 
 if TYPE_CHECKING:
+    from harness.sweep.diff import Change, Diff
     from harness.sweep.table import Comparison
 
 PHASE_NAMES = {"train": "training", "inference": "inference"}
 REGRESSION, IMPROVEMENT, NO_CHANGE, UNDECIDED, FAILED = (
     "regression", "improvement", "no change", "undecided", "failed")
+FOUND_REGRESSION, NOT_DECIDED = 1, 3  # exit statuses of the gate (0: decided, none worse)
 
 
 @dataclass(frozen=True)
 class Decision:
-    """One variant against the baseline of its row, for one phase."""
+    """One variant against its baseline (or B's point against A's), for one phase or memory."""
 
     point: str  # 'code_dir=., batch_size=32'
     phase: str
@@ -65,10 +69,40 @@ def _said(verdict: Verdict) -> str:
             f" pairs{left})")
 
 
+def _no_baseline(label: str, why: str) -> Decision:
+    return Decision(label, MAIN_PHASES[0], UNDECIDED,
+                    f"{UNDECIDED}: {label}: the baseline has no figure ({why})", True)
+
+
+def _no_figure(label: str, phase: str, why: str) -> Decision:
+    return Decision(label, phase, FAILED, f"{FAILED}: {label}: {PHASE_NAMES[phase]}: no figure"
+                    f" where the baseline has one ({why})", True)
+
+
+def _speed(label: str, phase: str, verdict: Verdict | None,
+           bands: Sequence[Band | None], tolerance: float) -> Decision:
+    """The decision a speed verdict makes, worded with the figures it rests on."""
+    name = f"{label}: {PHASE_NAMES[phase]}"
+    if verdict is None:
+        return Decision(label, phase, UNDECIDED,
+                        f"{UNDECIDED}: {name}: each side ran once, with no spread known")
+    said = f"{name}{_said(verdict)}"
+    if (verdict.kind in ("real", "same") and not verdict.pairs
+            and not all(band is not None and band.between_runs for band in bands)):
+        # one counted job's own spread says nothing of the noise between processes
+        return Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {said}: a side rests on one"
+                        " counted job, and nothing measured the noise between runs (repeat=3)")
+    if verdict.kind == "real":
+        outcome = REGRESSION if verdict.worse else IMPROVEMENT
+        return Decision(label, phase, outcome, f"{outcome}: {said}, beyond {tolerance:.0%}")
+    if verdict.kind == "same":
+        return Decision(label, phase, NO_CHANGE, f"{NO_CHANGE}: {said}, within {tolerance:.0%}")
+    return Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {said}: {verdict.reason}")
+
+
 def decisions(comparison: Comparison) -> Iterator[Decision]:
     """Every non-baseline point of every row, each phase the baseline measured."""
     frame = comparison.points
-    tolerance = comparison.tolerance
     for _, point in frame.iterrows():
         if point["variant"] == comparison.baseline:
             continue
@@ -78,38 +112,59 @@ def decisions(comparison: Comparison) -> Iterator[Decision]:
         ref = base.iloc[0]
         label = comparison.point_label(point)
         if ref["status"] not in USABLE:
-            yield Decision(label, MAIN_PHASES[0], UNDECIDED, f"{UNDECIDED}: {label}: the"
-                           f" baseline has no figure ({ref['status']}: {ref['reason']})", True)
+            yield _no_baseline(label, f"{ref['status']}: {ref['reason']}")
             continue
         for phase in MAIN_PHASES:
             metric = f"{phase}_examples_per_second"
-            name = f"{label}: {PHASE_NAMES[phase]}"
-            measured = {side: is_finite_number(p[metric]) for side, p in (("a", ref), ("b", point))}
-            if not measured["a"]:
+            if not is_finite_number(ref[metric]):
                 continue
-            if point["status"] not in USABLE or not measured["b"]:
-                yield Decision(label, phase, FAILED, f"{FAILED}: {name}: no figure where the"
-                               f" baseline has one ({point['status']}: {point['reason']})", True)
+            if point["status"] not in USABLE or not is_finite_number(point[metric]):
+                yield _no_figure(label, phase, f"{point['status']}: {point['reason']}")
                 continue
-            decided = _decided(point, ref, phase, tolerance)
-            if decided is None:
-                yield Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {name}: each side ran"
-                               " once, with no spread known")
-                continue
-            verdict, said = decided.kind, f"{name}{_said(decided)}"
-            bands = (ref[f"{phase}_band"], point[f"{phase}_band"])
-            if (verdict in ("real", "same") and not decided.pairs
-                    and not all(band is not None and band.between_runs for band in bands)):
-                # one counted job's own spread says nothing of the noise between processes
-                yield Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {said}: a side rests on one"
-                               " counted job, and no point of the sweep measured the noise"
-                               " between runs")
-                continue
-            if verdict == "real":
-                outcome = REGRESSION if decided.worse else IMPROVEMENT
-                yield Decision(label, phase, outcome, f"{outcome}: {said}, beyond {tolerance:.0%}")
-            elif verdict == "same":
-                yield Decision(label, phase, NO_CHANGE,
-                               f"{NO_CHANGE}: {said}, within {tolerance:.0%}")
+            yield _speed(label, phase, _decided(point, ref, phase, comparison.tolerance),
+                         (ref[f"{phase}_band"], point[f"{phase}_band"]), comparison.tolerance)
+
+
+def changes(result: Diff) -> Iterator[Decision]:
+    """Every point B shares with A: each phase A measured, on the two points' bands, and
+    peak memory (its own rule: beyond the threshold and the repeated runs' spread)."""
+    no_baseline = set()
+    for change in result.changes:
+        if change.status_a not in USABLE:
+            if change.point not in no_baseline:
+                no_baseline.add(change.point)
+                yield _no_baseline(change.point, change.status_a)
+        elif change.metric.endswith("_examples_per_second") and change.a is not None:
+            phase = change.metric.split("_", 1)[0]
+            if change.b is None:
+                yield _no_figure(change.point, phase, change.status_b)
             else:
-                yield Decision(label, phase, UNDECIDED, f"{UNDECIDED}: {said}: {decided.reason}")
+                yield _speed(change.point, phase, change.verdict, (change.band_a, change.band_b),
+                             change.tolerance)
+        elif change.unit == "bytes" and change.ratio is not None:
+            yield _memory(change)
+
+
+def _memory(change: Change) -> Decision:
+    more = change.ratio - 1  # type: ignore[operator]
+    share = f"{abs(more):.1%} {'more' if more > 0 else 'less'}".replace("%", " %", 1)
+    said = (f"{change.point}: peak memory {share if more else 'the same'}"
+            f" ({change.a / 2**20:,.0f} -> {change.b / 2**20:,.0f} MiB)")  # type: ignore[operator]
+    if change.within_spread:
+        return Decision(change.point, "memory", NO_CHANGE,
+                        f"{NO_CHANGE}: {said}, within the repeated runs' spread")
+    if abs(more) <= change.tolerance:
+        return Decision(change.point, "memory", NO_CHANGE,
+                        f"{NO_CHANGE}: {said}, within {change.tolerance:.0%}")
+    outcome = REGRESSION if more > 0 else IMPROVEMENT
+    return Decision(change.point, "memory", outcome,
+                    f"{outcome}: {said}, beyond {change.tolerance:.0%}")
+
+
+def exit_status(found: Iterable[Decision]) -> int:
+    """1 on a regression or a side that failed where the baseline ran; else 3 when one is
+    undecided; else 0."""
+    found = list(found)
+    if any(d.outcome in (REGRESSION, FAILED) for d in found):
+        return FOUND_REGRESSION
+    return NOT_DECIDED if any(not d.decided for d in found) else 0

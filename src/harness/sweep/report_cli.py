@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 PROG = "harness-report"
-REGRESSION, BAD_INPUT, INCONCLUSIVE = 1, 2, 3  # exit statuses (0: done)
+BAD_INPUT = 2  # exit status (the gate's 1 and 3: harness.sweep.gate)
 log = logging.getLogger(__name__)
 
 
@@ -110,11 +110,12 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Rebuild the comparison table of a sweep from its jobs' result.json files,"
         " or compare two sweeps or runs (B against A).",
-        epilog="Exit status: 0 done; 1 --fail-if-worse found a regression (or the disk is"
-        " full); 2 bad input, or a directory it cannot write; 3 --fail-if-worse found no"
-        " regression but could not decide a comparison (a side contended or noisy, or noise"
-        " wider than FRACTION): none ruled out. A regression (1) wins over 3. With one DIR,"
-        " --fail-if-worse judges each variant against the baseline of its row (docs/ci.md).",
+        epilog="Exit status: 0 done (with --fail-if-worse: every comparison decided, none"
+        " worse); 1 --fail-if-worse found a regression, or a side that failed where the baseline"
+        " ran (or the disk is full); 2 bad input, or a directory it cannot write; 3"
+        " --fail-if-worse found no regression but could not decide a comparison (a side"
+        " contended, noisy or run once, or noise wider than FRACTION): none ruled out. A"
+        " regression (1) wins over 3. docs/ci.md.",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR",
                    help="a sweep directory (multirun/DATE/TIME) or a run directory; two to compare")
@@ -135,12 +136,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None,
                    help="with two DIRs: write diff.{md,csv,json} into this directory")
     p.add_argument("--fail-if-worse", type=float, default=None, metavar="FRACTION",
-                   help="with two DIRs: exit 1 if any metric of B is worse than A by more than"
-                   " FRACTION (0.1 = 10%%) and beyond the runs' spread, or a job of B failed"
-                   " where A's passed; else exit 3 if a comparison could not be decided"
-                   " (contended or noisy samples, or noise wider than FRACTION). With one DIR:"
-                   " the same for each variant against --baseline, exit 0 only when every"
-                   " comparison is decided")
+                   help="gate: one line per comparison, and the exit status by them. With"
+                   " one DIR: each variant against --baseline; with two: each point of B against"
+                   " A's (and its peak memory). Worse means slower (or more memory) by more than"
+                   " FRACTION (0.05 = 5%%), past the noise: the whole interval beyond it")
     return p
 
 
@@ -180,38 +179,41 @@ def _run(args: argparse.Namespace) -> int:
     diff.show_diff(result)
     if args.out:
         show("[bold]diff:[/bold] " + ", ".join(map(str, written)))
-    worse = diff.regressions(result, tolerance) if args.fail_if_worse is not None else []
-    for change in worse:
-        show(f"[red]regression[/red] {change.point}: {change.metric}"
-             f" B/A={change.ratio if change.ratio is None else round(change.ratio, 3)}"
-             f" (status A={change.status_a}, B={change.status_b})")
-    undecided = diff.inconclusive_line(result, tolerance)
+    from harness.sweep.gate import changes
+
+    found = list(changes(result))
+    if args.fail_if_worse is not None:
+        return _gate(found, f"gate: B against A, at {tolerance:.0%}")
+    undecided = [d for d in found if not d.decided]
     if undecided:  # on stderr, as a warning: `| head` does not hide it
-        log.warning("%s", undecided)
-    if worse:
-        return REGRESSION
-    return INCONCLUSIVE if undecided and args.fail_if_worse is not None else 0
+        log.warning("%d of %d comparisons undecided; the first: %s. Fix: a quiet machine, and"
+                    " repeat=3 on both sides", len(undecided), len(found), undecided[0].line)
+    return 0
 
 
 def gate(comparison: Comparison) -> int:
-    """One line per comparison of the sweep against its baseline; 1 on a regression (or a
-    variant that failed where the baseline ran), else 3 when one is undecided, else 0."""
-    from harness.sweep import gate as outcomes
-    from harness.terminal import show
+    """Each variant of one sweep against the baseline of its row (harness.sweep.gate)."""
+    from harness.sweep.gate import decisions
 
-    found = list(outcomes.decisions(comparison))
+    found = list(decisions(comparison))
     if not found:
         raise HarnessError(
             f"--fail-if-worse: {comparison.root} has no variant to hold against a baseline"
             f" (variants: {'; '.join(comparison.variants)}). Fix: sweep the change as a key,"
             " e.g. harness -m code_dir=../base,. repeat=auto, then --baseline code_dir=../base")
-    show(f"gate: each variant against the baseline {comparison.baseline}, at"
-         f" {comparison.tolerance:.0%} (--baseline chooses it)")
+    return _gate(found, f"gate: each variant against the baseline {comparison.baseline}, at"
+                 f" {comparison.tolerance:.0%} (--baseline chooses it)")
+
+
+def _gate(found: list[Any], header: str) -> int:
+    """The gate's lines, one per comparison, and its exit status (harness.sweep.gate)."""
+    from harness.sweep.gate import exit_status
+    from harness.terminal import show
+
+    show(header)
     for decision in found:
         show(decision.line)
-    if any(d.outcome in (outcomes.REGRESSION, outcomes.FAILED) for d in found):
-        return REGRESSION
-    return INCONCLUSIVE if any(not d.decided for d in found) else 0
+    return exit_status(found)
 
 
 def _written(write: Callable[[], T], instead: str) -> T:
