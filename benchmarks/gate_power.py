@@ -8,13 +8,16 @@ second one's exit status:
 
 on a user's module whose training step is CPU-bound: a LightningModule (harness's own
 TransformerModule, tiny) whose training_step first multiplies a 256 x 256 matrix `iters`
-times (100 by default). The products are most of the step, so 10 % more iters reads a little
-under 10 % slower (0.92x in a quiet smoke trial): the tiny transformer's own step and
-Lightning's loop do not change. Trial kinds:
+times (100 by default). The products are most of the step but not all of it: the tiny
+transformer's own step and Lightning's loop stay. So a planted slowdown is calibrated, once
+per condition before its trials: a sweep `+model.iters=0,100 repeat=3` reads the step's time
+(1 / the window's examples/s) with and without the products, which gives the rest of the step
+in products (`overhead_iters`). B then does `iters + extra x (iters + overhead_iters)`
+products, so its whole step takes `extra` longer. Trial kinds:
 
 - `aa`: A/A, the same code on both sides; exit 1 (a regression) is a false positive;
-- `ab5`, `ab10`, `ab20`: B does 5 % / 10 % / 20 % more iters; exit 1 is a detection (exit 0 with the line
-  `improvement:` is a miss in the wrong direction, counted apart: `impr.`).
+- `ab5`, `ab10`, `ab20`: B's step takes 5 % / 10 % / 20 % longer; exit 1 is a detection (exit 0
+  with the line `improvement:` is a miss in the wrong direction, counted apart: `impr.`).
 
 Exit 0 is a pass (decided: no regression beyond 5 %), exit 3 undecided at the cap
 (sweep.max_rounds, sweep.max_minutes), anything else an error. Conditions:
@@ -146,7 +149,7 @@ def _commands(form: str, kind: str, where: Path, args: argparse.Namespace
               ) -> tuple[list[str], str, dict[str, str]]:
     """(the harness overrides, the gate's --baseline, the environment) of one trial."""
     extra = KINDS[kind]
-    changed = round(args.iters * (1 + extra))
+    changed = _changed(args, extra)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "COLUMNS": "200"}
     common = [f"model._target_={MODULE_NAME}.Model", "repeat=auto",
               f"sweep.max_rounds={args.max_rounds}", f"sweep.max_minutes={args.max_minutes:g}",
@@ -164,6 +167,31 @@ def _commands(form: str, kind: str, where: Path, args: argparse.Namespace
     _write_module(where / "base", args.iters, args.size)
     _write_module(where / "change", changed, args.size)
     return ["code_dir=base,change", *common], "code_dir=base", env
+
+
+def _changed(args: argparse.Namespace, extra: float) -> int:
+    """B's products: its whole step `extra` longer than A's."""
+    return round(args.iters + extra * (args.iters + args.overhead_iters))
+
+
+def calibrate(root: Path, condition: str, args: argparse.Namespace) -> float:
+    """The step's time other than the products, in products: from a sweep of iters 0 and A's."""
+    where = root / f"{condition}-calibration"
+    module_dir = _write_module(where / "module", args.iters, args.size)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(module_dir),
+                                                       os.environ.get("PYTHONPATH")]))}
+    subprocess.run([*_tool("harness"), "-m", f"model._target_={MODULE_NAME}.Model",
+                    f"+model.iters=0,{args.iters}", "repeat=3", *_workload(args.workload),
+                    f"hydra.sweep.dir={where / 'sweep'}"],
+                   cwd=where, env=env, capture_output=True, text=True, check=True, timeout=900)
+    rates: dict[int, list[float]] = {}
+    for job in _jobs(where / "sweep"):
+        iters = int(dict(o.partition("=")[::2] for o in job["overrides"])["+model.iters"])
+        rates.setdefault(iters, []).append(job["metrics"]["train_examples_per_second"])
+    without, with_products = (1 / statistics.median(rates[n]) for n in (0, args.iters))
+    per_product = (with_products - without) / args.iters
+    return without / per_product
 
 
 def _workload(more: list[str]) -> list[str]:
@@ -381,12 +409,18 @@ def main() -> None:
     code_dir_trials = (args.code_dir_trials if args.code_dir_trials is not None
                        else max(1, args.trials // 4))
     trials: list[Trial] = []
+    overhead_iters: dict[str, float] = {}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="gate_power_") as tmp:
         root = args.dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         for condition in args.conditions:
             with Hogs(args.hogs if condition == "busy" else 0):
+                args.overhead_iters = overhead_iters[condition] = calibrate(root, condition, args)
+                planted = ", ".join(f"{_changed(args, e)} ({k})" for k, e in KINDS.items() if e)
+                print(f"{condition}: the step other than the products takes as long as"
+                      f" {args.overhead_iters:.0f} of them; A does {args.iters}, B {planted}",
+                      flush=True)
                 for form in args.forms:
                     count = args.trials if form == "key" else code_dir_trials
                     for number in range(count):
@@ -416,6 +450,7 @@ def main() -> None:
                          "kinds": args.kinds, "conditions": args.conditions, "forms": args.forms,
                          "max_rounds": args.max_rounds, "max_minutes": args.max_minutes,
                          "hogs": args.hogs, "iters": args.iters, "size": args.size,
+                         "overhead_iters": overhead_iters,
                          "workload": _workload(args.workload), "threshold": float(THRESHOLD)},
             "summary": rows, "trials": [asdict(t) for t in trials],
             "cpus": os.cpu_count(), "load_average": os.getloadavg(),

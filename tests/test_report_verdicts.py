@@ -122,6 +122,20 @@ def test_a_regression_wins_over_undecided(tmp_path, capsys):
     assert said == {"regression: batch_size=8", "undecided: batch_size=16"}, out
 
 
+def test_a_side_that_failed_is_a_failure_for_b_and_undecided_for_a(tmp_path, capsys):
+    quiet = sweep(tmp_path / "quiet", [100, 101], batch_sizes=(8,))
+    broken = tmp_path / "broken"
+    for n in range(2):
+        write_job(broken / str(n), ["batch_size=8", "repeat=1", f"+sweep_round={n}"],
+                  status="failed", reason="RuntimeError: boom", schema_version=3)
+    code, out = report(capsys, quiet, str(broken), "--fail-if-worse", "0.1")
+    assert code == REGRESSION, out
+    assert "failed: run: training: no figure where the baseline has one (failed)" in out
+    code, out = report(capsys, str(broken), quiet, "--fail-if-worse", "0.1")
+    assert code == INCONCLUSIVE, out
+    assert gate_lines(out) == ["undecided: run: the baseline has no figure (failed)"]
+
+
 def test_help_names_every_exit_status(capsys):
     epilog = parser().epilog
     for status in ("0 done", "1 --fail-if-worse found a regression", "2 bad input",

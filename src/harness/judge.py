@@ -35,7 +35,7 @@ class Sample:
     # `rate` over the window less the time its threads waited, runnable, for a CPU (x 1 / (1 -
     # run_delay_share)): what a loaded pair compares. Others' load comes and goes within a pair;
     # this takes it out where the window rate keeps it (pair ratios of identical code spread
-    # 0.04 on it, 0.08 on windows, beside two CPU hogs). None: not measured (no schedstat).
+    # 0.04-0.06 on it, 0.08-0.11 on windows, beside two CPU hogs). None: no schedstat.
     on_cpu: float | None = None
 
     @property

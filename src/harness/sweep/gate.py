@@ -149,7 +149,7 @@ def _memory(change: Change) -> Decision:
     more = change.ratio - 1  # type: ignore[operator]
     share = f"{abs(more):.1%} {'more' if more > 0 else 'less'}".replace("%", " %", 1)
     said = (f"{change.point}: peak memory {share if more else 'the same'}"
-            f" ({change.a / 2**20:,.0f} -> {change.b / 2**20:,.0f} MiB)")  # type: ignore[operator]
+            f" ({_mib(change.a)} -> {_mib(change.b)} MiB)")
     if change.within_spread:
         return Decision(change.point, "memory", NO_CHANGE,
                         f"{NO_CHANGE}: {said}, within the repeated runs' spread")
@@ -159,6 +159,11 @@ def _memory(change: Change) -> Decision:
     outcome = REGRESSION if more > 0 else IMPROVEMENT
     return Decision(change.point, "memory", outcome,
                     f"{outcome}: {said}, beyond {change.tolerance:.0%}")
+
+
+def _mib(size: float | None) -> str:
+    mib = (size or 0) / 2**20
+    return f"{mib:,.1f}" if mib < 100 else f"{mib:,.0f}"
 
 
 def exit_status(found: Iterable[Decision]) -> int:
