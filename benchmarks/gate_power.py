@@ -28,7 +28,7 @@ Exit 0 is a pass (decided: no regression beyond 5 %), exit 3 undecided at the ca
 
 Forms, how the change reaches the sweep:
 
-- `key`: swept as a key in one process: `+model.iters=100,110` (ab5: `100,105`; A/A:
+- `key`: swept as a key in one process: `+model.iters=100,111` (B's count as calibrated; A/A:
   `+model.tag=a,b`);
 - `code_dir`: two copies of the module's file in two temporary trees, `code_dir=base,change`,
   each job in a fresh process (slower: each job pays a Python + torch start; fewer trials by
@@ -43,12 +43,13 @@ of training examples/s (comparison.json). The goal (issue 28) on the 2-core VM b
 CPU hogs: an A/A trial read as a regression in at most 1 of 20, a 10 % slower step caught in
 at least 19 of 20, a decision within 10 minutes.
 
-One quiet key-form trial takes well under a minute on 2 idle cores; busy ones take longer
-(single-threaded jobs, more rounds). The full default run (20 trials x 3 kinds x 2 conditions
-key form, 5 x 3 x 2 code_dir form) takes about 3 to 4 hours on 2 cores:
+One quiet key-form trial takes well under a minute on 2 idle cores, a busy one about one
+(single-threaded jobs, 6 to 14 rounds). The goal's part, `--kinds aa,ab10 --conditions busy
+--forms key`, took 38 minutes on 2 cores; the full default run (20 trials x 4 kinds x 2
+conditions key form, 5 x 4 x 2 code_dir form) some 2.5 to 3 hours:
 
     python benchmarks/gate_power.py [--trials 20] [--kinds aa,ab5,ab10] [--conditions quiet,busy]
-        [--forms key,code_dir] [--max-rounds 20] [--json out.json] [--dir KEEP]
+        [--forms key,code_dir] [--max-rounds 30] [--json out.json] [--dir KEEP]
     python benchmarks/gate_power.py --trials 1 --conditions quiet --forms key   # a smoke test
 """
 
@@ -355,14 +356,16 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
         if row["condition"] != "busy":
             continue
         where = f"busy {row['form']} {row['kind']}"
+        # a rate from fewer trials than the goal counts can miss it, never prove it
+        met = "met" if row["trials"] >= 20 else f"not refuted ({row['trials']} trials of 20)"
         if row["kind"] == "aa":
             ok = row["rate"] <= GOALS["false_positives"]
             said.append(f"{where}: {row['regression']}/{row['trials']} false positives"
-                        f" (goal at most 1 in 20): {'met' if ok else 'not met'}")
+                        f" (goal at most 1 in 20): {met if ok else 'not met'}")
         if row["kind"] == "ab10":
             ok = row["rate"] >= GOALS["detected_ab10"]
             said.append(f"{where}: {row['regression']}/{row['trials']} detected (goal at least"
-                        f" 19 in 20): {'met' if ok else 'not met'}")
+                        f" 19 in 20): {met if ok else 'not met'}")
         ok = row["pass"] + row["regression"] == row["trials"] and (
             row["max_minutes"] <= GOALS["minutes"])
         said.append(f"{where}: {row['pass'] + row['regression']}/{row['trials']} decided, the"
@@ -393,7 +396,7 @@ def main() -> None:
                         default=list(CONDITIONS), help="comma-separated, of quiet, busy")
     parser.add_argument("--forms", type=lambda v: _list(v, FORMS), default=list(FORMS),
                         help="comma-separated, of key, code_dir")
-    parser.add_argument("--max-rounds", type=int, default=20, help="sweep.max_rounds (20)")
+    parser.add_argument("--max-rounds", type=int, default=30, help="sweep.max_rounds (30)")
     parser.add_argument("--max-minutes", type=float, default=15, help="sweep.max_minutes (15)")
     parser.add_argument("--hogs", type=int, default=2,
                         help="CPU-bound processes beside the busy trials (default 2)")

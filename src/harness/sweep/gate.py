@@ -128,7 +128,7 @@ def decisions(comparison: Comparison) -> Iterator[Decision]:
 def changes(result: Diff) -> Iterator[Decision]:
     """Every point B shares with A: each phase A measured, on the two points' bands, and
     peak memory (its own rule: beyond the threshold and the repeated runs' spread)."""
-    no_baseline = set()
+    no_baseline: set[str] = set()
     for change in result.changes:
         if change.status_a not in USABLE:
             if change.point not in no_baseline:

@@ -25,7 +25,7 @@ SAMPLE_S = 0.5  # how long the other processes' CPU use is read before the first
 class SweepSettings:
     """The `sweep:` settings, each checked against its hint."""
 
-    max_rounds: Annotated[int, f">= {MIN_ROUNDS}"] = 20
+    max_rounds: Annotated[int, f">= {MIN_ROUNDS}"] = 30
     max_minutes: PositiveNumber | None = 15
     decide_within: Annotated[float, "> 0", "< 1"] = TOLERANCE
     threads: Literal["auto"] | PositiveInt | None = AUTO
