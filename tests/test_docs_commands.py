@@ -66,7 +66,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST
-from sweep_files import metrics, write_job
+from sweep_files import metrics, steps, write_job
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -260,11 +260,17 @@ class PageDir:
 
 
 def _hand_made_sweep(where: Path) -> Path:
-    """batch_size 1, 2 x precision fp32, bf16 (bf16 twice as fast), as a sweep leaves them."""
+    """batch_size 1, 2 x precision fp32, bf16 (bf16 twice as fast), two rounds with their step
+    figures, as a sweep with repeat=2 leaves them (a point run once decides no gate)."""
     if not where.exists():
-        for n, (bs, p) in enumerate((b, p) for b in (1, 2) for p in ("fp32", "bf16")):
-            write_job(where / str(n), [f"batch_size={bs}", f"precision={p}"],
-                      values=metrics(10.0 * bs * (2 if p == "bf16" else 1), 30.0 * bs, batch_size=bs))
+        points = [(b, p, r) for r in (0, 1) for b in (1, 2) for p in ("fp32", "bf16")]
+        for n, (bs, p, r) in enumerate(points):
+            train, inference = 10.0 * bs * (2 if p == "bf16" else 1) * (1 + r / 100), 30.0 * bs
+            write_job(where / str(n), [f"batch_size={bs}", f"precision={p}", "repeat=2",
+                                       f"+sweep_round={r}"], sweep_round=r, schema_version=3,
+                      values={**metrics(train, inference, batch_size=bs),
+                              **steps(train, batch_size=bs),
+                              **steps(inference, batch_size=bs, phase="inference")})
     return where
 
 
