@@ -36,15 +36,13 @@ class Change:
         """B is worse than A (slower, or more memory), whatever the size."""
         return self.ratio is not None and (self.ratio < 1 if self.higher_is_better else self.ratio > 1)
 
-    def judged(self, tolerance: float) -> Verdict | None:
-        """harness.judge's verdict; None for memory, a side not measured, or no spread known."""
-        if self.status_a not in USABLE or self.status_b not in USABLE:
-            return None
-        return judge(self.band_a, self.band_b, tolerance)
-
     @property
     def verdict(self) -> Verdict | None:
-        return self.judged(self.tolerance)
+        """harness.judge's verdict at `tolerance`; None for memory, a side not measured, or no
+        spread known."""
+        if self.status_a not in USABLE or self.status_b not in USABLE:
+            return None
+        return judge(self.band_a, self.band_b, self.tolerance)
 
 
 @dataclass
@@ -152,7 +150,8 @@ def _figures(change: Change, markup: bool = False) -> list[str]:
     verdict = change.verdict
     ratio = ratio_text(change.ratio, verdict.kind if verdict else None, change.within_spread)
     real = (verdict.kind == "real" if verdict is not None else
-            change.ratio is not None and not change.within_spread and abs(change.ratio - 1) > 0.05)
+            change.ratio is not None and not change.within_spread
+            and abs(change.ratio - 1) > change.tolerance)
     if markup and real:
         ratio = f"[{'red' if change.worse else 'green'}]{ratio}[/]"
     return [_cell(change, "a"), _cell(change, "b"), ratio]
