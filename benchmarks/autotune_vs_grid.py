@@ -45,11 +45,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.autotune.reading import job_overrides, outcome_of
+from harness.autotune.reading import outcome_of
 from harness.autotune.score import job_sample
 from harness.autotune.settings import Settings
 from harness.autotune.verdict import line
 from harness.config.overrides import MEASUREMENT_KEYS, parse_overrides
+from harness.result.jobs import read_job
 
 WORKLOAD = ("data.seq_len=16", "data.dim=32", "model.depth=1", "data.train_batches=24",
             "logger=none", "hydra.callbacks.sweep_report.plot=false")
@@ -89,7 +90,7 @@ def _points(sweep_dir: Path, keys: list[str], settings: Settings) -> dict[tuple,
     """Point (values of `keys`) -> its jobs' scores (examples/s, compile charged)."""
     found: dict[tuple, list[float]] = {}
     for job_dir in sorted(p.parent for p in sweep_dir.glob("*/result.json")):
-        values = parse_overrides(job_overrides(job_dir) or [])
+        values = parse_overrides(read_job(job_dir)[0].overrides)
         point = tuple(values.get(k) for k in keys)
         score = job_sample(outcome_of(job_dir, settings.objective), settings)
         found.setdefault(point, [])

@@ -66,11 +66,17 @@ class Landscape:
     invalid: set[str] = field(default_factory=set)  # "key=value" that make a job invalid
     untrusted: dict[str, int] = field(default_factory=dict)  # "key=value" -> jobs it stays noisy
     cold_first: float = 1.0  # the first job of the process is this many times slower
+    # one job in `outlier_every` (at random) reads `outlier` times faster than it ran: a rare
+    # outlier, as a job the machine favoured (0: none)
+    outlier_every: int = 0
+    outlier: float = 1.2
     seed: int = 0
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self.odd = random.Random(self.seed + 1)  # the outliers' own draws: the noise stays as seeded
         self.launched: list[Any] = []
+        self.outliers: list[Any] = []  # the jobs that read `outlier` times faster
 
     def train_ms(self, b: int, precision: str, workers: int, compiled: bool) -> float:
         step = step_ms(b, precision, workers, self.knee) * (self.compile_gain if compiled else 1.0)
@@ -96,6 +102,9 @@ class Landscape:
                            job_seconds=self.overhead_s)
         jitter = self.rng.lognormvariate(0, self.noise) * (
             self.cold_first if len(self.launched) == 1 else 1.0)
+        if self.outlier_every and self.odd.random() < 1 / self.outlier_every:
+            jitter /= self.outlier
+            self.outliers.append(job)
         train_s = self.train_ms(b, precision, workers, compiled) / 1000 * jitter
         fetch = fetch_ms(b) * self.fetch_scale
         infer_s = (self.train_ms(b, precision, workers, compiled) / 3 + (

@@ -1,5 +1,7 @@
 """The built-in model holding a planted allocation through each training step: `mib_per_example`
-MiB per example of the batch, every page written (so resident), freed at the step's end.
+MiB per example of the batch, every page written (so resident), freed at the step's end. Each
+step also keeps 64 KiB until the next (as a module keeping a metric would): allocated after the
+plant and alive when it is freed, it is what a heap splits the freed plant around.
 
 Plug in with `model._target_=planted_memory.PlantedMemory` (tests/ on PYTHONPATH).
 """
@@ -19,11 +21,13 @@ class PlantedMemory(TransformerModule):
         super().__init__(*args, **kwargs)
         self.mib_per_example = mib_per_example
         self.held: torch.Tensor | None = None
+        self.kept: torch.Tensor | None = None
 
     @override
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         floats = int(self.mib_per_example * 2**20) // 4
         self.held = torch.ones(batch[0].shape[0], floats)  # held through backward and step
+        self.kept = torch.ones(2**14)
         return super().training_step(batch, batch_idx)
 
     @override

@@ -17,9 +17,9 @@ from harness.autotune.settings import Settings
 from harness.autotune.space import Candidate
 from harness.errors import ConfigError
 from harness.measured import sample_of
+from harness.result.jobs import settings_of
 from harness.result.schema import Diagnosis, RunResult
 from harness.result.store import write_result
-from harness.sweep.collect import settings_of
 
 TRAIN = {"train_seconds_per_iteration": 0.02, "train_examples_per_second": 1600.0,
          "train_median_step_s": 0.016, "train_first_step_s": 0.5}
@@ -33,18 +33,13 @@ def _job(tmp_path: Path, name: str = "0", **fields) -> Path:
     return job_dir
 
 
-def test_a_job_reads_as_its_median_step_and_examples_per_step(tmp_path):
+def test_a_job_reads_as_its_own_examples_per_second(tmp_path):
+    """One figure per point (issue 34): the window's s/it, as result.json and the table say it."""
     outcome = outcome_of(_job(tmp_path), "training")
     phase = outcome.phases["train"]
-    assert phase.seconds_per_step == 0.016  # <phase>_median_step_s
+    assert phase.seconds_per_step == pytest.approx(0.02)  # <phase>_seconds_per_iteration
     assert phase.examples_per_step == pytest.approx(32.0)  # s/it x examples/s
     assert outcome.trusted and outcome.compile_charge_s == 0.0
-
-
-def test_without_a_median_the_mean_step_is_used(tmp_path):
-    metrics = {k: v for k, v in TRAIN.items() if k != "train_median_step_s"}
-    assert outcome_of(_job(tmp_path, metrics=metrics), "training").phases[
-        "train"].seconds_per_step == 0.02
 
 
 def test_a_thin_phase_counts_as_it_does_in_the_table(tmp_path):
@@ -196,7 +191,7 @@ def test_loader_workers_are_left_out_where_the_data_config_has_none():
     config = OmegaConf.create({"batch_size": 32, "precision": "fp32", "compile": False, "data": {}})
     params = {"batch_size": "8,16", "data.num_workers": "0,2,4,8"}
     parsed = parse(params, [], config, Settings(), Here(cpus=4))
-    assert parsed.space.names == ["batch_size"]
+    assert [k.name for k in parsed.space.keys] == ["batch_size"]
     assert any("no num_workers" in note for note in parsed.notes), parsed.notes
     # typed on the command line, a key the config lacks is still refused
     with pytest.raises(SpaceError, match="data.num_workers is not a key of the config"):
@@ -257,7 +252,30 @@ def test_the_mlflow_parent_run_gets_the_verdict_and_the_speed_up():
     params, metrics, tags = tracking_summary(body)
     assert params == {"autotune.best.batch_size": "64", "autotune.best.precision": "bf16",
                       "autotune.objective": "training"}
-    assert metrics["autotune_speedup"] == 2.0 and metrics["autotune_speedup_min"] == 1.8
+    assert metrics["best_train_speedup"] == 2.0 and metrics["best_train_speedup_min"] == 1.8
     assert metrics["autotune_largest_batch_that_fits"] == 128.0
     assert tags["autotune.verdict"].startswith("best: batch_size=64 precision=bf16: 2.00x")
     assert tags["autotune.command"] == "harness batch_size=64 precision=bf16"
+
+
+@pytest.mark.parametrize("searched", [True, False])
+def test_an_autotune_sweeps_table_leaves_the_best_to_autotunes_verdict(tmp_path, searched):
+    """Wrong answer 7 of issue 34: the table pooled each autotune point's jobs over stages run
+    minutes apart and marked its own best under autotune's verdict. An autotune sweep's table
+    marks no best and names no fastest point: autotune's verdict does, on the jobs it ran side by
+    side. The same jobs outside autotune keep the table's own."""
+    from sweep_files import steps, write_job
+
+    from harness.result.jobs import collect
+    from harness.sweep.table import build
+
+    n = 0
+    for r in range(3):
+        for precision, rate in (("fp32", 100.0), ("bf16", 150.0)):
+            stage = [f"+autotune_stage=s{1 + r // 2}"] if searched else []
+            write_job(tmp_path / str(n), [f"precision={precision}", "compile=false", f"+sweep_round={r}",
+                                          *stage], values=steps(rate * (1 + 0.01 * r)), sweep_round=r)
+            n += 1
+    table = build(collect(tmp_path))
+    assert bool(table.fastest) != searched
+    assert bool(table.points["train_best"].any()) != searched

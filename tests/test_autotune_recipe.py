@@ -263,7 +263,8 @@ def test_the_default_batch_line_at_a_global_batch_is_its_divisors():
     assert parsed.space.global_batch == GlobalBatch(96)
     assert ("batch_size: the micro-batches that divide global_batch_size=96: 1, 2, 3, 4, 6, 8,"
             " 12, 16, 24, 32, 48, 96 (64, 128, 256, 512, 1024 left out)") in parsed.notes
-    assert parsed.space.names == ["batch_size", "activation_checkpointing", "precision", "compile"]
+    assert [k.name for k in parsed.space.keys] == ["batch_size", "activation_checkpointing", "precision",
+                                                   "compile"]
     assert ("activation_checkpointing: false, true searched: the model's repeated blocks are 2"
             " Block (found)") in parsed.notes
 
@@ -301,11 +302,11 @@ def test_a_default_batch_that_does_not_divide_runs_the_nearest_that_does():
 
 def test_the_checkpointing_line_needs_a_global_batch_and_repeated_blocks():
     without = _parse(config=_config())
-    assert "activation_checkpointing" not in without.space.names
+    assert "activation_checkpointing" not in [k.name for k in without.space.keys]
     assert any(n.startswith("activation_checkpointing left out of the default space: it is"
                             " searched at a global batch") for n in without.notes)
     none = _parse(blocks=lambda: None)
-    assert "activation_checkpointing" not in none.space.names
+    assert "activation_checkpointing" not in [k.name for k in none.space.keys]
     assert any("the model has no repeated block" in n for n in none.notes)
 
     def broken() -> str:
@@ -318,8 +319,48 @@ def test_the_checkpointing_line_needs_a_global_batch_and_repeated_blocks():
     typed = _parse("activation_checkpointing=true,false", blocks=broken)
     assert typed.space.key("activation_checkpointing").values == ("true", "false")
     fixed = _parse("activation_checkpointing=true", blocks=broken)
-    assert "activation_checkpointing" not in fixed.space.names
+    assert "activation_checkpointing" not in [k.name for k in fixed.space.keys]
     assert "activation_checkpointing=true" in fixed.fixed
+
+
+def test_a_listed_checkpointing_true_that_wraps_nothing_is_dropped_before_any_job():
+    """Issue 34, item 5: on a model with no repeated block `true` runs as `false` does."""
+    parsed = _parse("activation_checkpointing=false,true", blocks=lambda: None)
+    assert "activation_checkpointing" not in [k.name for k in parsed.space.keys]
+    assert "activation_checkpointing=false" in parsed.fixed
+    said = [n for n in parsed.notes if "activation_checkpointing=true" in n]
+    assert len(said) == 1 and said[0].startswith("activation_checkpointing=true dropped before any"
+                                                 " job: the model has no repeated block to wrap")
+    three = _parse("activation_checkpointing=false,true,false", blocks=lambda: None)
+    assert "activation_checkpointing=false" in three.fixed
+    kept = _parse("activation_checkpointing=false,true")  # 2 Block found: searched
+    assert kept.space.key("activation_checkpointing").values == ("false", "true")
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_no_job_with_checkpointing_that_wraps_nothing(tmp_path):
+    """The sweep of the issue, small: Linear layers only (tests/user_module_workload.py)."""
+    import json
+
+    from conftest import run_harness, sweep_dir
+    from user_module_workload import NO_NET
+
+    done = run_harness(tmp_path, "-m", "hydra/sweeper=autotune", *NO_NET, "+model.blocks=false",
+                       "profiler=[speed]", "hydra.callbacks.sweep_report.plot=false",
+                       "activation_checkpointing=false,true", "batch_size=8,16",
+                       "+autotune.budget.jobs=3", "+autotune.confirm_rounds=1",
+                       "+autotune.warmup_job=false", "+autotune.probe_steps=2",
+                       "+autotune.warmup_steps=1", "logger=none", fast=False, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    said = [line for line in out.splitlines() if "activation_checkpointing=true dropped" in line]
+    assert len(said) == 1 and said[0].startswith("harness: autotune: "), said  # said once
+    root = sweep_dir(tmp_path)
+    jobs = [json.loads(path.read_text()) for path in root.glob("*/result.json")]
+    assert jobs and all(job["knobs"]["activation_checkpointing"] is False for job in jobs)
+    body = json.loads((root / "autotune.json").read_text())
+    assert [k["name"] for k in body["space"]] == ["batch_size"]
+    assert said[0].removeprefix("harness: autotune: ") in body["notes"]
 
 
 def test_a_swept_global_batch_is_refused():
@@ -372,19 +413,26 @@ def test_the_memory_margin_is_checked_like_the_other_settings():
             Settings.from_mapping({"memory_margin": bad})
 
 
-@pytest.mark.parametrize("metrics", [
-    {"peak_device_allocated_bytes": 5 * GIB, "train_peak_rss_increase_bytes": 1, "peak_rss_bytes": 2},
-    {"train_peak_rss_increase_bytes": 3 * GIB, "inference_peak_rss_increase_bytes": 1},
-    {"inference_peak_rss_increase_bytes": 2 * GIB, "peak_rss_bytes": 9 * GIB},
-    {"peak_rss_bytes": 9 * GIB}, {},
+@pytest.mark.parametrize(("metrics", "peak", "source"), [
+    ({"peak_device_allocated_bytes": 5 * GIB, "train_peak_rss_increase_bytes": 1, "peak_rss_bytes": 2},
+     5 * GIB, "device allocated"),
+    ({"train_peak_rss_increase_bytes": 3 * GIB, "inference_peak_rss_increase_bytes": 1},
+     3 * GIB, "peak RSS increase"),
+    ({"inference_peak_rss_increase_bytes": 2 * GIB, "peak_rss_bytes": 9 * GIB}, 2 * GIB, "peak RSS increase"),
+    ({"peak_rss_bytes": 9 * GIB}, 9 * GIB, "process RSS"),
+    ({}, None, None),
 ])
-def test_autotune_reads_a_jobs_peak_memory_as_the_sweep_table_does(metrics):
-    """autotune sits below harness.sweep, so it reads memory itself: the same way."""
-    from harness.autotune.reading import peak_memory
-    from harness.sweep.table import peak_memory as table_reading
+def test_autotune_reads_a_jobs_peak_memory_as_the_sweep_table_does(tmp_path, metrics, peak, source):
+    """One reading of a job's peak memory (harness.measured.peak_memory), the table's and autotune's:
+    the device's when measured, else a main phase's RSS increase (training's first), else the RSS."""
+    from harness.measured import peak_memory
+    from harness.result.schema import RunResult
+    from harness.result.store import write_result
 
-    peak, source, _ = table_reading(metrics)
-    assert peak_memory(metrics) == (peak, source)
+    write_result(tmp_path / "0", RunResult(status="ok", metrics=metrics))
+    outcome = outcome_of(tmp_path / "0", "training")
+    assert (outcome.peak_memory_bytes, outcome.memory_source) == (peak, source)
+    assert peak_memory(metrics)[:2] == (peak, source)
 
 
 def test_a_tied_micro_batch_that_fits_only_with_checkpointing_is_weighed_whole():
@@ -399,3 +447,36 @@ def test_a_tied_micro_batch_that_fits_only_with_checkpointing_is_weighed_whole()
     simpler = {**PLANTED_RECIPE, "batch_size": "32", "activation_checkpointing": "false"}
     assert s1 == {tuple(PLANTED_RECIPE.items()), tuple(simpler.items())}
     assert body["best"] == simpler and body["tie"]["with"] == [PLANTED_RECIPE]
+
+
+class SlowerByTheConfirmStage(RecipeLandscape):
+    """Minutes later, by the confirm stage, the machine runs every job 1.6x slower."""
+
+    def run(self, job):  # noqa: ANN001, ANN201
+        from dataclasses import replace
+
+        found = super().run(job)
+        if job.stage != "confirm" or not found.phases:
+            return found
+        return replace(found, phases={name: replace(phase, seconds_per_step=1.6 * phase.seconds_per_step)
+                                      for name, phase in found.phases.items()})
+
+
+def test_the_star_tops_the_front_it_should():
+    """Wrong answer 7 of issue 34 (autotune_memory.png): the star, the winner, sat below the front
+    it should top, plotted at its confirm stage's figure among the others' earlier ones. One
+    figure per point, the one its verdicts rest on: the winner's from the stage that ranked it."""
+    search = Search(recipe_space(), SETTINGS)
+    drive(search, SlowerByTheConfirmStage())
+    body = summary(search, {"fixed": FIXED})
+    assert body["best"] == PLANTED_RECIPE
+    best = next(p for p in body["points"] if p["candidate"] == body["best"])
+    assert best["stage"] != "confirm" and "confirm" in best["stages"]
+    ties = (body["tie"] or {}).get("with") or []
+    shown = [p for p in body["points"] if p["status"] == "ok" and p["figure"]["trusted"]]
+    rate = best["figure"]["examples_per_second"]
+    assert all(p["figure"]["examples_per_second"] <= rate or p["candidate"] in ties
+               for p in front(shown) if p["peak_memory_bytes"] <= best["peak_memory_bytes"])
+    assert best in front(shown)
+    # the speed-up is the confirm stage's: both sides ran slower there, its ratio stands
+    assert body["speedup"]["confirmed"] and 1.6 < body["speedup"]["value"] < 1.95

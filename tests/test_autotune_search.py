@@ -8,13 +8,14 @@ import itertools
 from pathlib import Path
 
 import pytest
-from autotune_landscape import DEFAULTS, GRID, PLANTED_BEST, Landscape, drive
+from autotune_landscape import DEFAULTS, GRID, PLANTED_BEST, Landscape, drive, step_ms
 
 from harness.autotune.search import Search
 from harness.autotune.settings import Budget, Settings, job_budget
 from harness.autotune.space import Key, Space, check_space, role_of
 from harness.autotune.verdict import line, summary
 from harness.errors import ConfigError
+from harness.measured import duration
 
 CORE = ("space", "settings", "outcome", "score", "knowledge", "fit", "screen", "halving", "search",
         "verdict")
@@ -86,7 +87,10 @@ def test_names_the_planted_best_in_a_third_of_the_grid(seed):
     assert body["largest_batch_that_fits"] == 128 and body["first_oom_batch"] == 256
     assert body["speedup"]["confirmed"] and body["speedup"]["low"] > 1.5
     assert body["command"] == "harness batch_size=64 precision=bf16 data.num_workers=2"
-    assert body["status"] == "done"  # within the budget (auto: a third of the grid)
+    # within the budget (auto: a third of the grid); compile=true (3 s over 10,000 planned steps:
+    # 1.5 % slower) is never shown the same as compile=false within 5 % on the pairs a third of the
+    # grid buys, so the halving may run until the budget ends it, its confirm stage kept
+    assert body["status"] == "done" or body["stopped"].startswith("stopped by the budget before stage s")
     assert body["best_trusted"] and body["speedup"]["trusted"]
 
 
@@ -349,3 +353,70 @@ def test_a_winner_the_confirm_stage_cannot_tell_from_the_default_leaves_the_defa
         break
     else:
         raise AssertionError("no search reached a confirm stage that could not tell")
+
+
+# -- issue 34 -----------------------------------------------------------------------------------
+TWINS = {"batch_size": "64,128,256,512", "precision": "fp32,bf16", "compile": "false,true"}
+COMPILED = {"batch_size": "64", "precision": "bf16", "compile": "true"}
+
+
+def twins_space() -> Space:
+    start = {"batch_size": "64", "precision": "fp32", "compile": "false"}
+    return Space(tuple(Key(name, role_of(name, Settings().loader_keys), start[name],
+                           values=tuple(values.split(","))) for name, values in TWINS.items()))
+
+
+def test_a_rare_outlier_does_not_turn_the_answer_of_two_searches():
+    """Wrong answer 7 of issue 34: the issue's space, where compiling batch 64 in bf16 is 10 %
+    faster than its eager twin (and compiling costs nothing), one job in 15 reading 20 % high.
+    Each search compares the twins on the rounds they ran side by side; two searches name the
+    same winner, or each one's tie holds the other's."""
+    eager = step_ms(64, "bf16", 0) + Landscape.host_ms
+    gain = (eager / 1.10 - Landscape.host_ms) / step_ms(64, "bf16", 0)  # compiled: 10 % faster
+    bodies, outliers = [], 0
+    for seed in range(10):
+        land = Landscape(seed=seed, noise=0.02, fetch_scale=0.0, compile_gain=gain, compile_s=0.0,
+                         outlier_every=15, outlier=1.2)
+        body, _ = drive(Search(twins_space(), Settings(budget=Budget(jobs=30))), land)
+        bodies.append(body)
+        outliers += sum(1 for j in land.outliers if j.stage[1:].isdigit()
+                        and j.candidate.as_dict()["batch_size"] == "64")
+    assert outliers >= 3  # the outliers did land among the twins' side-by-side jobs
+    for first, second in itertools.combinations(bodies, 2):
+        assert first["best"] == second["best"] or (
+            first["best"] in _named(second) and second["best"] in _named(first)), (first, second)
+    assert all(b["best"] == COMPILED for b in bodies), [b["best"] for b in bodies]
+    # where the pairs did not prove the 10 % beyond autotune.min_gain, the tie is said, and why
+    # the faster won it: its estimated gain is past min_gain
+    tied = [b for b in bodies if b["tie"]]
+    assert all("a tie: ahead of the simpler ones within spread by more than autotune.min_gain"
+               in line(b) for b in tied)
+
+
+def test_a_small_budget_is_sized_before_any_job_and_spent_whole():
+    """Wrong answer 9 of issue 34: autotune.budget.jobs=10 on a 44-point space said nothing
+    before its jobs, ran 4 and stopped "before fit", six unspent, its time the jobs' sum."""
+    grid = {"batch_size": "1,2,4,8,16,32,64,128,256,512,1024", "precision": "fp32,bf16",
+            "compile": "false,true"}
+    search = Search(space(**grid), Settings(budget=Budget(jobs=10)))
+    assert search.space.grid_points() == 44
+    assert search.budget_line() == (
+        "10 jobs (autotune.budget.jobs=10): 2 for the fit ladder (of the 7 for batch_size=32 up to"
+        " 1024 and the calibration), 2 for the screen (one per other value of precision, compile),"
+        " 6 kept for the confirm stage, 0 for the recheck and the halving;"
+        " autotune.budget.jobs=15 climbs the whole ladder")
+    land, elapsed = Landscape(), 0.0
+    wave = search.start()
+    while wave is not None:
+        outcomes = [land.run(job) for job in wave.jobs]
+        elapsed += 4.0 + max(o.job_seconds for o in outcomes)  # the sweep's wall, not the jobs' sum
+        wave = search.advance(outcomes, elapsed)
+    body = summary(search)
+    assert body["jobs"] == 10
+    assert [s["name"] for s in body["stages"] if s["jobs"]] == ["fit", "screen", "confirm"]
+    assert body["best"]["precision"] == "bf16" and body["speedup"]["confirmed"]
+    assert body["wall_seconds"] == elapsed != body["job_seconds"]
+    assert f"in 10 jobs ({body['points_tried']} of 44 points), {duration(elapsed)} [" in line(body)
+    with pytest.raises(ConfigError, match=r"autotune.budget.jobs=8 is not valid: expected at least"
+                       r" 9 here: .*Fix: autotune.budget.jobs=9"):
+        Search(space(**grid), Settings(budget=Budget(jobs=8))).budget_line()

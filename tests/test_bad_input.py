@@ -35,6 +35,26 @@ def test_compile_without_cxx_compiler_fails_clearly(harness, tmp_path):
     _fails_clearly(done, "C++ compiler", "compile=false")
 
 
+@pytest.mark.parametrize(("preset", "bad", "fix"), [
+    ("speed", "profiler.speed.warmup_steps=-1", "Fix: profiler.speed.warmup_steps=5"),
+    ("pyspy", "profiler.pyspy.rate=0", "Fix: profiler.pyspy.rate=100"),
+])
+def test_a_bad_preset_argument_is_refused_before_the_job_runs(harness, preset, bad, fix):
+    """The constructors trust their arguments: the one check of the job refuses the value
+    from the preset's hint, in one line, exit 2; the job measures nothing."""
+    done = harness(f"profiler=[{preset}]", bad)
+    _fails_clearly(done, f"{bad} is not valid: expected a value >= ", fix)
+    assert done.returncode == 2
+    assert [line for line in done.stderr.splitlines() if bad.split("=")[0] in line] == [
+        f"harness: error: {bad} is not valid: expected a value >= {1 if 'rate' in bad else 0}."
+        f" {fix}"], done.stderr[-2000:]
+    result = done.result()
+    assert result["status"] == "failed" and bad.split("=")[0] in result["reason"]
+    # no figures, and the job never started measuring (run.isolation.start_clean records this)
+    assert not result.get("metrics") and not result.get("reports") and "isolation" not in result
+    assert not any((done.run_dir() / "reports").glob("*"))  # no preset was built
+
+
 def test_help_and_cfg_do_not_import_torch(tmp_path):
     import subprocess
 
@@ -43,7 +63,7 @@ def test_help_and_cfg_do_not_import_torch(tmp_path):
         "from harness.cli import main\n"
         "sys.argv = ['harness'] + sys.argv[1:]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('torch', 'lightning', 'mlflow') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'lightning', 'mlflow', 'pydantic') if m in sys.modules]\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
     for flags in (["--help"], ["--cfg", "job"], ["--info"]):

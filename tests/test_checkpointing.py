@@ -1,5 +1,6 @@
-"""activation_checkpointing (issue 27, item 2): which blocks it finds on planted models, what it
-wraps, that the wrapped model computes the same, and whole runs on the built-in workload."""
+"""activation_checkpointing (issue 27, item 2; issue 34, item 4): which blocks it finds on planted
+models (a user's blocks that hold parameters alone, Lightning's demo Transformer), what it wraps,
+that the wrapped model computes the same and recomputes, and whole runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import nn
+from user_module_workload import FORWARDS_FILE, USER, NoNetModule, ParamBlock
 
 from harness.errors import ConfigError
 from harness.run.checkpointing import checkpoint_blocks, repeated_blocks
@@ -112,8 +114,41 @@ def test_a_no_split_modules_model_names_its_blocks_itself():
     assert wrapped_classes(model) == ["Layer"] * 4
 
 
+def test_blocks_that_hold_parameters_alone_are_wrapped_and_recomputed(capsys):
+    """Issue 34: a ModuleList of 4 blocks the user wrote, each doing its matmul in forward with
+    its own parameters (no child module): all 4 wrapped; backward runs each forward again."""
+    plain, model = NoNetModule(), NoNetModule()
+    blocks = checkpoint_blocks(model, True)
+    assert blocks is not None and blocks.classes() == {"ParamBlock": 4}
+    assert wrapped_classes(model) == ["ParamBlock"] * 4 and "ModuleList layers" in blocks.found_by
+    assert "activation_checkpointing: wrapped 4 ParamBlock" in capsys.readouterr().err
+    x = torch.randn(5, 8)
+    for module, forwards in ((plain, 1), (model, 2)):  # one training step each
+        module(x).sum().backward()
+        assert [m.calls for m in module.modules() if isinstance(m, ParamBlock)] == [forwards] * 4
+
+
+def test_every_repeated_block_class_is_wrapped_in_lightnings_demo_transformer():
+    """An nn.Transformer of 2 encoder and 2 decoder layers: both lists' layers, not the larger's."""
+    from lightning.pytorch.demos import Transformer
+
+    torch.manual_seed(0)
+    plain = Transformer(vocab_size=33, ninp=16, nhead=2, nhid=16, nlayers=2, dropout=0.0)
+    model = copy.deepcopy(plain)
+    blocks = checkpoint_blocks(model, True)
+    assert blocks is not None and blocks.classes() == {"TransformerEncoderLayer": 2,
+                                                       "TransformerDecoderLayer": 2}
+    assert wrapped_classes(model) == ["TransformerEncoderLayer"] * 2 + ["TransformerDecoderLayer"] * 2
+    tokens, targets = torch.randint(0, 33, (4, 6)), torch.randint(0, 33, (4, 6))
+    for module in (plain, model):
+        module(tokens, targets).sum().backward()
+    for (name, a), (_, b) in zip(plain.named_parameters(), model.named_parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+
+
 def test_a_model_without_a_repeated_block_says_so_and_runs_unwrapped(capsys):
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    """Linear layers only, in a Sequential of one class: torch's own layers are no blocks."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8))
     before = copy.deepcopy(model)
     assert checkpoint_blocks(model, True) is None
     assert wrapped_classes(model) == []
@@ -201,9 +236,19 @@ def test_the_built_in_workload_runs_with_its_blocks_wrapped(harness):
     assert result["knobs"]["activation_checkpointing"] is True
     assert result["observed"]["checkpointed"] == {"Block": 2}
     note = ("activation_checkpointing: wrapped 2 Block in torch's checkpoint wrapper"
-            " (non-reentrant); the class of the 2 members of Sequential net")
+            " (non-reentrant); the members of Sequential net (lists of one block class)")
     assert any(n.startswith(note) for n in result["observed"]["notes"])
     assert f"harness: {note}" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_run_recomputes_a_users_blocks_that_hold_parameters_alone(harness):
+    """Issue 34: 4 ParamBlocks under `layers`; each runs its forward twice a training step."""
+    done = harness(*USER, "activation_checkpointing=true")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = done.result()
+    assert result["status"] == "ok" and result["observed"]["checkpointed"] == {"ParamBlock": 4}
+    assert json.loads((done.cwd / FORWARDS_FILE).read_text()) == [2.0] * 4
 
 
 @pytest.mark.slow

@@ -106,7 +106,7 @@ def test_nvml_finds_every_cuda_device_by_its_uuid():
     """Real driver: each cuda:i is found in NVML by torch's UUID (also under MIG, where the
     process sees a slice), and samples give memory figures (#23)."""
     pytest.importorskip("pynvml")
-    from harness.profilers.nvml import Nvml, same_uuid, torch_uuids
+    from harness.profilers.nvml import Nvml, _bare, torch_uuids
 
     uuids = torch_uuids()
     assert uuids and len(uuids) == torch.cuda.device_count()
@@ -114,7 +114,7 @@ def test_nvml_finds_every_cuda_device_by_its_uuid():
     assert nvml.unavailable is None, nvml.unavailable
     assert [gpu.index for gpu in nvml.gpus] == list(range(len(uuids)))
     for gpu, uuid in zip(nvml.gpus, uuids, strict=True):
-        assert same_uuid(gpu.uuid, uuid)
+        assert _bare(gpu.uuid) == _bare(uuid)  # NVML writes "GPU-<uuid>", torch the bare one
         assert nvml.sample(gpu)["memory_used_bytes"] > 0
     nvml.close()
 

@@ -1,11 +1,12 @@
 """The diagnose preset against planted truths: a slow loader, a slow step, a slow callback;
-FLOPs of the built-in transformer against the analytic count; communication per rank."""
+FLOPs of the built-in transformer against the analytic count; communication per rank (of a
+real DDP run: tests/test_scale_out.py's, which reads its per-rank figures too)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FAST, run_harness
+from conftest import run_harness
 
 from harness.profilers.diagnose.findings import bound_by, shares
 from harness.profilers.diagnose.peak_flops import dense_peak_tflops, matmul_dtype
@@ -229,23 +230,6 @@ def test_a_fit_that_fails_says_so_instead_of_naming_the_inference_step(harness):
     assert "inference" not in verdict and verdict in done.stdout
 
 
-@pytest.mark.slow
-def test_ddp_splits_communication_from_compute_per_rank(tmp_path):
-    done = run_harness(tmp_path, *FAST, "trainer.strategy=ddp", "trainer.devices=2",
-                       "trainer.accelerator=cpu", "mode=train", "profiler=[speed,diagnose]",
-                       "profiler.speed.warmup_steps=1", fast=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    diagnosis = done.result()["diagnosis"]
-    ranks = diagnosis["communication_by_rank"]
-    assert len(ranks) == 2
-    # warm-up 1 cannot hold the window: said, not hidden
-    assert any("warmup_steps >=" in note for note in diagnosis["passes"]["notes"])
-    for rank in ranks:
-        assert rank["communication_s"] > 0 and rank["compute_s"] > 0
-        assert rank["window_s"] >= max(rank["communication_s"], rank["compute_s"])
-        assert 0 <= rank["overlap_s"] <= min(rank["communication_s"], rank["compute_s"])
-
-
 def test_every_step_finding_names_the_bound_and_ranks_by_share():
     from harness.profilers.diagnose.findings import phase_findings, ranked, run_findings
 
@@ -315,35 +299,6 @@ def test_the_loader_pass_leaves_the_rng_as_it_found_it():
     assert numpy.random.get_state()[2] == numpy_next[2]
     assert (numpy.random.get_state()[1] == numpy_next[1]).all()
     assert found.steps == 3 and found.examples == 4 and batch.shape == (4,)
-
-
-def test_the_communication_window_ends_inside_the_speed_warmup():
-    from harness.profilers.diagnose.preset import DiagnosePreset
-    from harness.profilers.preset import Presets
-    from harness.profilers.speed import SpeedPreset
-
-    def start(warmup: int) -> tuple[int, list[str]]:
-        diagnose = DiagnosePreset(communication_steps=3)
-        # the speed preset offers its warm-up through the run's RunShared, in either order
-        Presets.of({"diagnose": diagnose, "speed": SpeedPreset(warmup_steps=warmup)})
-        return diagnose.comm_start(diagnose.shared.timed_from_step), diagnose.notes
-
-    # Steps [start, start+3) recorded; stopping lands in step start+3, which must be warm-up.
-    assert start(10) == (2, [])
-    first, notes = start(5)  # earlier than the third step: DDP's bucket rebuild may be in it
-    assert first == 1 and notes == [
-        "the communication window starts at step 1: DDP rebuilds its gradient buckets in the"
-        " second step, which may be in it"]
-    first, notes = start(4)  # the least warm-up that keeps the window out
-    assert first == 0 and not any("warmup_steps >=" in n for n in notes)
-    first, notes = start(3)
-    assert first == 0 and "profiler.speed.warmup_steps >= 4" in notes[-1]
-    assert DiagnosePreset().communication_steps == 2  # the default fits the default warm-up
-    default = DiagnosePreset()
-    Presets.of({"speed": SpeedPreset(), "diagnose": default})
-    default.comm_start(default.shared.timed_from_step)
-    assert default.notes == []
-    assert DiagnosePreset().comm_start(None) == 2  # no speed preset: no warm-up to keep out of
 
 
 def test_the_model_pass_copies_no_sharded_or_oversized_state():
@@ -690,34 +645,3 @@ def test_a_pass_that_fails_on_one_rank_hangs_no_rank_and_costs_no_run(tmp_path):
     assert result["status"] == "ok" and result["device"]["world_size"] == 2
     assert result["duration_s"] < 300
     assert done.report("speed")["phases"]["train"]["ranks_measured"] == 2
-
-
-def _profiled(name: str, start_us: float, end_us: float, device: str = "DeviceType.CPU",
-              thread: int = 1):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(name=name, device_type=device, thread=thread,
-                           time_range=SimpleNamespace(start=start_us, end=end_us))
-
-
-def test_host_spans_and_shape_broadcasting_are_not_communication():
-    """#23, planted profiler events. On a GPU: a 300 µs NCCL kernel is the communication;
-    the host's nccl:all_reduce span that launched it (0-1000 µs) and aten::broadcast_tensors
-    are not. On a CPU (gloo): aten::broadcast_tensors is the main thread's compute."""
-    from harness.profilers.diagnose.communication import split_window
-
-    cuda = "DeviceType.CUDA"
-    gpu = split_window([
-        _profiled("aten::mm", 0, 100), _profiled("aten::broadcast_tensors", 100, 400),
-        _profiled("nccl:all_reduce", 0, 1000),
-        _profiled("ampere_sgemm_128x64_nn", 100, 600, cuda),
-        _profiled("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 700, 1000, cuda),
-    ])
-    assert gpu["communication_s"] == pytest.approx(300e-6)
-    assert gpu["compute_s"] == pytest.approx(500e-6) and gpu["overlap_s"] == 0
-    cpu = split_window([
-        _profiled("aten::mm", 0, 100), _profiled("aten::broadcast_tensors", 100, 400),
-        _profiled("gloo:all_reduce", 400, 600, thread=2),
-    ])
-    assert cpu["communication_s"] == pytest.approx(200e-6)
-    assert cpu["compute_s"] == pytest.approx(400e-6)

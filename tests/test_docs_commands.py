@@ -16,7 +16,8 @@ Options (shlex words; `N:OPTION` gives an option to the block's N-th command onl
                 leaves those keys out
   ci            a command that trains, run for real in CI too (a representative one); without
                 it CI only checks that Hydra composes it (`--cfg job`, the first value of each
-                swept key) and the full set runs it
+                swept key, forked from the suite's fork server: tests/forked_harness.py) and
+                the full set runs it
   compose       never run, only composed (too costly for any machine the tests run on)
   full          the full set only: a command that is no `harness` run (a
                 `harness-mlflow-upload` of the page's run, `find outputs`), or an error
@@ -64,6 +65,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import forked_harness
 import pytest
 from conftest import FAST
 from sweep_files import metrics, steps, write_job
@@ -74,6 +76,7 @@ ROOT = TESTS.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent
 FULL = os.environ.get("HARNESS_DOCS", "").strip().lower() == "full"
+TIMES = os.environ.get("HARNESS_DOCS_TIMES")  # read once: a forked start swaps os.environ (_ENVIRON)
 
 MARK = re.compile(r"<!--\s*docs-test:(?P<opts>[^>]*)-->[ \t]*\n[ \t]*(?P<fence>```+)(?P<lang>[\w-]*)"
                   r"[^\n]*\n(?P<body>.*?)\n[ \t]*(?P=fence)", re.S)
@@ -295,8 +298,14 @@ def page_dir(root: Path, page: Path) -> PageDir:
 
 
 # -- running and checking ---------------------------------------------------------------------
+# A forked run (tests/forked_harness.py) swaps os.environ for a moment as it starts: the page
+# threads start one, or read the environment, one at a time.
+_ENVIRON = threading.Lock()
+
+
 def _env(opts: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_VERBOSE", "MLFLOW_TRACKING_URI")}
+    with _ENVIRON:
+        env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_VERBOSE", "MLFLOW_TRACKING_URI")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH")) if p)
     env["COLUMNS"] = opts.get("columns", "80")
@@ -359,7 +368,34 @@ def run_step(block: Block, command: Command, step: Step, page: PageDir) -> None:
         (["env", *env_words] if env_words else []) + words)
     timeout = float(opts.get("timeout", 300))
     started, cpu = time.monotonic(), _children_cpu()
-    with subprocess.Popen(["bash", "-c", line], cwd=page.path, env=_env(opts), text=True,
+    env = _env(opts)
+    forked_env = {**env, **dict(w.split("=", 1) for w in env_words)}
+    if step.how == "compose" and not _shell_line(command) and not forked_harness.read_at_start(
+            forked_env):
+        returncode, out, err = _forked(words, page.path, forked_env, timeout, block.id)
+    else:
+        returncode, out, err = _run(line, page, env, opts, timeout, block.id)
+    _record_time(block, line, step.how, started, cpu)
+    expected = int(opts.get("exit", 0))
+    tail = f"\n$ {line}\n--- stdout (end)\n{out[-2000:]}\n--- stderr (end)\n{err[-2000:]}"
+    if step.how == "compose":  # it composes, or fails there as the page says it fails
+        assert returncode in (0, expected), (
+            f"{block.id}: `--cfg job` exits {returncode}, the page says {expected}{tail}")
+        return
+    assert returncode == expected, (
+        f"{block.id}: exit {returncode}, the page says {expected}{tail}")
+    said = {_normal(ln) for ln in err.splitlines()}
+    for want in command.expected:
+        assert _normal(want) in said, f"{block.id}: the page's line is not on stderr: {want}{tail}"
+    problems = terminal_problems(out, err, any(w == "verbose=true" for w in words),
+                                 int(opts.get("columns", "80")))
+    assert not problems, f"{block.id}: " + "; ".join(problems) + tail
+
+
+def _run(line: str, page: PageDir, env: dict[str, str], opts: dict[str, str], timeout: float,
+         where: str) -> tuple[int, str, str]:
+    """The command line as typed, in bash: (exit status, stdout, stderr)."""
+    with subprocess.Popen(["bash", "-c", line], cwd=page.path, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         if "signal" in opts:
             threading.Thread(target=_send_when_steps, daemon=True,
@@ -369,22 +405,23 @@ def run_step(block: Block, command: Command, step: Step, page: PageDir) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            pytest.fail(f"{block.id}: `{line}` ran past {timeout:.0f} s\n{err[-2000:]}")
-    _record_time(block, line, step.how, started, cpu)
-    expected = int(opts.get("exit", 0))
-    tail = f"\n$ {line}\n--- stdout (end)\n{out[-2000:]}\n--- stderr (end)\n{err[-2000:]}"
-    if step.how == "compose":  # it composes, or fails there as the page says it fails
-        assert proc.returncode in (0, expected), (
-            f"{block.id}: `--cfg job` exits {proc.returncode}, the page says {expected}{tail}")
-        return
-    assert proc.returncode == expected, (
-        f"{block.id}: exit {proc.returncode}, the page says {expected}{tail}")
-    said = {_normal(ln) for ln in err.splitlines()}
-    for want in command.expected:
-        assert _normal(want) in said, f"{block.id}: the page's line is not on stderr: {want}{tail}"
-    problems = terminal_problems(out, err, any(w == "verbose=true" for w in words),
-                                 int(opts.get("columns", "80")))
-    assert not problems, f"{block.id}: " + "; ".join(problems) + tail
+            pytest.fail(f"{where}: `{line}` ran past {timeout:.0f} s\n{err[-2000:]}")
+    return proc.returncode, out, err
+
+
+def _forked(words: list[str], cwd: Path, env: dict[str, str], timeout: float,
+            where: str) -> tuple[int, str, str]:
+    """`harness ... --cfg job` forked from the suite's fork server (tests/forked_harness.py),
+    which imported the libraries already: what Hydra composes is the same, a Python start and
+    Hydra's import less per command."""
+    with _ENVIRON:
+        run = forked_harness.start([str(BIN / words[0]), *words[1:]], cwd, env)
+    try:
+        out, err = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{where}: `{shlex.join(words)}` ran past {timeout:.0f} s")
+    assert run.returncode is not None  # communicate waited for its end
+    return run.returncode, out, err
 
 
 def _children_cpu() -> float:
@@ -394,9 +431,10 @@ def _children_cpu() -> float:
 
 def _record_time(block: Block, line: str, how: str, started: float, cpu: float) -> None:
     """$HARNESS_DOCS_TIMES: a line per command, its wall and CPU seconds (the CPU seconds are
-    its own with HARNESS_DOCS_JOBS=1 only: children's times are the process's)."""
-    if os.environ.get("HARNESS_DOCS_TIMES"):
-        with open(os.environ["HARNESS_DOCS_TIMES"], "a") as out:
+    its own with HARNESS_DOCS_JOBS=1 only: children's times are the process's; a forked
+    compose's are the fork server's, not counted)."""
+    if TIMES:
+        with open(TIMES, "a") as out:
             out.write(f"{time.monotonic() - started:7.1f} s {_children_cpu() - cpu:6.1f} cpu-s"
                       f"  {how:7} {block.id}  {line[:150]}\n")
 
@@ -486,7 +524,10 @@ def pages(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     running.pool.shutdown(wait=True, cancel_futures=True)
 
 
+# One pytest-xdist worker runs them all: every worker collects every test, and each worker's
+# `pages` starts the whole plan (it ran twice side by side, once per worker).
 @pytest.mark.slow
+@pytest.mark.xdist_group("docs")
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.id)
 def test_docs_block(block: Block, pages: Pages) -> None:
     pages.wait(block)

@@ -181,11 +181,12 @@ def test_the_speed_preset_on_a_fake_gpu_synchronises_per_window_not_per_step(syn
     cuda = FakeCuda(clock, max_lead=0.2)
     monkeypatch.setattr(speed.time, "perf_counter", clock)
     monkeypatch.setattr(step_timer.torch.cuda, "synchronize", cuda.synchronize)
-    monkeypatch.setattr(speed, "Nvml", lambda uuids=None: SimpleNamespace(unavailable="no NVML here",
+    monkeypatch.setattr(speed, "Nvml", lambda uuids=None: SimpleNamespace(unavailable="no NVML here", gpus=[],
                                                                close=lambda: None))
     # torch's CUDA allocator figures do not exist here: memory_peaks is tested on its own
     monkeypatch.setattr(speed, "memory_peaks", SimpleNamespace(
-        phase_start=lambda *args: None, phase_end=lambda *args: {}))
+        phase_start=lambda *args: None, phase_timed=lambda *args, **kwargs: None,
+        phase_end=lambda *args: {}))
     preset = SpeedPreset(warmup_steps=3, sync=sync, log_rates=False)
     preset.cuda = cuda
     trainer = _Trainer(SimpleNamespace(type="cuda", index=0))

@@ -22,7 +22,7 @@ def checked(tmp_path, *overrides: str):
     """The knobs `harness <overrides>` runs with, through the job's own checks."""
     cfg = composed(*overrides, tmp_path=tmp_path)
     check_resolves(cfg)
-    return check_config(cfg, list(overrides))
+    return check_config(cfg, list(overrides)).knobs
 
 
 # -- the accumulation, before compute -------------------------------------------------------
@@ -48,9 +48,10 @@ def test_global_batch_sets_the_accumulation(overrides, accumulation, tmp_path):
      "batch_size x ranks = 32 x 3 = 96"),
     (("global_batch_size=128", "batch_size=32", "+trainer.accumulate_grad_batches=2"),
      "trainer.accumulate_grad_batches", "global_batch_size=128 with batch_size=32"),
-    (("global_batch_size=0",), "global_batch_size", "positive integer"),
-    (("global_batch_size=many",), "global_batch_size", "positive integer"),
-    (("activation_checkpointing=[]",), "activation_checkpointing", "class names"),
+    (("global_batch_size=0",), "global_batch_size", "expected a value >= 1"),
+    (("global_batch_size=many",), "global_batch_size", "expected a valid integer"),
+    (("activation_checkpointing=[]",), "activation_checkpointing",
+     "a list of at least 1 item(s). Fix: activation_checkpointing=[Block]"),
 ])
 def test_what_cannot_run_is_refused_in_one_line_naming_both_keys(overrides, key, says, tmp_path):
     with pytest.raises(ConfigError) as caught:

@@ -74,8 +74,12 @@ def test_unknown_function_name_names_the_key():
         LinePreset(functions=["harness.workload.model.Nope"])
     assert caught.value.key == "profiler.line.functions"
     assert "harness.workload.model.Nope" in str(caught.value)
-    with pytest.raises(ConfigError, match="profiler.line.output_unit"):
-        LinePreset(output_unit=0)
+    from omegaconf import OmegaConf
+
+    from harness.config.arguments import check_node
+
+    with pytest.raises(ConfigError, match="profiler.line.output_unit"):  # the job's one check
+        check_node("profiler.line", LinePreset, OmegaConf.create({"output_unit": 0}))
 
 
 def test_functions_marked_while_the_profiler_runs_are_added():

@@ -12,7 +12,7 @@ import sys
 import pytest
 from sweep_files import metrics, physicsnemo_sweep, write_job
 
-from harness.sweep.collect import collect
+from harness.result.jobs import collect
 from harness.sweep.diff import diff, show_diff
 from harness.sweep.render import (
     fitted_widths,
@@ -167,7 +167,7 @@ def test_harness_report_at_80_columns_end_to_end(tmp_path):
     table_lines = [line for line in done.stdout.splitlines() if line[:1] in "┏┃┡│├└"]
     assert table_lines and max(len(line) for line in table_lines) <= 80
     assert CUT not in done.stdout
-    assert "│            │ fp32 compile=true  │  60.9 ±6% │" in done.stdout
+    assert "│            │ fp32 compile=true  │  61.1 ±11% │" in done.stdout
 
 
 def test_harness_report_a_b_reads_at_80_columns(tmp_path, capsys):

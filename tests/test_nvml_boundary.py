@@ -143,7 +143,8 @@ def test_the_speed_preset_flags_a_phase_another_process_shares_the_gpu_with(monk
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(speed, "memory_peaks", SimpleNamespace(
-        phase_start=lambda *args: None, phase_end=lambda *args: {}))
+        phase_start=lambda *args: None, phase_timed=lambda *args, **kwargs: None,
+        phase_end=lambda *args: {}))
     clock = FakeClock()
     cuda = FakeCuda(clock)
     preset = SpeedPreset(warmup_steps=2, log_rates=False)

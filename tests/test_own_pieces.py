@@ -142,11 +142,16 @@ def test_the_start_directory_is_on_the_import_path(tmp_path, monkeypatch):
 DDP = ("trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu")
 
 
-@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.slow)])
-def test_the_harness_command_imports_from_where_it_starts(tmp_path, ranks):
+@pytest.mark.slow
+def test_the_harness_command_imports_from_where_it_starts(tmp_path):
     """The console script's sys.path has its bin directory, not the cwd: harness adds it, in
-    every DDP rank too. data=none with a module that owns its loaders, and a user callback
-    from the same folder."""
+    every DDP rank (rank 0 is the command's own process, as a single run's). data=none with a
+    module that owns its loaders, and a user callback from the same folder. The run is also
+    README's `harness trainer.strategy=ddp trainer.devices=2` (docs-test: composed only): its
+    terminal is held to what tests/test_docs_commands.py holds a page's commands to."""
+    from test_docs_commands import terminal_problems
+
+    ranks = 2
     source = Path(__file__).with_name("own_loaders.py").read_text()
     (tmp_path / "my_own_code.py").write_text(source)
     (tmp_path / "my_conf" / "model").mkdir(parents=True)
@@ -155,9 +160,9 @@ def test_the_harness_command_imports_from_where_it_starts(tmp_path, ranks):
     done = run_harness(
         tmp_path, "-cd", "my_conf", "model=own", "data=none", "batch_size=4",
         "logger=none", "trainer.enable_progress_bar=false",
-        "profiler.speed.warmup_steps=1", *(DDP if ranks > 1 else ()),
+        "profiler.speed.warmup_steps=1", *DDP,
         "+trainer.callbacks=[{_target_: my_own_code.BatchCounter, path: seen}]", fast=False,
-        fresh=True)  # the console script itself: its import path is the point
+        fresh=True, env={"COLUMNS": "80"})  # the console script itself: its import path is the point
     assert done.returncode == 0, done.stderr[-3000:]
     result = done.result()
     assert result["status"] == "ok" and result["device"]["world_size"] == ranks
@@ -165,6 +170,8 @@ def test_the_harness_command_imports_from_where_it_starts(tmp_path, ranks):
     assert (tmp_path / "seen").read_text() == str(6 // ranks)
     assert result["metrics"]["train_measured_steps"] == 6 // ranks - 1
     assert "my_own_code" not in "".join(sys.path)  # it came from the start directory alone
+    assert "Speed per rank" in done.stdout
+    assert not terminal_problems(done.stdout, done.stderr, verbose=False, width=80)
 
 
 def test_data_null_says_data_none_in_one_line(harness):

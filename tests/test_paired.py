@@ -14,7 +14,7 @@ from conftest import run_harness
 from sweep_files import multirun_yaml, steps, write_job
 
 from harness.judge import Sample, decide, paired, paired_interval, signed_rank_cut
-from harness.sweep.collect import collect
+from harness.result.jobs import collect
 from harness.sweep.gate import decisions
 from harness.sweep.report_cli import main as report_main
 from harness.sweep.table import build
@@ -62,7 +62,7 @@ def test_a_loaded_pair_compares_the_time_on_a_cpu_and_a_quiet_pair_the_wall_time
 
     def job(waited: float, contended: bool) -> Sample:
         rate = 100.0 * (1 - waited) * rng.uniform(0.995, 1.005)
-        return Sample(rate, contended=contended, rate=rate, on_cpu=rate / (1 - waited))
+        return Sample(rate, contended=contended, on_cpu=rate / (1 - waited))
 
     loaded = paired([(job(wa, True), job(wb, True)) for wa, wb in shares])
     assert (loaded.kind, loaded.pairs) == ("same", 10)
@@ -103,7 +103,8 @@ def _drifting_sweep(root, ratio: float, rounds: int, contended_b: tuple[int, ...
 def test_drift_between_rounds_hides_a_difference_from_the_bands_and_not_from_the_pairs(tmp_path):
     three = build(collect(_drifting_sweep(tmp_path / "three", 0.92, 3)))
     b = three.points[three.points["variant"] == "model.tag=b"].iloc[0]
-    assert b["train_speedup_verdict"] == "inconclusive" and b["train_speedup_pairs"] is None
+    # three pairs: an interval sized by the noise between runs, which the drift inflates
+    assert b["train_speedup_verdict"] == "inconclusive" and b["train_speedup_pairs"] == 3
     eight = build(collect(_drifting_sweep(tmp_path / "eight", 0.92, 8)))
     b = eight.points[eight.points["variant"] == "model.tag=b"].iloc[0]
     assert b["train_speedup_verdict"] == "real" and b["train_speedup_pairs"] == 8
@@ -128,6 +129,13 @@ def test_the_gate_on_one_sweep_exits_1_0_or_3(tmp_path, capsys):
     assert "regression: model.tag=b: training" in capsys.readouterr().out
     assert gate(_drifting_sweep(tmp_path / "same", 1.0, 8)) == 0
     assert gate(_drifting_sweep(tmp_path / "short", 0.92, 3)) == 3
+    # the gate leaves the sweep's own table as written (issue 34: a 0.03 gate rewrote it)
+    with pytest.raises(SystemExit):
+        report_main([str(tmp_path / "same"), "--no-plot"])
+    table = (tmp_path / "same" / "comparison.md").read_text()
+    with pytest.raises(SystemExit):
+        report_main([str(tmp_path / "same"), "--fail-if-worse", "0.03"])
+    assert (tmp_path / "same" / "comparison.md").read_text() == table
     # the baseline named the other way round: B is then faster, no regression
     assert gate(tmp_path / "slower", "--baseline", "model.tag=b") == 0
     # a failed variant where the baseline ran is a regression, not a pass
@@ -144,7 +152,8 @@ def test_a_contended_side_against_a_quiet_one_is_still_never_a_difference(tmp_pa
     # the bands leave the contended samples out too
     comparison = build(collect(_drifting_sweep(tmp_path, 0.5, 8, contended_b=(0, 2, 4, 6))))
     b = comparison.points[comparison.points["variant"] == "model.tag=b"].iloc[0]
-    assert b["train_speedup_pairs"] is None  # 4 counted pairs: fewer than an interval needs
+    # the 4 pairs with a contended B are left out; the 4 quiet pairs decide on the noise
+    assert (b["train_speedup_pairs"], b["train_speedup_unpaired"]) == (4, 4)
     assert b["train_speedup_verdict"] in ("real", "inconclusive")
     assert b["train_band"].left_out == "contended 4/8"
 
@@ -217,16 +226,14 @@ def test_a_failed_baseline_leaves_the_gate_undecided(tmp_path):
     assert ended.value.code == 3
 
 
-def test_a_sweep_without_variants_stops_once_its_fastest_point_is_decided_or_a_plateau(tmp_path):
-    from harness.sweep.rounds import fastest_undecided
-
-    far = build(collect(_drifting_sweep(tmp_path / "far", 0.5, 6)))
-    assert fastest_undecided(far) == []  # model.tag=a is 2x b: decided
-    flat = build(collect(_drifting_sweep(tmp_path / "flat", 1.0, 6, drift=0)))
-    assert fastest_undecided(flat) == []  # a plateau: no round would tell them apart
-    close = build(collect(_drifting_sweep(tmp_path / "close", 0.95, 6)))
-    assert close.fastest["train"]["decided"] is False
-    assert fastest_undecided(close)  # 5 % apart: not yet decided, not yet the same
+def test_a_sweeps_fastest_point_is_settled_once_decided_or_a_plateau(tmp_path):
+    """What `repeat=auto` waits for in a sweep without variants (Rounds.undecided)."""
+    far = build(collect(_drifting_sweep(tmp_path / "far", 0.5, 6))).fastest["train"]
+    assert (far["decided"], far["settled"]) == (True, True)  # model.tag=a is 2x b
+    flat = build(collect(_drifting_sweep(tmp_path / "flat", 1.0, 6, drift=0))).fastest["train"]
+    assert (flat["decided"], flat["settled"]) == (False, True)  # no round would tell them apart
+    close = build(collect(_drifting_sweep(tmp_path / "close", 0.95, 6))).fastest["train"]
+    assert (close["decided"], close["settled"]) == (False, False)  # 5 % apart: not yet either
 
 
 def test_a_code_dir_checked_before_a_sweep_forgets_only_its_own_modules(tmp_path, monkeypatch):
@@ -244,3 +251,45 @@ def test_a_code_dir_checked_before_a_sweep_forgets_only_its_own_modules(tmp_path
         import user_mod_x  # noqa: F401
     assert "user_mod_x" not in sys.modules and "lib_in_venv_x" in sys.modules
     assert str(tree) not in sys.path
+
+
+def test_each_code_dir_is_checked_against_its_own_tree_before_the_started_one(tmp_path, monkeypatch):
+    """A pull request that renames the class a `_target_` names: the base's tree lacks it, and
+    its check must import the base's module, not the same-named one in the directory the sweep
+    started in (issue 34: the sweep's check read the start directory's and let it through)."""
+    from omegaconf import OmegaConf
+
+    from harness.config.composed import code_dir_imports
+    from harness.config.targets import check_targets
+    from harness.errors import ConfigError
+
+    for tree, name in (("base", "Old"), ("change", "New")):
+        (tmp_path / tree / "pkg_rename_x").mkdir(parents=True)
+        (tmp_path / tree / "pkg_rename_x" / "__init__.py").write_text(
+            f"import lightning.pytorch as pl\n\nclass {name}(pl.LightningModule):\n    pass\n")
+    monkeypatch.chdir(tmp_path / "change")
+    cfg = OmegaConf.create({"model": {"_target_": "pkg_rename_x.New"}, "trainer": {"_target_": "x"},
+                            "data": {}, "code_dir": str(tmp_path / "base")})
+    with pytest.raises(ConfigError, match="'pkg_rename_x.New' is not valid"), \
+            code_dir_imports(cfg):
+        check_targets(OmegaConf.create({k: v for k, v in cfg.items() if k != "trainer"}
+                                       | {"trainer": {"_target_": "lightning.pytorch.Trainer"}}))
+    assert "pkg_rename_x" not in sys.modules
+
+
+def test_repeat_auto_stops_after_a_round_in_which_no_job_measured(tmp_path, caplog):
+    """Issue 34, wrong answer 10: every job failing the same way ran the rounds and then said
+    'every comparison is decided'; the first such round now ends the sweep, and says why."""
+    import logging
+
+    from harness.config.knobs import SweepSettings
+    from harness.sweep.rounds import Rounds
+
+    for job, tag in enumerate(("a", "b")):
+        write_job(tmp_path / str(job), [f"+model.tag={tag}", "+sweep_round=0"], status="failed",
+                  reason="RuntimeError: mat1 and mat2 shapes cannot be multiplied", sweep_round=0)
+    rounds = Rounds(SweepSettings(), tmp_path, None)
+    with caplog.at_level(logging.INFO, logger="harness.sweep.rounds"):
+        assert rounds.go_on() is False
+    assert "no job measured its point; no more rounds" in caplog.text
+    assert "decided" not in caplog.text

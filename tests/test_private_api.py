@@ -109,9 +109,11 @@ def test_uncompiled_swaps_optimized_modules_back():
     holder = torch.nn.Module()
     holder.net = torch.compile(net)
     assert holder.net._orig_mod is net
+    holder.forward = torch.compile(holder.forward)  # compile=true on a module without `net`
+    compiled = holder.forward
     with private_api.uncompiled(holder):
-        assert holder.net is net
-    assert holder.net is not net
+        assert holder.net is net and "forward" not in vars(holder)  # the class's forward
+    assert holder.net is not net and holder.forward is compiled
 
 
 def test_memory_history_functions_exist_with_the_arguments_used():

@@ -72,8 +72,13 @@ def test_missing_pyspy_warns_or_stops(capsys):
     [("rate", 0), ("formats", ["png"]), ("start_step", -1), ("steps", 0), ("on_missing", "ignore")],
 )
 def test_bad_options_name_their_key(key, value):
+    """Refused by the job's one check before a build (the constructor trusts its arguments)."""
+    from omegaconf import OmegaConf
+
+    from harness.config.arguments import check_node
+
     with pytest.raises(ConfigError) as caught:
-        PyspyPreset(**{key: value})
+        check_node("profiler.pyspy", PyspyPreset, OmegaConf.create({key: value}))
     assert caught.value.key == f"profiler.pyspy.{key}"
 
 

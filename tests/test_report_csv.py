@@ -13,7 +13,7 @@ import pytest
 from own_loaders import TrainValOnly
 
 from harness import ProfileSession
-from harness.profilers import speed, torch_reports
+from harness.profilers import speed, torch_profiler
 from harness.reports import files
 
 
@@ -35,7 +35,7 @@ def test_the_presets_rows_read_as_pandas_wrote_them(tmp_path, monkeypatch):
         return write_csv(path, rows)
 
     # write_report calls it in files; the presets by the name they imported
-    for module in (files, speed, torch_reports):
+    for module in (files, speed, torch_profiler):
         monkeypatch.setattr(module, "write_csv", recording)
     session = ProfileSession(["speed", "pytorch", "memory", "system"],
                              output_dir=tmp_path / "run",

@@ -198,7 +198,7 @@ def test_nothing_before_the_fit_initialises_cuda(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "build_trainer", lambda *args, **kwargs: PlantedTrainer())
     cfg = composed("mode=train", "logger=none", tmp_path=tmp_path)
     record = RunRecord(tmp_path)
-    measure.measure_once(cfg, check_config(cfg, []), record, None)
+    measure.measure_once(cfg, check_config(cfg, []).knobs, record, None)
     assert "fit" in events
     assert events[0] == "fit", f"CUDA initialised before the fit by {events[:events.index('fit')]}"
     device = record.result.device

@@ -51,9 +51,16 @@ def test_ddp_on_cpu_reports_once_with_per_rank_figures(harness):
         assert r["measured_steps"] == 11
         assert r["examples"] == 11 * 4
         assert math.isclose(r["examples_per_second"], r["examples"] / r["measured_time_s"])
-    total = sum(r["examples_per_second"] for r in ranks)
+    # every rank's examples over the slowest rank's window (issue 35), not a sum of rates
+    total = sum(r["examples"] for r in ranks) / max(r["measured_time_s"] for r in ranks)
     assert math.isclose(train["examples_per_second"], total, rel_tol=1e-12)
     assert math.isclose(result["metrics"]["train_examples_per_second"], total, rel_tol=1e-12)
+
+    # The diagnose preset (a default one) reads each rank's step parts from the timer of ranks.
+    diagnosis = result["diagnosis"]
+    assert [r["rank"] for r in diagnosis["communication_by_rank"]] == [0, 1]
+    for rank in diagnosis["communication_by_rank"]:
+        assert rank["comm_s"] > 0 and rank["compute_s"] > 0 and rank["straggler_wait_s"] >= 0
 
     reports = run_dir / "reports"
     assert sorted(p.name for p in reports.glob("speed_steps_rank*.csv")) == [

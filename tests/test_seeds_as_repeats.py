@@ -10,10 +10,10 @@ from sweep_files import metrics, steps, write_job
 
 from harness.config.locations import conf_dir
 from harness.errors import ConfigError
-from harness.sweep.callbacks import ComparisonCallback
-from harness.sweep.collect import collect
+from harness.result.jobs import collect
+from harness.sweep.callbacks import CheckCallback
 from harness.sweep.diff import diff
-from harness.sweep.render import legend, ratio_cell
+from harness.sweep.render import _preamble, ratio_cell
 from harness.sweep.report_cli import main
 from harness.sweep.table import REPEAT_KEYS, build, check_settings
 
@@ -49,9 +49,9 @@ def test_seeds_pool_into_the_samples_of_each_point(tmp_path):
     assert list(points["samples"]) == [3, 3]
     assert list(points["pooled"]) == ["3 seeds", "3 seeds"]
     assert points.loc[0, "train_examples_per_second"] == pytest.approx(100.0)  # 100, 104, 98
-    assert points.loc[0, "train_examples_per_second_min"] == pytest.approx(98.0)
-    assert any(line.startswith("Pooled: seed=0,1,2 are repeats of each point")
-               for line in legend(comparison))
+    band = points.loc[0, "train_band"]  # 98..104, widened to the noise between the seeds
+    assert points.loc[0, "train_examples_per_second_min"] == band.low and band.low <= 98.0
+    assert "Pooled as repeats of each point: seed=0,1,2" in _preamble(comparison)
 
 
 def test_the_speedup_verdict_uses_the_spread_across_seeds(tmp_path):
@@ -92,19 +92,20 @@ def test_a_row_or_baseline_over_a_pooled_key_is_one_line_naming_it():
 
 
 def test_the_sweep_refuses_rows_over_a_pooled_key_when_it_starts(tmp_path, capsys):
-    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "m")},
-                                         "sweeper": {"params": None},
-                                         "overrides": {"task": ["batch_size=8,16", "seed=0,1"]}},
-                               "batch_size": 8, "seed": 0})
-    callback = ComparisonCallback(rows="seed", repeat_keys=OmegaConf.create(["seed"]))
+    def config(**report: object) -> object:
+        return OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "m")},
+                                           "sweeper": {"params": None},
+                                           "callbacks": {"sweep_report": report},
+                                           "overrides": {"task": ["batch_size=8,16", "seed=0,1"]}},
+                                 "batch_size": 8, "seed": 0})
+
     with pytest.raises(SystemExit) as stopped:
-        callback.on_multirun_start(config)
+        CheckCallback().on_multirun_start(config(rows="seed", repeat_keys=["seed"]))
     assert stopped.value.code == 2
     line = capsys.readouterr().err.strip()
     assert line.count("\n") == 0 and "hydra.callbacks.sweep_report.rows='seed'" in line
-    bad = ComparisonCallback(repeat_keys=OmegaConf.create({"seed": 1}))
     with pytest.raises(SystemExit):
-        bad.on_multirun_start(config)
+        CheckCallback().on_multirun_start(config(repeat_keys={"seed": 1}))
     assert "hydra.callbacks.sweep_report.repeat_keys=" in capsys.readouterr().err
 
 

@@ -128,8 +128,24 @@ def test_presets_and_options_are_checked_like_the_commands(tmp_path):
         ProfileSession(["speed", "nsys"], output_dir=tmp_path)
     with pytest.raises(HarnessError, match=r"^Could not find 'profiler/sped'.* Fix: profiler=speed"):
         ProfileSession(["sped"], output_dir=tmp_path)
-    with pytest.raises(HarnessError, match=r"profiler\.speed\.warmup_steps=-1 is not valid"):
-        ProfileSession(["speed"], output_dir=tmp_path, overrides=["profiler.speed.warmup_steps=-1"])
+
+
+@pytest.mark.parametrize(("presets", "bad", "says"), [
+    (["speed"], "profiler.speed.warmup_steps=-1", "expected a value >= 0."
+     " Fix: profiler.speed.warmup_steps=5"),
+    (["speed", "system"], "profiler.system.interval_s=0", "expected a value > 0."
+     " Fix: profiler.system.interval_s=1"),
+])
+def test_a_bad_preset_argument_is_refused_before_the_session_builds(presets, bad, says, tmp_path,
+                                                                     monkeypatch):
+    """The job's one argument check, before any preset is built (their constructors trust it)."""
+    from harness.run import build
+
+    built = []
+    monkeypatch.setattr(build, "build_presets", lambda cfg: built.append(cfg))
+    with pytest.raises(ConfigError) as refused:
+        ProfileSession(presets, output_dir=tmp_path, overrides=[bad])
+    assert str(refused.value) == f"{bad} is not valid: {says}" and not built
 
 
 def test_inside_a_hydra_app_the_apps_hydra_is_left_as_it_was(tmp_path):
@@ -143,16 +159,6 @@ def test_inside_a_hydra_app_the_apps_hydra_is_left_as_it_was(tmp_path):
     assert HydraConfig.get().runtime.output_dir == app_cfg.hydra.runtime.output_dir
     # The preset's ${hydra:runtime.output_dir} was the session's directory.
     assert Path(session.profiler.trace_dir) == tmp_path / "session" / "reports" / "traces"
-
-
-def test_import_harness_stays_cheap_and_the_session_loads_on_use(tmp_path):
-    probe = ("import sys, harness\n"
-             "print(sorted(m for m in ('torch', 'lightning', 'hydra') if m in sys.modules))\n"
-             "harness.ProfileSession\n"
-             "print('lightning' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=tmp_path, env={**os.environ}, timeout=120)
-    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -177,11 +183,17 @@ def test_the_documented_example_script_runs(tmp_path):
 
 # A script as the docs' first draft had it: the fit runs, then the user's own call raises
 # (Lightning's predict without a predict_dataloader) before `finish`; or `finish` is forgotten.
+# Its first lines say what `import harness` loads (nothing heavy), and what the session does.
 _SCRIPT = """
 import sys
+import harness
+
+print("import harness loads", sorted(m for m in ("torch", "lightning", "hydra") if m in sys.modules))
+ProfileSession = harness.ProfileSession
+print("the session loads lightning:", "lightning" in sys.modules)
+
 import lightning.pytorch as pl
 from own_loaders import TrainValOnly
-from harness import ProfileSession
 
 session = ProfileSession(["speed"], output_dir="run", overrides=["profiler.speed.warmup_steps=2"])
 trainer = pl.Trainer(max_epochs=1, callbacks=session.callbacks, profiler=session.profiler,
@@ -201,6 +213,9 @@ def test_a_script_that_stops_before_finish_still_gets_result_json(tmp_path, endi
                          cwd=tmp_path, timeout=300,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
                              [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])})
+    # `import harness` stays cheap; the session loads on use
+    assert out.stdout.splitlines()[:2] == ["import harness loads []",
+                                           "the session loads lightning: True"], out.stderr[-2000:]
     result = load_result(tmp_path / "run")
     assert result.metrics["train_measured_steps"] == 4  # what the fit measured is kept
     if ending == "raise":

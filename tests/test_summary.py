@@ -16,8 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from harness.profilers.preset import ReportError
-from harness.profilers.summary import SummaryPreset
-from harness.profilers.summary_inputs import forward_inputs
+from harness.profilers.summary import SummaryPreset, forward_inputs
 from harness.run.job import run_job
 
 

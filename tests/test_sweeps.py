@@ -190,17 +190,18 @@ def test_repeat_in_a_sweep_runs_rounds_with_one_consistent_statistic(tmp_path):
         rate, time = float(row["train_examples_per_second"]), float(row["train_seconds_per_iteration"])
         assert rate * time == pytest.approx(2, rel=0.005)  # batch_size 2, one rank
     bf16 = rows["bf16"]
-    low, high = float(bf16["train_speedup_min"]), float(bf16["train_speedup_max"])
-    assert low <= float(bf16["train_speedup"]) <= high
-    assert bf16["train_speedup_within_spread"] == str(low <= 1.0 <= high)
+    if bf16["train_speedup_min"]:  # the judge's interval (none where a side counted no job)
+        low, high = float(bf16["train_speedup_min"]), float(bf16["train_speedup_max"])
+        assert low <= float(bf16["train_speedup"]) <= high
+    assert bf16["train_speedup_verdict"] in ("real", "same", "inconclusive")
     md = (root / "comparison.md").read_text()
-    assert "±" in md and "in 2 rounds of the whole sweep" in md
+    assert "Rounds: 2 (each ran every point, order alternating)" in md
 
 
 def test_bad_repeat_is_one_line(harness):
     done = harness("repeat=0")
     assert done.returncode == 2
-    assert "repeat=0 is not valid: expected a positive integer" in done.stderr
+    assert "repeat=0 is not valid: expected a value >= 1 or 'auto'. Fix: repeat=3" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -1,6 +1,7 @@
 """MLflow runs in a tracker process beside the job (harness.tracking.tracker): what the job sends
 is in the store however the job ends (Ctrl-C to the whole process group, the job killed
-outright), and the job's own process never loads MLflow."""
+outright). That the job's own process never loads MLflow: tests/test_tracking.py's default
+store test, on the run whose store it reads."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
-from conftest import FAST, harness_command, run_harness, start_harness
+from conftest import run_harness, start_harness
 from forked_harness import ForkedRun
-from step_beacon import beacon, run_env, wait_for_steps
+from step_beacon import beacon, wait_for_steps
 
 LONG_RUN = ("logger=mlflow", "mode=train", "data.train_batches=100000",
             "profiler.speed.warmup_steps=2")
@@ -38,15 +37,25 @@ def _only_run(tmp_path: Path, ended_within_s: float = 60):
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_the_process_group_leaves_the_whole_run_in_the_store(tmp_path, signum):
-    """Ctrl-C in a terminal, or SLURM's SIGTERM: the whole process group gets it."""
+def _tracker_pids(job: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(job), "-f", "harness.tracking.tracker_process"],
+                           capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def test_a_signal_to_the_process_group_leaves_the_whole_run_in_the_store(tmp_path):
+    """Ctrl-C in a terminal, or SLURM's SIGTERM: the whole process group gets it, the tracker
+    too, which stays for the job's last calls. The tracker gets a Ctrl-C first (its own: the
+    job goes on), then the group SIGTERM; how the job ends on a Ctrl-C is the same ending
+    (harness.launch.signals; tests/test_corpus_runs.py's SIGINT test)."""
     steps = tmp_path / "steps.txt"
     proc = _start(tmp_path, steps)
     wait_for_steps(steps, at_least=6, timeout=180, proc=proc)
-    os.killpg(proc.pid, signum)  # the tracker gets it too, and stays for the job's calls
+    (tracker,) = _tracker_pids(proc.pid)
+    os.kill(tracker, signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=180)
-    assert proc.returncode == 128 + signum, err[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     result = json.loads(next(tmp_path.glob("outputs/*/*/result.json")).read_text())
     assert result["status"] == "interrupted"
     assert result["tracking"]["logged"] is True, result["tracking"]
@@ -67,28 +76,9 @@ def test_a_killed_job_leaves_its_run_killed_not_running(tmp_path):
     assert run.info.status == "KILLED"
 
 
-def test_the_job_process_never_imports_mlflow_nor_pandas(tmp_path):
-    """A default run (speed, diagnose, MLflow): MLflow in the tracker, the reports' CSVs through
-    the csv module: the job's process loads neither (issue #22), and the run is in the store."""
-    probe = ("import sys\nfrom harness.cli import main\n"
-             "sys.argv = ['harness'] + sys.argv[1:]\n"
-             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-             "print('LOADED=' + ','.join(m for m in ('mlflow', 'pandas') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", probe, *FAST, "logger=mlflow"],
-                         cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=600)
-    assert "LOADED=\n" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
-    client, run = _only_run(tmp_path, ended_within_s=0)
-    assert run.info.status == "FINISHED"
-    result = json.loads(next(tmp_path.glob("outputs/*/*/result.json")).read_text())
-    assert result["tracking"]["logged"] is True and result["tracking"]["run_id"] == run.info.run_id
-    assert {"result.json", "reports", "tables", "config"} <= {
-        a.path for a in client.list_artifacts(run.info.run_id)}
-
-
 def test_a_config_error_leaves_no_store_behind(tmp_path):
     """The tracker starts before the config checks, but a new store is made only for a run."""
-    done = subprocess.run([*harness_command(), *FAST, "logger=mlflow", "+bacth_size=4"],
-                          cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=300)
+    done = run_harness(tmp_path, "logger=mlflow", "+bacth_size=4")
     assert done.returncode == 2, done.stderr[-2000:]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
 
@@ -96,18 +86,12 @@ def test_a_config_error_leaves_no_store_behind(tmp_path):
 def test_a_sweeps_jobs_share_one_tracker(tmp_path):
     """Hydra's basic launcher runs the jobs in one process: one tracker for the parent run and
     both children (one MLflow import, one open store)."""
-    probe = ("import sys\nfrom harness.tracking import tracker\n"
-             "started = []\noriginal = tracker.Tracker.__init__\n"
-             "def counted(self, *args):\n    started.append(args[0])\n"
-             "    original(self, *args)\n"
-             "tracker.Tracker.__init__ = counted\n"
-             "from harness.cli import main\nsys.argv = ['harness'] + sys.argv[1:]\n"
-             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-             "print('TRACKERS=%d' % len(started))\n")
-    out = subprocess.run([sys.executable, "-c", probe, "-m", *FAST, "logger=mlflow", "mode=train",
-                          "seed=0,1"], cwd=tmp_path, env=run_env(), capture_output=True, text=True,
-                         timeout=600)
-    assert "TRACKERS=1\n" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    count = tmp_path / "trackers"
+    done = run_harness(tmp_path, "hydra.mode=MULTIRUN", "logger=mlflow", "mode=train", "seed=0,1",
+                       "+hydra.callbacks.count._target_=tracker_count.CountTrackers",
+                       f"+hydra.callbacks.count.path={count}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert count.read_text() == "1"  # written as the sweep's process exits
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

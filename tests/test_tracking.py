@@ -17,8 +17,8 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import run_harness
-from step_beacon import rendezvous
+from conftest import FAST, Completed, run_harness
+from step_beacon import rendezvous, run_env
 
 # Small workload; logger=mlflow is named because conftest's FAST turns tracking off.
 TRACKED = ("logger=mlflow", "profiler.speed.warmup_steps=2")
@@ -59,15 +59,29 @@ def _git_repo(path: Path) -> str:
     return git("rev-parse", "HEAD")
 
 
+# harness.cli.main in a Python of its own, as the console script runs it, then what it imported.
+PROBE = ("import sys\nfrom harness.cli import main\n"
+         "sys.argv = ['harness'] + sys.argv[1:]\ncode = 0\n"
+         "try:\n    main()\nexcept SystemExit as stop:\n    code = stop.code\n"
+         "print('LOADED=' + ','.join(m for m in ('mlflow', 'pandas') if m in sys.modules))\n"
+         "sys.exit(code)\n")
+
+
 @pytest.mark.slow
 def test_default_store_holds_params_tags_rates_metrics_and_artifacts(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     commit = _git_repo(tmp_path)
-    # fp16 on a CPU runs as bf16: check_knobs=false keeps the run ok, to see both recorded
-    done = run_harness(tmp_path, *TRACKED, "precision=fp16", "check_knobs=false",
-                       env={"SLURM_JOB_ID": "4242"})
+    # fp16 on a CPU runs as bf16: check_knobs=false keeps the run ok, to see both recorded.
+    # A fresh process (not forked from one that imported the libraries): what it loads is seen.
+    probe = subprocess.run([sys.executable, "-c", PROBE, *FAST, *TRACKED, "precision=fp16",
+                            "check_knobs=false"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**run_env(), "SLURM_JOB_ID": "4242"}, timeout=600)
+    done = Completed(probe.returncode, probe.stdout, probe.stderr, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "harness: warning" not in done.stderr
+    # A default run (speed, diagnose, MLflow): MLflow in the tracker process, the reports'
+    # CSVs through the csv module; the job's process loads neither (issue #22).
+    assert "LOADED=\n" in done.stdout, done.stdout[-2000:]
     # MLflow 3's default store: mlflow.db in the working directory, artifacts in ./mlruns.
     assert (tmp_path / "mlflow.db").is_file()
     client = _client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -218,6 +232,8 @@ def mlflow_server(tmp_path_factory):
          "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
          "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        # no job runner beside the server (a process of its own, for MLflow's GenAI jobs)
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     uri = f"http://127.0.0.1:{port}"
     import requests
@@ -249,19 +265,21 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_run_logged_over_http_to_a_real_server(tmp_path, mlflow_server):
+def test_run_logged_over_http_to_a_real_server_with_its_repeats_in_one_run(tmp_path, mlflow_server):
     uri, root = mlflow_server
-    done = run_harness(tmp_path, *TRACKED, "mode=train", f"logger.tracking_uri={uri}",
+    done = run_harness(tmp_path, *TRACKED, "mode=train", "repeat=2", f"logger.tracking_uri={uri}",
                        "logger.experiment_name=over-http")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "harness: warning" not in done.stderr
     assert not (tmp_path / "mlflow.db").exists()
     client = _client(uri)
-    run = _only_run(client, "over-http")
+    run = _only_run(client, "over-http")  # the job's one run, shared by its repeats
     assert run.info.status == "FINISHED"
     assert run.info.run_id == done.result()["tracking"]["run_id"]
-    assert run.data.params["batch_size"] == "4"
-    assert len(_history(client, run.info.run_id, "training_rate")) == 12
+    assert run.data.params["batch_size"] == "4" and run.data.params["repeat"] == "2"
+    # each repeat's 12 training steps, at the same 12 global steps
+    steps = [step for step, _ in _history(client, run.info.run_id, "training_rate")]
+    assert steps == sorted(list(range(1, 13)) * 2)
     assert run.data.metrics["train_examples_per_second"] == pytest.approx(
         done.result()["metrics"]["train_examples_per_second"])
     assert {"result.json", "reports/speed.json", "tables/speed.json"} <= _artifacts(
@@ -339,7 +357,7 @@ def test_record_run_caps_traces_logs_system_series_and_sweep_files(tmp_path):
     skipped = store.record_run(run_id, run_dir, {"batch_size": 8, "model": {"dim": 32}}, result,
                                trace_cap_mb=1)
 
-    assert skipped == ["reports/train_trace.json (2 MiB)"]
+    assert skipped == ["reports/train_trace.json (2.0 MiB)"]
     artifacts = _artifacts(client, run_id)
     assert "reports/train_trace.json" not in artifacts
     assert {"reports/small_trace.json", "reports/memory_snapshot.pickle",
@@ -370,7 +388,9 @@ def test_record_run_caps_traces_logs_system_series_and_sweep_files(tmp_path):
 
 
 def test_store_access_and_sweep_helpers(tmp_path):
-    from harness.config.checks import parsed_number
+    from omegaconf import OmegaConf
+
+    from harness.config.arguments import check_node
     from harness.config.sweep_keys import swept_values
     from harness.errors import ConfigError
     from harness.tracking import store_access
@@ -378,12 +398,19 @@ def test_store_access_and_sweep_helpers(tmp_path):
     assert list(swept_values(["batch_size=4,16", "mode=train", "seed=range(3)",
                               "hydra/launcher=submitit_local"])) == ["batch_size", "seed"]
 
-    assert parsed_number("logger.http_max_retries", "2", integer=True, allow_zero=True) == 2
+    from harness.tracking.mlflow_logger import HarnessMLFlowLogger
+
+    def check_logger(**values: object) -> None:  # the job's check of the logger's arguments
+        check_node("logger", HarnessMLFlowLogger, OmegaConf.create(values))
+
+    check_logger(http_max_retries="2", flush_every_s="0")  # ${oc.env:...} gives strings
     with pytest.raises(ConfigError, match=r"logger.flush_every_s='soon' is not valid"):
-        parsed_number("logger.flush_every_s", "soon")
+        check_logger(flush_every_s="soon")
     for endless in ("nan", "inf"):
         with pytest.raises(ConfigError, match="logger.flush_every_s"):
-            parsed_number("logger.flush_every_s", endless)
+            check_logger(flush_every_s=endless)
+    with pytest.raises(ConfigError, match=r"^logger.http_timeout_s='0' .*Fix: logger.http_timeout_s=10$"):
+        check_logger(http_timeout_s="0")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -399,21 +426,6 @@ def test_store_access_and_sweep_helpers(tmp_path):
         assert str(silent_server.value) == f"cannot reach {uri}: ReadTimeout"
     assert store_access.probe("sqlite:///x.db", timeout_s=2) is None
     assert store_access.absolute_uri("sqlite:///x.db") == f"sqlite:///{Path.cwd() / 'x.db'}"
-
-
-@pytest.mark.slow
-def test_repeats_of_a_job_log_into_its_one_run(tmp_path, monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    done = run_harness(tmp_path, *TRACKED, "repeat=2", "mode=train")
-    assert done.returncode == 0, done.stderr[-3000:]
-    client = _client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run = _only_run(client)
-    assert run.info.status == "FINISHED"
-    assert run.data.params["repeat"] == "2"
-    # each repeat's 12 training steps, at the same 12 global steps
-    assert len(_history(client, run.info.run_id, "training_rate")) == 24
-    assert run.data.metrics["train_examples_per_second"] == pytest.approx(
-        done.result()["metrics"]["train_examples_per_second"])
 
 
 def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_path):
@@ -456,16 +468,15 @@ def test_a_sweeps_parent_run_carries_its_keys_best_and_baseline_and_table(tmp_pa
     assert parent.data.params == {"batch_size": "2,4", "precision": "fp32,bf16",
                                   "data.dim": "32", "repeat": "2"}
     figures = parent.data.metrics
-    # examples per iteration / the median s/it of two samples (harness.measured)
-    assert figures["best_train_examples_per_second"] == pytest.approx(2 / (1 / 80 + 1 / 80.8))
-    assert figures["baseline_train_examples_per_second"] == pytest.approx(
-        2 / (1 / 40 + 1 / 40.4))
+    # the table's one figure per point, the judge's: the median of its two rounds' examples/s
+    assert figures["best_train_examples_per_second"] == pytest.approx((80 + 80.8) / 2)
+    assert figures["baseline_train_examples_per_second"] == pytest.approx((40 + 40.4) / 2)
+    # and the judge's speed-up over the baseline through the rounds' pairs, with its interval
     assert figures["best_train_speedup"] == pytest.approx(2.0)
-    assert (figures["best_train_speedup_min"], figures["best_train_speedup_max"]) == (
-        pytest.approx(80 / 40.4), pytest.approx(80.8 / 40))
+    assert 1 < figures["best_train_speedup_min"] < 2.0 < figures["best_train_speedup_max"]
     tags = parent.data.tags
     assert tags["best_train"] == "batch_size=4, precision=bf16"
-    assert tags["best_train_speedup_noise"] == "beyond noise: the samples do not overlap"
+    assert tags["best_train_speedup_verdict"] == "real"
     # inference: a tie; the parent run names the fastest point, unproven, as the table does
     # (issue 29: every sweep names its fastest point, with its figures marked where unproven)
     assert tags["best_inference"].startswith("batch_size=4, precision=")

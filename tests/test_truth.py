@@ -144,15 +144,20 @@ def test_drift_between_jobs_is_spread_not_a_speed_up(tmp_path):
         cwd = tmp_path / ("forward" if order == "a,b" else "reverse")
         rows = {r["point"]: r for r in csv.DictReader((sweep_dir(cwd) / "comparison.csv").open())}
         assert rows[base]["baseline"] == "True" and rows[other]["rounds"] == "3"
-        # the rounds alternate the order, so the drift lands on both sides of 1
-        low = float(rows[other]["train_speedup_min"])
-        high = float(rows[other]["train_speedup_max"])
-        assert low < 1 < high, (order, low, high)
-        assert rows[other]["train_speedup_within_spread"] == "True", rows[other]
+        # the rounds alternate the order, so the drift lands on both sides of 1: never a
+        # speed-up; where the judge gives an interval (its jobs counted) and found no other
+        # process taking the CPU (a busy machine's load is not the planted drift), it holds 1
+        assert rows[other]["train_speedup_verdict"] != "real", rows[other]
+        if rows[other]["train_speedup_min"] and "contended" not in rows[other][
+                "train_speedup_verdict_reason"]:
+            low = float(rows[other]["train_speedup_min"])
+            high = float(rows[other]["train_speedup_max"])
+            assert low < 1 < high, (order, low, high)
 
 
 def test_inference_failing_after_training_keeps_the_training_figures(harness):
-    done = harness(*TINY, "batch_size=8", "profiler.speed.warmup_steps=2", fast=False)
+    done = harness(*TINY, "batch_size=8", "profiler.speed.warmup_steps=2", "logger=none",
+                   fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = done.result()
     assert result["status"] == "partial"
@@ -191,7 +196,7 @@ def test_a_partial_job_shows_its_training_figures_in_the_table(tmp_path):
 
 def test_inference_without_any_data_says_so(harness):
     done = harness(*TINY, "batch_size=8", "data._target_=user_workload.TrainOnlyData",
-                   fast=False)
+                   "logger=none", fast=False)
     why = done.result()["phase_errors"]["inference"]
     assert why.startswith("inference has no data: TrainOnlyData has neither a predict_dataloader")
     assert "predict_step" not in why  # the fix matches the cause

@@ -32,6 +32,7 @@ def test_user_module_through_target_overrides(harness):
         "+data.examples=96",
         "batch_size=8",
         "profiler.speed.warmup_steps=2",
+        "logger=none",
         fast=False,
     )
     _check(done, 8)
@@ -41,7 +42,7 @@ def test_user_config_group_through_config_dir(harness):
     done = harness(
         "--config-dir", str(TESTS_DIR / "user_conf"),
         "model=tiny", "data=tiny", "batch_size=12", "profiler.speed.warmup_steps=2",
-        "trainer.enable_progress_bar=false",
+        "trainer.enable_progress_bar=false", "logger=none",
         fast=False,
     )
     _check(done, 12)

@@ -61,7 +61,9 @@ def test_identical_settings_never_differ_even_when_a_side_is_contended_or_noisy(
         naive_real += ratio < 1 - tolerance or ratio > 1 / (1 - tolerance)
     # the planted contention has teeth: read naively, most of these pairs differ
     assert naive_real > 1500
-    assert kinds.count("same") > 300 and kinds.count("inconclusive") > 1500
+    # `same` needs two counted jobs a side (one job's own step spread is not the noise between
+    # runs): the few such pairs here
+    assert kinds.count("same") > 40 and kinds.count("inconclusive") > 1500
 
 
 def test_identical_quiet_settings_read_same_not_inconclusive():
@@ -71,16 +73,18 @@ def test_identical_quiet_settings_read_same_not_inconclusive():
     assert all(v is not None and v.kind == "same" for v in verdicts)
 
 
-def test_a_planted_slowdown_on_a_quiet_machine_is_real_from_single_runs_and_repeats():
+def test_a_planted_slowdown_on_a_quiet_machine_is_real_from_repeats_and_never_from_one_run():
     rng = random.Random(22)
     for count in (1, 2, 3):
         for _ in range(200):
             verdict = judge(band([quiet(100, rng) for _ in range(count)]),
                             band([quiet(70, rng) for _ in range(count)]), 0.1)
-            assert verdict is not None and verdict.kind == "real" and verdict.regression
             assert 0.66 < verdict.ratio < 0.74
+            # one run a side: its step spread says nothing of the noise between processes
+            assert (verdict.kind, verdict.regression) == (("inconclusive", False) if count == 1
+                                                          else ("real", True))
     # a planted speed-up is real too, and no regression
-    verdict = judge(band([quiet(100, rng)]), band([quiet(130, rng)]), 0.1)
+    verdict = judge(band([quiet(100, rng)] * 2), band([quiet(130, rng)] * 2), 0.1)
     assert verdict.kind == "real" and not verdict.regression
 
 
@@ -95,10 +99,10 @@ def test_a_slowdown_within_the_noise_is_inconclusive_not_a_pass():
 def test_a_side_with_no_counted_sample_is_inconclusive_with_its_reason():
     rng = random.Random(23)
     two_contended = band([contended(100, rng), contended(100, rng)])
-    assert two_contended.value is None and two_contended.why == "contended 2/2"
+    assert two_contended.counted == 0 and two_contended.why == "contended 2/2"
     verdict = judge(band([quiet(100, rng)]), two_contended, 0.1)
     assert verdict.kind == "inconclusive" and verdict.reason == "B: contended 2/2"
-    assert verdict.ratio is None and not verdict.regression
+    assert not verdict.regression
     both = judge(band([spiky(100, rng)]), two_contended, 0.1)
     assert both.reason == "A: noisy 1/1; B: contended 2/2"
 
@@ -121,23 +125,26 @@ def test_a_sample_counted_in_one_phase_can_be_left_out_in_the_other():
     assert sample_of(figures, flags, "inference").contended
 
 
-def test_the_robust_figure_is_examples_per_step_over_the_median_step():
+def test_a_samples_figure_is_the_runs_own_examples_per_second():
+    """One figure per point (issue 34): the judge reads the examples/s result.json and the
+    speed report give, the window's; stalls make a run `noisy` rather than a slower figure."""
     figures = steps(100, batch_size=8, mean_over_median=1.25)
     sample = sample_of(figures, [], "train")
-    assert figures["train_examples_per_second"] == pytest.approx(80)  # the mean step's rate
-    assert sample.figure == pytest.approx(100)  # the median step's
-    # its band: 3 standard errors of the median, 3 x 1.4826 MAD / median / sqrt(steps)
+    assert sample.figure == figures["train_examples_per_second"] == pytest.approx(80)
+    # its band: 3 standard errors of the median step, 3 x 1.4826 MAD / median / sqrt(steps)
     assert sample.spread == pytest.approx(3 * 0.03 / 50 ** 0.5)
     tight = band_of([sample_of(steps(100, cv=0.001), [], "train")])
-    assert (tight.low, tight.high) == (pytest.approx(99), pytest.approx(101))  # at least 1%
+    assert (tight.low, tight.high) == (pytest.approx(0.99 * tight.value),
+                                       pytest.approx(1.01 * tight.value))  # at least 1%
 
 
 def test_a_single_older_result_has_no_band_and_no_verdict():
     # metrics without a median step or its MAD: the spread is not known, the caller's rule holds
     older = {"train_examples_per_second": 100.0, "train_seconds_per_iteration": 0.08}
     assert sample_of(older, [], "train").spread is None
-    assert judge(band_of([sample_of(older, [], "train")]),
-                 band_of([sample_of(older, [], "train")]), 0.1) is None
+    once = judge(band_of([sample_of(older, [], "train")]),
+                 band_of([sample_of(older, [], "train")]), 0.1)
+    assert once.kind == "inconclusive" and "no spread known" in once.reason
     # with two samples a side the min..max is a band
     two = band_of([sample_of(older, [], "train")] * 2)
     assert judge(two, two, 0.1).kind == "same"

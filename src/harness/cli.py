@@ -5,6 +5,7 @@ command-line or config error. Every error is one line; a traceback goes to error
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import logging
 import os
@@ -28,6 +29,7 @@ def _app(cfg: DictConfig) -> None:
     from hydra.types import RunMode
 
     from harness.config.overrides import as_typed
+    from harness.result.store import load_result
     from harness.run.job import run_job
     from harness.run.record import classify_failure, saved_traceback
     from harness.terminal import libraries_to_log, verbose
@@ -49,6 +51,9 @@ def _app(cfg: DictConfig) -> None:
             job_log.error("%s", said)
         else:
             status, reason = classify_failure(err)
+            with contextlib.suppress(Exception):  # the written one: a lost rank named over its echo
+                written = load_result(output_dir)
+                status, reason = written.status, written.reason or reason
             job_log.error("%s: %s (%s)", status, reason, saved_traceback(err, output_dir))
         if not multirun:
             sys.exit(said.exit_status if said is not None else 1)

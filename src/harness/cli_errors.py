@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
+from pathlib import Path
 
 from harness.errors import CONFIG_STATUS, FAILED_STATUS, HarnessError, first_line, output_error
 
@@ -21,8 +23,7 @@ def _missing_option(text: str) -> str:
     if not found:
         return _one_line(text)
     group, _, name = found[1].rpartition("/")
-    options = re.search(r"Available options in '[^']+':\s*(.*?)(?:\nConfig search path|$)",
-                        text, re.S)
+    options = re.search(r"Available options in '[^']+':\s*(.*?)(?:\nConfig search path|$)", text, re.S)
     choices = options[1].split() if options else _builtin_options(group)
     line = f"Could not find '{found[1]}'"
     if choices:
@@ -53,8 +54,6 @@ _INFO_VALUES = ("all", "config", "defaults", "defaults-tree", "plugins", "search
 
 def _command_line() -> tuple[dict[str, str], list[str]]:
     """({flag: value} of -cd/-cp/-cn, the overrides) of this process's command line."""
-    import sys
-
     flags: dict[str, str] = {}
     overrides: list[str] = []
     args = iter(sys.argv[1:])
@@ -82,8 +81,7 @@ def _unknown_key(text: str) -> str | None:
         return None
     key = found[1]
     message = f"{key} is not a key of the config."
-    known = _known_keys(key)
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.7)
+    close = difflib.get_close_matches(key, _known_keys(key), n=1, cutoff=0.7)
     if close:
         return f"{message} Did you mean {close[0]}? Fix: {close[0]}=..."
     return (f"{message} Fix: check the spelling (`harness --cfg job` lists the keys), or add a new"
@@ -92,8 +90,6 @@ def _unknown_key(text: str) -> str | None:
 
 def _known_keys(key: str) -> list[str]:
     """The keys beside `key` in the config the command line composes; [] where nothing composes."""
-    from pathlib import Path
-
     from hydra import compose, initialize_config_dir
 
     from harness.config.locations import conf_dir
@@ -105,26 +101,22 @@ def _known_keys(key: str) -> list[str]:
     search = ([f"hydra.searchpath=[{','.join(f'file://{Path(d).resolve()}' for d in extra)}]"]
               if extra else [])
     name = flags.get("-cn") or flags.get("--config-name") or "config"
-    cfg = None
+    parent, _, _ = key.rpartition(".")
     for attempt in (others, choices):
         try:
             with initialize_config_dir(str(conf_dir()), version_base="1.3"):
                 cfg = compose(name, overrides=[*attempt, *search])
-            break
         except Exception:  # the hint is a nicety: no hint rather than a second error
             continue
-    if cfg is None:
-        return []
-    parent, _, _ = key.rpartition(".")
-    node = cfg.get(parent) if parent else cfg
-    prefix = f"{parent}." if parent else ""
-    return [f"{prefix}{k}" for k in node] if hasattr(node, "keys") else []
+        node = cfg.get(parent) if parent else cfg
+        return [f"{parent}.{k}" if parent else str(k) for k in node] if hasattr(node, "keys") else []
+    return []
 
 
 def _omegaconf(err: BaseException) -> str:
     key, text = getattr(err, "full_key", None), first_line(err, with_type=False)
-    fix = f". Fix: give {key} a value, or an interpolation (${{...}}) that resolves"
-    return f"{key}: {text}{fix}" if key else text
+    return (f"{key}: {text}. Fix: give {key} a value, or an interpolation (${{...}}) that resolves"
+            if key else text)
 
 
 def _null_group() -> str:
@@ -162,9 +154,9 @@ def describe(err: BaseException) -> tuple[int, str]:
         return CONFIG_STATUS, f"{where}{_one_line(err)}. Fix: quote the value, e.g. key='a b'"
     if isinstance(err, HydraException) and (
             found := re.search(r"Additional config directory '([^']+)' not found", str(err))):
-        return CONFIG_STATUS, (f"--config-dir {found[1]} does not exist. Fix: pass the folder that"
-                               " holds your config groups (DIR/model/*.yaml, DIR/data/*.yaml),"
-                               " relative to the start directory or absolute")
+        return CONFIG_STATUS, (f"--config-dir {found[1]} does not exist. Fix: pass the folder that holds your"
+                               " config groups (DIR/model/*.yaml, DIR/data/*.yaml), relative to the start"
+                               " directory or absolute")
     if isinstance(err, HydraException):  # ConfigCompositionException included
         inner = err.__cause__
         return CONFIG_STATUS, _unknown_key(str(err)) or (

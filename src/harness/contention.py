@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-COUNTERS = {"cpu": "/proc/stat", "run_delay": "/proc/self/task/*/schedstat",
-            "children": "/proc/self/task/*/children"}
+COUNTERS = {"cpu": "/proc/stat", "run_delay": "/proc/self/task/*/schedstat"}
 
 
 def _read(path: str) -> str | None:
@@ -50,23 +49,6 @@ def cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
     return (busy, steal) if seen else None
 
 
-def _children(pid: int | str) -> list[int] | None:
-    """Direct children of `pid`, None without CONFIG_PROC_CHILDREN."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []  # the process is gone
-    found: list[int] = []
-    for tid in tasks:
-        text = _read(f"/proc/{pid}/task/{tid}/children")
-        if text is None:
-            if os.path.exists(f"/proc/{pid}/task/{tid}"):
-                return None  # the thread is there, its children file is not: no CONFIG_PROC_CHILDREN
-            continue
-        found += [int(x) for x in text.split()]
-    return found
-
-
 def _process_cpu_s(pid: int) -> float:
     """utime + stime of a live process (its reaped children are in its parent's os.times())."""
     text = _read(f"/proc/{pid}/stat")
@@ -77,29 +59,25 @@ def _process_cpu_s(pid: int) -> float:
 
 
 def _descendants() -> list[int] | None:
-    """PIDs of this process's live descendants, None where they cannot be listed cheaply."""
+    """PIDs of this process's live descendants, None without CONFIG_PROC_CHILDREN."""
     found: list[int] = []
-    pending = _children("self")
+    pending: list[int | str] = ["self"]
     while pending:
         pid = pending.pop()
-        found.append(pid)
-        more = _children(pid)
-        if more is None:
-            return None
-        pending += more
-    return None if pending is None else found
-
-
-def own_cpu_seconds() -> tuple[float, frozenset[int]]:
-    """(CPU seconds of this process tree, reaped children included; its live descendants)."""
-    times = os.times()
-    total = times.user + times.system + times.children_user + times.children_system
-    tree = _descendants()
-    if tree is None:
-        import psutil
-
-        tree = [child.pid for child in psutil.Process().children(recursive=True)]
-    return total + sum(_process_cpu_s(pid) for pid in tree), frozenset(tree)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # the process is gone
+        for tid in tasks:
+            text = _read(f"/proc/{pid}/task/{tid}/children")
+            if text is None:
+                if os.path.exists(f"/proc/{pid}/task/{tid}"):
+                    return None  # the thread is there, its children file is not
+                continue
+            children = [int(x) for x in text.split()]
+            found += children
+            pending += children
+    return found
 
 
 def run_delay() -> tuple[int, int] | None:
@@ -108,21 +86,14 @@ def run_delay() -> tuple[int, int] | None:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return None
-    ran = waited = 0
-    seen = False
-    for tid in tasks:
-        text = _read(f"/proc/self/task/{tid}/schedstat")
-        if text:
-            parts = text.split()
-            ran += int(parts[0])
-            waited += int(parts[1])
-            seen = True
-    return (ran, waited) if seen else None
+    pairs = [text.split() for tid in tasks if (text := _read(f"/proc/self/task/{tid}/schedstat"))]
+    return (sum(int(p[0]) for p in pairs), sum(int(p[1]) for p in pairs)) if pairs else None
 
 
-def _cgroup_dirs() -> list[Path]:
-    """The cgroup directories of this process that may hold a CPU quota, innermost first."""
-    found: list[Path] = []
+def quota_cpus() -> float | None:
+    """CPUs a CFS quota (cgroup v1 or v2) allows this process: the tightest of its cgroups' and
+    their ancestors'; None without one."""
+    quotas = []
     for line in (_read("/proc/self/cgroup") or "").splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
@@ -137,28 +108,17 @@ def _cgroup_dirs() -> list[Path]:
         else:
             continue
         here = root / path.lstrip("/")
-        while True:
-            found.append(here)
-            if here == root:
-                break
-            here = here.parent
-    return found
-
-
-def quota_cpus() -> float | None:
-    """CPUs a CFS quota allows this process (the tightest of its cgroups'), None without one."""
-    quotas = []
-    for directory in _cgroup_dirs():
-        v2 = _read(str(directory / "cpu.max"))
-        if v2:
-            quota, period = (v2.split() + ["100000"])[:2]
-            if quota != "max":
-                quotas.append(int(quota) / int(period))
-            continue
-        quota_us = _read(str(directory / "cpu.cfs_quota_us"))
-        period_us = _read(str(directory / "cpu.cfs_period_us"))
-        if quota_us and period_us and int(quota_us) > 0:
-            quotas.append(int(quota_us) / int(period_us))
+        for directory in [here, *here.parents[:len(here.parts) - len(root.parts)]]:
+            v2 = _read(str(directory / "cpu.max"))
+            if v2:
+                quota, period = (v2.split() + ["100000"])[:2]
+                if quota != "max":
+                    quotas.append(int(quota) / int(period))
+                continue
+            quota_us = _read(str(directory / "cpu.cfs_quota_us"))
+            period_us = _read(str(directory / "cpu.cfs_period_us"))
+            if quota_us and period_us and int(quota_us) > 0:
+                quotas.append(int(quota_us) / int(period_us))
     return min(quotas) if quotas else None
 
 
@@ -166,15 +126,29 @@ def quota_cpus() -> float | None:
 class Snapshot:
     wall: float  # time.monotonic()
     ticks: tuple[int, int] | None  # (busy, steal) over our CPUs; None: no /proc/stat
-    own_s: float  # CPU seconds of this process tree
+    own_s: float  # CPU seconds of this process tree, reaped children included
     sched: tuple[int, int] | None  # (ns ran, ns waited) over our threads; None: no schedstat
     tree: frozenset[int] = frozenset()  # live descendants at this moment
 
 
 def snapshot(cpus: set[int] | None) -> Snapshot:
-    own, tree = own_cpu_seconds()
-    return Snapshot(time.monotonic(), cpu_ticks(cpus) if cpus else None, own, run_delay(),
-                    tree)
+    times = os.times()
+    own = times.user + times.system + times.children_user + times.children_system
+    tree = _descendants()
+    if tree is None:  # psutil lists every process on the machine to find ours: slower
+        import psutil
+
+        tree = [child.pid for child in psutil.Process().children(recursive=True)]
+    own += sum(_process_cpu_s(pid) for pid in tree)
+    return Snapshot(time.monotonic(), cpu_ticks(cpus) if cpus else None, own, run_delay(), frozenset(tree))
+
+
+def _grown(total: tuple[int, ...] | None, a: tuple[int, int] | None, b: tuple[int, int] | None
+           ) -> tuple[int, ...] | None:
+    """`total` plus b - a, counter by counter; None once a side lacked the counters."""
+    if total is None or a is None or b is None:
+        return None
+    return tuple(t + y - x for t, x, y in zip(total, a, b, strict=True))
 
 
 @dataclass
@@ -182,27 +156,16 @@ class Totals:
     """The counters' differences summed over a window's closed segments."""
 
     wall_s: float = 0.0
-    busy_s: float | None = 0.0  # None once a segment lacked /proc/stat
-    steal_s: float | None = 0.0
     own_s: float = 0.0
-    ran_ns: int | None = 0  # None once a segment lacked schedstat
-    waited_ns: int | None = 0
+    ticks: tuple[int, ...] | None = (0, 0)  # (busy, steal) ticks; None once a segment lacked /proc/stat
+    sched: tuple[int, ...] | None = (0, 0)  # (ns ran, ns waited); None once a segment lacked schedstat
     segments: int = 0
     tree: set[int] = field(default_factory=set)  # every descendant seen
 
     def add(self, a: Snapshot, b: Snapshot) -> None:
         self.wall_s += b.wall - a.wall
         self.own_s += b.own_s - a.own_s
-        if a.ticks is None or b.ticks is None or self.busy_s is None or self.steal_s is None:
-            self.busy_s = self.steal_s = None
-        else:
-            self.busy_s += (b.ticks[0] - a.ticks[0]) / CLK_TCK
-            self.steal_s += (b.ticks[1] - a.ticks[1]) / CLK_TCK
-        if a.sched is None or b.sched is None or self.ran_ns is None or self.waited_ns is None:
-            self.ran_ns = self.waited_ns = None
-        else:
-            self.ran_ns += b.sched[0] - a.sched[0]
-            self.waited_ns += b.sched[1] - a.sched[1]
+        self.ticks, self.sched = _grown(self.ticks, a.ticks, b.ticks), _grown(self.sched, a.sched, b.sched)
         self.segments += 1
         self.tree |= a.tree | b.tree
 
@@ -229,8 +192,7 @@ class CpuWindow:
         return {"host": os.uname().nodename if hasattr(os, "uname") else None,
                 "pid": os.getpid(), "own_s": self.totals.own_s, "tree": sorted(self.totals.tree)}
 
-    def figures(self, above: float, ranks: list[dict[str, Any]] | None = None
-                ) -> dict[str, Any] | None:
+    def figures(self, above: float, ranks: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
         """The window's shares and verdict, None when no segment closed; `ranks`' `own()` are ours."""
         t = self.totals
         if t.segments == 0 or t.wall_s <= 0:
@@ -239,22 +201,22 @@ class CpuWindow:
         quota = quota_cpus()
         cpus = min(visible, quota) if visible and quota else (visible or quota)
         own_s = ours_on_this_host(self.own(), ranks) if ranks else t.own_s
-        found: dict[str, Any] = {"window_s": t.wall_s, "segments": t.segments, "cpus": cpus,
-                                 "cpus_visible": visible, "quota_cpus": quota,
-                                 "own_cpu_s": own_s,
-                                 "own_cpu_share": own_s / (t.wall_s * cpus) if cpus else None,
-                                 "other_cpu_share": None, "steal_share": None}
-        if t.busy_s is not None and t.steal_s is not None and visible:
-            other = max(t.busy_s - own_s, 0.0) + t.steal_s
-            found["other_cpu_share"] = min(other / (t.wall_s * visible), 1.0)
-            found["steal_share"] = t.steal_s / (t.wall_s * visible)
-        runnable = (t.ran_ns or 0) + (t.waited_ns or 0)
-        found["run_delay_share"] = (t.waited_ns / runnable if t.waited_ns is not None
-                                    and runnable > 0 else None)
-        found["basis"] = "run_delay" if quota and visible and quota < visible else "cpu"
-        found["contended_above"] = above
+        other = steal = None
+        if t.ticks is not None and visible:
+            busy_s, steal_s = (ticks / CLK_TCK for ticks in t.ticks)
+            other = min((max(busy_s - own_s, 0.0) + steal_s) / (t.wall_s * visible), 1.0)
+            steal = steal_s / (t.wall_s * visible)
+        runnable = sum(t.sched or ())
+        found: dict[str, Any] = {
+            "window_s": t.wall_s, "segments": t.segments, "cpus": cpus, "cpus_visible": visible,
+            "quota_cpus": quota, "own_cpu_s": own_s,
+            "own_cpu_share": own_s / (t.wall_s * cpus) if cpus else None, "other_cpu_share": other,
+            "steal_share": steal,
+            "run_delay_share": t.sched[1] / runnable if t.sched is not None and runnable > 0 else None,
+            "basis": "run_delay" if quota and visible and quota < visible else "cpu",
+            "contended_above": above}
         found["contended"] = contended(found, above)
-        found["unknown"] = [COUNTERS[name] for name, total in (("cpu", t.busy_s), ("run_delay", t.ran_ns))
+        found["unknown"] = [COUNTERS[name] for name, total in (("cpu", t.ticks), ("run_delay", t.sched))
                             if total is None]
         return found
 
@@ -277,33 +239,23 @@ def contended(found: dict[str, Any], above: float) -> bool | None:
     used = None if other is None else other > above
     if waited is False or used is False:
         return False
-    if waited and used:
-        return True
-    return None
+    return True if waited and used else None
 
 
 @dataclass
 class GpuWindow:
-    """Other processes on one GPU over a window, from NVML: `open()`/`close()` at a segment's ends,
-    `read()` between (few samples kept); in a container, processes beyond `own_count` are others."""
+    """Other processes on one GPU over a window, from NVML: `open()`/`close()` at a segment's ends, `read()`
+    between (few samples kept); in a container, processes beyond our one (one rank per GPU) are others."""
 
     nvml: Any
     handle: Any
     own_pids: set[int] = field(default_factory=lambda: {os.getpid()})
-    own_count: int = 1  # our processes on this device (one rank per GPU)
     clock_us: Any = field(default=lambda: int(time.time() * 1e6))
-    others: set[int] = field(default_factory=set)
     most_processes: int = 0
     pids_seen: set[int] = field(default_factory=set)
     samples: dict[tuple[int, int], int] = field(default_factory=dict)  # (pid, t_us) -> SM %
     util_supported: bool | None = None
     _last_us: int = 0
-
-    def _call(self, name: str, *args: Any) -> Any:
-        try:
-            return getattr(self.nvml, name)(*args)
-        except Exception:  # NVMLError: NotSupported, NotFound (no new sample), ... : unknown
-            return None
 
     def open(self) -> None:
         self.read(keep=False)  # samples from before the segment are dropped
@@ -313,7 +265,10 @@ class GpuWindow:
 
     def read(self, keep: bool = True) -> None:
         """The processes on the device now, and (`keep`) the SM samples since the last read."""
-        procs = self._call("nvmlDeviceGetComputeRunningProcesses", self.handle)
+        try:
+            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+        except Exception:  # NVMLError: NotSupported, ...: unknown
+            procs = None
         if procs is not None:
             pids = {int(p.pid) for p in procs}
             self.most_processes = max(self.most_processes, len(pids))
@@ -321,10 +276,11 @@ class GpuWindow:
         if not self._last_us:
             self._last_us = self.clock_us()
         now = self.clock_us()
-        util = self._call("nvmlDeviceGetProcessUtilization", self.handle, self._last_us)
-        if util is None:
+        try:
+            util = self.nvml.nvmlDeviceGetProcessUtilization(self.handle, self._last_us)
+        except Exception as err:  # NotFound: supported, only no sample since the timestamp
             if self.util_supported is None:
-                self.util_supported = self._supported()
+                self.util_supported = "not found" in str(err).lower()
         else:
             self.util_supported = True
             for s in util if keep else ():
@@ -332,25 +288,15 @@ class GpuWindow:
                     self.samples[(int(s.pid), int(s.timeStamp))] = int(s.smUtil)
         self._last_us = now
 
-    def _supported(self) -> bool:
-        try:
-            self.nvml.nvmlDeviceGetProcessUtilization(self.handle, self._last_us)
-        except Exception as err:  # NotFound: supported, only no sample since the timestamp
-            return "not found" in str(err).lower()
-        return True
-
     def figures(self, above: float) -> dict[str, Any]:
         # Our namespace's PIDs: NVML names processes as we see them, and the others by PID.
-        named = bool(self.pids_seen & self.own_pids) or any(
-            pid in self.own_pids for pid, _ in self.samples)
+        named = bool(self.pids_seen & self.own_pids) or any(pid in self.own_pids for pid, _ in self.samples)
         ticks = {t for _, t in self.samples}
         share = None
         if named and ticks:
             other = sum(sm for (pid, _), sm in self.samples.items() if pid not in self.own_pids)
             share = other / 100 / len(ticks)
-        others = (len(self.pids_seen - self.own_pids) if named
-                  else max(self.most_processes - self.own_count, 0))
+        others = len(self.pids_seen - self.own_pids) if named else max(self.most_processes - 1, 0)
         return {"gpu_other_processes": others, "gpu_other_sm_share": share,
                 "gpu_util_per_process": self.util_supported,
-                "gpu_contended": None if share is None else share > above,
-                "gpu_shared": others > 0}
+                "gpu_contended": None if share is None else share > above, "gpu_shared": others > 0}

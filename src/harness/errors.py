@@ -22,11 +22,9 @@ class ConfigError(HarnessError):
     exit_status = CONFIG_STATUS
 
     def __init__(self, key: str, value: object, expected: str, fix: str | None = None) -> None:
-        self.key, self.value, self.expected, self.fix = key, value, expected, fix
-        message = f"{key}={value!r} is not valid: expected {expected}."
-        if fix:
-            message += f" Fix: {fix}"
-        super().__init__(message)
+        self.key = key  # the config key at fault
+        super().__init__(f"{key}={value!r} is not valid: expected {expected}."
+                         + (f" Fix: {fix}" if fix else ""))
 
 
 def first_line(err: BaseException, with_type: bool = True) -> str:
@@ -45,7 +43,6 @@ class OutputError(HarnessError):
 
     def __init__(self, err: OSError, path: object = None, instead: str = INSTEAD) -> None:
         name = path if path is not None else err.filename
-        self.path = os.path.abspath(str(name)) if name else None
         full = err.errno in _NO_SPACE
         self.exit_status = FAILED_STATUS if full else CONFIG_STATUS
         if full:
@@ -54,8 +51,8 @@ class OutputError(HarnessError):
             fix = f"a part of that path is a file, not a directory; {instead}"
         else:
             fix = f"make it writable, or {instead}"
-        super().__init__(f"cannot write {self.path or 'a file'}: {err.strerror or err}."
-                         f" Fix: {fix}")
+        super().__init__(f"cannot write {os.path.abspath(str(name)) if name else 'a file'}:"
+                         f" {err.strerror or err}. Fix: {fix}")
 
 
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR)

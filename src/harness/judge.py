@@ -1,41 +1,43 @@
-"""The one judge of differences: samples of a point -> its band; two bands, or the jobs two
-points ran side by side, -> a verdict; a set of bands -> the fastest, decided or not. The
-standard library only. The table, harness-report, the MLflow parent run and autotune all decide
-through it (docs/sweeps.md, "Verdicts: real, same, inconclusive", states the rules)."""
+"""The one judge of differences: samples of a point -> its band; two points (their bands, and the jobs they
+ran side by side) -> a verdict; a set of points -> the fastest, decided or not; peak memory sizes -> a verdict
+by the same rule. The standard library only. The table, the gate, harness-report, the MLflow parent run and
+autotune all decide through it (docs/sweeps.md, "Verdicts: real, same, inconclusive", states the rules)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 TOLERANCE = 0.05  # a change smaller than 5 % is not called real (the table, harness-report)
 MIN_SPREAD = 0.01  # a single sample's own band is at least +/- 1 %
 MAX_SPREAD = 0.9
 JOB_Z = 1.39  # job-to-job noise (log sd) x this / sqrt(n): the least half-width of a band;
 # two bands that just do not overlap then differ at about the 5 % level (Goldstein & Healy 1995)
+PAIR_Z = 1.96  # a few pairs' mean log-ratio +/- this x its standard error: a 95 % interval
 PRIOR_DOF = 2  # weight of a noise prior against the groups measured
 CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
+OUTLIER = 2.0  # a sample this many times further from the median than any other is an outlier
+ONE_JOB = "a side rests on one counted job, and nothing measured the noise between runs (repeat=3)"
 
 
 @dataclass(frozen=True)
 class Sample:
     """One measurement of a point (a repeat, a round's job, a seed's job) for one phase."""
 
-    figure: float  # examples/s, higher is better
+    # examples/s over its measured window, the run's own figure: a fair scheduler's share of the
+    # CPUs settles over a window, while which steps a neighbour preempts does not (a loaded
+    # job's median step jumps between modes: pair ratios of identical code spread 0.26 on
+    # medians, 0.10 on windows, beside two CPU hogs). Higher is better.
+    figure: float
     spread: float | None = None  # its own band's half-width, a share of the figure
     contended: bool = False  # other processes took the machine during its window
     noisy: bool = False  # its step times vary too much for its figure to be precise
-    # examples/s over its whole measured window: a fair scheduler's share of the CPUs settles
-    # over a window, while which steps a neighbour preempts does not (a loaded job's median
-    # step jumps between modes: pair ratios of identical code spread 0.26 on medians, 0.10 on
-    # windows, measured beside two CPU hogs). None: the figure stands for it.
-    rate: float | None = None
-    # `rate` over the window less the time its threads waited, runnable, for a CPU (x 1 / (1 -
+    # `figure` less the time its threads waited, runnable, for a CPU (x 1 / (1 -
     # run_delay_share)): what a loaded pair compares. Others' load comes and goes within a pair;
-    # this takes it out where the window rate keeps it (pair ratios of identical code spread
-    # 0.04-0.06 on it, 0.08-0.11 on windows, beside two CPU hogs). None: no schedstat.
+    # this takes it out where the window's figure keeps it (pair ratios of identical code
+    # spread 0.04-0.06 on it, 0.08-0.11 on windows, beside two CPU hogs). None: no schedstat.
     on_cpu: float | None = None
 
     @property
@@ -47,7 +49,7 @@ class Sample:
 class Band:
     """A point's figure and interval over its counted samples."""
 
-    value: float | None  # the counted samples' median; None: none counted
+    value: float | None  # the counted samples' median (none counted: all samples'); None: none
     low: float | None  # None: not known (one sample with no spread) or none counted
     high: float | None
     counted: int
@@ -62,7 +64,7 @@ class Band:
 
     @property
     def known(self) -> bool:
-        return self.low is not None and self.high is not None
+        return self.counted > 0 and self.low is not None and self.high is not None
 
     @property
     def between_runs(self) -> bool:
@@ -70,7 +72,7 @@ class Band:
         return self.known and (self.counted > 1 or self.noise_known)
 
     def describe(self) -> str:
-        if self.value is None:
+        if not self.counted:
             return f"no figure ({self.why})"
         if not self.known:
             return f"{self.value:,.1f} ex/s ({self.counted} job)"
@@ -79,10 +81,22 @@ class Band:
         return f"{self.value:,.1f} ex/s ({self.low:,.1f}-{self.high:,.1f}, {jobs}{left})"
 
 
+def _without_outlier(figures: Sequence[float]) -> list[float]:
+    """The figures less one that lies OUTLIER times further from their median than any other
+    (three or more): no single job widens a band, or the noise, past what the others show."""
+    if len(figures) < 3:
+        return list(figures)
+    middle = statistics.median(figures)
+    far = sorted(range(len(figures)), key=lambda i: -abs(math.log(figures[i] / middle)))
+    first, second = (abs(math.log(figures[i] / middle)) for i in far[:2])
+    return [f for i, f in enumerate(figures) if i != far[0]] if first > OUTLIER * second else list(figures)
+
+
 def band_of(samples: Sequence[Sample], job_noise: float = 0.0) -> Band | None:
-    """The band of a point's samples: their median with min..max, at least as wide as
-    JOB_Z x `job_noise` (the log sd between runs of one point) / sqrt(counted). One sample
-    with no known own spread and no job noise has no interval. None without a sample."""
+    """The band of a point's samples: their median with min..max (an outlier left out of the
+    range), at least as wide as JOB_Z x `job_noise` (the log sd between runs of one point) /
+    sqrt(counted). One sample with no known own spread and no job noise has no interval. With no
+    sample counted, the value is all samples' median and there is no interval. None: no sample."""
     if not samples:
         return None
     total = len(samples)
@@ -92,29 +106,30 @@ def band_of(samples: Sequence[Sample], job_noise: float = 0.0) -> Band | None:
                          in (("contended", contended), ("noisy", noisy)) if count) or None
     counted = [s for s in samples if s.counted]
     if not counted:
-        return Band(None, None, None, 0, total, left_out)
+        return Band(statistics.median(s.figure for s in samples), None, None, 0, total, left_out)
     figures = [s.figure for s in counted]
     value = statistics.median(figures)
     own = counted[0].spread if len(counted) == 1 else None
     if len(counted) == 1 and own is None and not job_noise:
         return Band(value, None, None, 1, total, left_out)
     half = JOB_Z * job_noise / math.sqrt(len(counted))
-    lows, highs = [min(figures), value * math.exp(-half)], [max(figures), value * math.exp(half)]
+    kept = _without_outlier(figures)
+    lows, highs = [min(kept), value * math.exp(-half)], [max(kept), value * math.exp(half)]
     if own is not None:
         own = min(max(own, MIN_SPREAD), MAX_SPREAD)
         lows.append(value * (1 - own))
         highs.append(value * (1 + own))
-    low, high = min(lows), max(highs)
-    return Band(value, low, high, len(counted), total, left_out, bool(job_noise))
+    return Band(value, min(lows), max(highs), len(counted), total, left_out, bool(job_noise))
 
 
 def job_noise(groups: Sequence[Sequence[float]], prior: float = 0.0) -> float:
-    """The pooled sd of log figures within groups (one point's jobs), shrunk towards `prior`."""
+    """The pooled sd of log figures within groups (one point's jobs, an outlier left out), shrunk
+    towards `prior`."""
     squares, free = 0.0, 0
     for figures in groups:
-        if len(figures) < 2:
+        logs = [math.log(v) for v in _without_outlier(figures)]
+        if len(logs) < 2:
             continue
-        logs = [math.log(v) for v in figures]
         mean = sum(logs) / len(logs)
         squares += sum((x - mean) ** 2 for x in logs)
         free += len(logs) - 1
@@ -126,21 +141,23 @@ def job_noise(groups: Sequence[Sequence[float]], prior: float = 0.0) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """B against A on rates (higher is better)."""
+    """B against A: rates (higher is better) or, `lower_is_better`, memory."""
 
     kind: str  # real | same | inconclusive
-    ratio: float | None  # B / A: of the bands' values, or the pairs' estimate; None when a side
-    # counted no sample
+    ratio: float | None  # B / A: of the bands' values, or the pairs' estimate
     low: float | None
     high: float | None
     reason: str | None = None  # why inconclusive: 'B: contended 2/2', 'noisy: B/A could be ...'
     pairs: int | None = None  # paired: the pairs of jobs it stands on; None: from two bands
     unpaired: int = 0  # paired: pairs left out (one side contended or noisy, the other not)
+    lower_is_better: bool = False
 
     @property
     def worse(self) -> bool:
-        """B is slower than A."""
-        return self.ratio is not None and self.ratio < 1
+        """B is worse than A: slower, or (lower_is_better) larger."""
+        if self.ratio is None:
+            return False
+        return self.ratio > 1 if self.lower_is_better else self.ratio < 1
 
     @property
     def regression(self) -> bool:
@@ -163,24 +180,37 @@ def decide(ratio: float, low: float, high: float, tolerance: float) -> Verdict:
         return Verdict("real", ratio, low, high)
     if not (past(low, tolerance) or past(high, tolerance)):
         return Verdict("same", ratio, low, high)
-    return Verdict("inconclusive", ratio, low, high,
-                   f"noisy: B/A could be {low:.2f}-{high:.2f}x, not wholly beyond or within the"
-                   f" {tolerance:.0%} asked about")
+    return Verdict("inconclusive", ratio, low, high, f"noisy: B/A could be {low:.2f}-{high:.2f}x, not wholly"
+                   f" beyond or within the {tolerance:.0%} asked about")
 
 
 def judge(a: Band | None, b: Band | None, tolerance: float = TOLERANCE) -> Verdict | None:
     """B against A by their bands: ratio B/A within [B.low / A.high, B.high / A.low], decided
-    by `decide`; `inconclusive` when a side counted no sample. None where there is nothing to
-    judge (a side has no sample, or one sample with no interval known)."""
+    by `decide`; `inconclusive` when a side counted no sample, has no interval, or rests on one
+    counted job with no noise between runs measured (ONE_JOB). None: a side has no sample."""
     if a is None or b is None:
         return None
+    ratio = b.value / a.value if a.value else None
     undecided = [f"{side}: {band.why}" for side, band in (("A", a), ("B", b)) if not band.counted]
     if undecided:
-        return Verdict("inconclusive", None, None, None, "; ".join(undecided))
-    if not (a.known and b.known) or not a.value:
+        return Verdict("inconclusive", ratio, None, None, "; ".join(undecided))
+    if not (a.known and b.known):
+        return Verdict("inconclusive", ratio, None, None,
+                       "each side ran once, with no spread known (repeat=3)")
+    verdict = decide(ratio, b.low / a.high, b.high / a.low, tolerance)  # type: ignore[arg-type,operator]
+    if verdict.kind != "inconclusive" and not (a.between_runs and b.between_runs):
+        return replace(verdict, kind="inconclusive", reason=ONE_JOB)
+    return verdict
+
+
+def judge_sizes(a: Sequence[float], b: Sequence[float], tolerance: float = TOLERANCE) -> Verdict | None:
+    """B's sizes (peak memory) against A's, lower is better: B/A of the medians, within the
+    min..max pairing of repeated runs (a single run on each side: the ratio alone), by `decide`."""
+    if not a or not b or min(a) <= 0:
         return None
-    return decide(b.value / a.value, b.low / a.high, b.high / a.low,  # type: ignore[operator]
-                  tolerance)
+    ratio = statistics.median(b) / statistics.median(a)
+    low, high = min(b) / max(a), max(b) / min(a)
+    return replace(decide(ratio, low, high, tolerance), lower_is_better=True)
 
 
 def signed_rank_cut(n: int, confidence: float = CONFIDENCE) -> int | None:
@@ -200,47 +230,68 @@ def signed_rank_cut(n: int, confidence: float = CONFIDENCE) -> int | None:
     return cut
 
 
-def paired_interval(ratios: Sequence[float], confidence: float = CONFIDENCE
+def paired_interval(ratios: Sequence[float], confidence: float = CONFIDENCE, noise: float = 0.0
                     ) -> tuple[float, float, float] | None:
-    """(estimate, low, high) of B/A from paired ratios: the Hodges-Lehmann estimate and
-    Wilcoxon's signed-rank interval on the log scale. Free of any assumed distribution but a
-    symmetric one, and one pair hit by a burst moves it little. None with too few pairs."""
-    cut = signed_rank_cut(len(ratios), confidence)
-    if cut is None:
+    """(estimate, low, high) of B/A from paired ratios: the Hodges-Lehmann estimate on the log scale with
+    Wilcoxon's signed-rank interval, free of any assumed distribution but a symmetric one. Under the pairs
+    that interval needs, with the job-to-job `noise` known: the estimate +/- PAIR_Z x its standard error (a
+    pair's log-ratio has sd sqrt(2) x noise, or the pairs' own sd where larger). None with too few pairs."""
+    if not ratios:
         return None
     logs = [math.log(r) for r in ratios]
     walsh = sorted((x + y) / 2 for i, x in enumerate(logs) for y in logs[i:])
-    return (math.exp(statistics.median(walsh)), math.exp(walsh[cut]),
-            math.exp(walsh[len(walsh) - 1 - cut]))
+    estimate = statistics.median(walsh)
+    cut = signed_rank_cut(len(ratios), confidence)
+    if cut is not None:
+        return math.exp(estimate), math.exp(walsh[cut]), math.exp(walsh[len(walsh) - 1 - cut])
+    if not noise:
+        return None
+    sd = max(math.sqrt(2) * noise, statistics.stdev(logs) if len(logs) > 2 else 0.0)
+    half = PAIR_Z * sd / math.sqrt(len(logs))
+    return math.exp(estimate), math.exp(estimate - half), math.exp(estimate + half)
 
 
 def _pair_rates(a: Sample, b: Sample) -> tuple[float, float]:
-    """What a pair compares: both contended, the rates on a CPU (Sample.on_cpu); else the
-    windows' rates. Never for a quiet pair: a change's own threads waiting for each other's CPUs
-    (more threads than cores) is a real cost, and only others' load is taken out."""
+    """What a pair compares: both contended, the rates on a CPU (Sample.on_cpu); else their
+    figures. Never for a quiet pair: a change's own threads waiting for each other's CPUs (more
+    threads than cores) is a real cost, and only others' load is taken out."""
     if a.contended and b.contended and a.on_cpu and b.on_cpu:
         return a.on_cpu, b.on_cpu
-    return a.rate or a.figure, b.rate or b.figure
+    return a.figure, b.figure
 
 
-def paired(pairs: Sequence[tuple[Sample, Sample]], tolerance: float = TOLERANCE) -> Verdict | None:
-    """B against A through jobs that ran side by side (a round's (A, B)), each by its window's
-    examples/s (Sample.rate; both contended: Sample.on_cpu): a load that outlasts a pair slows
-    both alike. A pair counts when both sides were quiet, or both were contended or noisy (the
-    load then shows in the pairs' spread); a quiet side against a loaded one is left out
-    (`unpaired`). None with fewer counted pairs than an interval at CONFIDENCE needs."""
-    kept = [_pair_rates(a, b) for a, b in pairs if a.counted == b.counted]
-    found = paired_interval([b / a for a, b in kept if a > 0 and b > 0])
+def paired(pairs: Sequence[tuple[Sample, Sample]], tolerance: float = TOLERANCE,
+           noise: float = 0.0) -> Verdict | None:
+    """B against A through jobs that ran side by side (a round's (A, B)), each by its figure (both contended:
+    Sample.on_cpu): a load that outlasts a pair slows both alike. A pair counts when both sides were quiet, or
+    both were contended or noisy (the load then shows in the pairs' spread); a quiet side against a loaded one
+    is left out (`unpaired`). Under 6 counted pairs, only quiet pairs with the job `noise` known decide (the
+    noise then sizes the interval). None where there is no interval."""
+    kept = [(a, b) for a, b in pairs if a.counted == b.counted]
+    quiet = all(a.counted for a, _ in kept)
+    rates = [_pair_rates(a, b) for a, b in kept]
+    found = paired_interval([rb / ra for ra, rb in rates if ra > 0 and rb > 0], noise=noise if quiet else 0.0)
     if found is None:
         return None
     verdict = decide(*found, tolerance)
     return replace(verdict, pairs=len(kept), unpaired=len(pairs) - len(kept))
 
 
-def beyond(slower: Band | None, faster: Band | None, tolerance: float = TOLERANCE) -> bool:
-    """`faster` is faster than `slower` beyond noise and tolerance."""
-    verdict = judge(slower, faster, tolerance)
-    return verdict is not None and verdict.real and not verdict.worse
+@dataclass(frozen=True)
+class Evidence:
+    """What a point offers a comparison: its band, and its sample in each round (or stage and
+    round) where it ran one job, to pair with another point's of the same round."""
+
+    band: Band | None
+    rounds: Mapping[Hashable, Sample] = field(default_factory=dict)
+
+
+def compare(a: Evidence, b: Evidence, tolerance: float = TOLERANCE, noise: float = 0.0) -> Verdict | None:
+    """B against A: through the rounds they shared where those decide (`paired`), else by their
+    bands (`judge`). None where a side has no sample."""
+    shared = sorted((r for r in a.rounds if r in b.rounds), key=str)
+    verdict = paired([(a.rounds[r], b.rounds[r]) for r in shared], tolerance, noise)
+    return verdict if verdict is not None else judge(a.band, b.band, tolerance)
 
 
 @dataclass(frozen=True)
@@ -252,30 +303,31 @@ class Fastest:
     decided: bool
     ties: tuple[Hashable, ...]  # the points it is not beyond
     why: str | None  # why not decided
+    settled: bool  # decided, or every tie the same within the tolerance: no round would decide more
 
 
-def fastest(bands: Mapping[Hashable, Band | None], tolerance: float = TOLERANCE,
-            simplest: Callable[[Hashable], object] | None = None) -> Fastest | None:
-    """The point with the highest counted figure; decided when it is beyond every other's
-    noise (`judge` says real) and every band holds the noise between runs. `simplest`, when
-    given, picks among the tied the one it ranks lowest (the tie rule of autotune)."""
-    measured = {k: b for k, b in bands.items() if b is not None and b.value is not None}
+def fastest(points: Mapping[Hashable, Evidence], tolerance: float = TOLERANCE,
+            simplest: Callable[[Hashable], object] | None = None, noise: float = 0.0) -> Fastest | None:
+    """The point with the highest figure (counted ones first); decided when `compare` calls it faster than
+    every other beyond the tolerance (through their shared rounds where those decide). `simplest`, when given,
+    picks among the tied the one it ranks lowest (the tie rule of autotune). None: no point has a sample."""
+    measured = {k: e for k, e in points.items() if e.band is not None}
     if not measured:
         return None
-    top = max(measured, key=lambda k: measured[k].value)  # type: ignore[arg-type,return-value]
-    ties = tuple(k for k, b in measured.items() if k != top and not beyond(b, measured[top], tolerance))
+    top = max(measured, key=lambda k: (measured[k].band.counted > 0, measured[k].band.value))
+    verdicts = {k: compare(e, measured[top], tolerance, noise) for k, e in measured.items() if k != top}
+    ties = tuple(k for k, v in verdicts.items() if not (v is not None and v.real and not v.worse))
+    same = all(verdicts[k] is not None and verdicts[k].kind == "same" for k in ties)
     if simplest is not None and ties:
         chosen = min((top, *ties), key=simplest)  # type: ignore[arg-type]
         ties = tuple(k for k in (top, *ties) if k != chosen)
         top = chosen
     why = None
-    if ties:
-        why = "within the noise of " + str(len(ties)) + (" other" if len(ties) == 1 else " others")
-    elif len(measured) < 2:
+    if len(measured) < 2:
         why = "the only point measured"
-    elif not all(b.between_runs for b in measured.values()):
+    elif ties and all((v := verdicts.get(k)) is not None and v.reason == ONE_JOB for k in ties):
         why = "a point ran once: repeat=N measures the noise between runs"
-    uncounted = [k for k, b in bands.items() if b is not None and b.value is None]
-    if uncounted and why is None:
-        why = f"{len(uncounted)} point(s) counted no sample (contended or noisy)"
-    return Fastest(top, measured[top], why is None, ties, why)
+    elif ties:
+        why = f"within the noise of {len(ties)} other" + ("" if len(ties) == 1 else "s")
+    settled = why is None or len(measured) < 2 or (bool(ties) and same)
+    return Fastest(top, measured[top].band, why is None, ties, why, settled)

@@ -1,8 +1,7 @@
-"""What counts as a measured number, one statistic over several measurements of a point, and
-one run's figures read as a sample for the judge (harness.judge). A phase's s/it is the
-median over the samples and its examples/s the samples' examples per iteration / that median,
-so the two agree (the median of each on its own pairs figures of different samples).
-"""
+"""What counts as a measured number, one statistic over several measurements of a point, and one run's
+figures read as a sample for the judge (harness.judge). A phase's s/it is the median over the samples and
+its examples/s the samples' examples per iteration / that median, so the two agree (the median of each on
+its own pairs figures of different samples)."""
 
 from __future__ import annotations
 
@@ -15,20 +14,20 @@ from harness.judge import Sample
 
 PHASES = ("train", "validation", "inference")  # what the speed preset times
 MAIN_PHASES = ("train", "inference")  # what comparisons and diagnoses report
+PHASE_NAMES = {"train": "training", "inference": "inference"}  # a main phase as a sentence says it
 USABLE = ("ok", "partial")  # run statuses whose figures measure the asked point
 CAUTIONS = ("contended", "noisy")  # result.json flags `<caution>:<phase>`, in cell order
 LEGACY_NOISY = 1.5  # older results: a mean step this many times the median step is noisy
 Z = 3.0  # standard errors of a single sample's median step in its own band
 MAD_TO_SD = 1.4826  # the MAD of a normal distribution x this = its standard deviation
+MIB = 2**20
+# Where a run's peak memory comes from (`peak_memory`), in the order looked for.
+DEVICE_MEMORY, RSS_INCREASE, PROCESS_RSS = "device allocated", "peak RSS increase", "process RSS"
 
 
 def is_finite_number(value: Any) -> bool:
     """True for 3, 2.5 and 0; False for None, True, NaN, inf and strings."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _rate_pair(phase: str) -> tuple[str, str]:
-    return f"{phase}_seconds_per_iteration", f"{phase}_examples_per_second"
 
 
 def summarize(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -45,10 +44,9 @@ def summarize(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
         else:
             value[key] = samples[-1].get(key) if samples else None
     for phase in PHASES:
-        time_key, rate_key = _rate_pair(phase)
-        pairs = [(s[time_key], s[rate_key]) for s in samples
-                 if is_finite_number(s.get(time_key)) and is_finite_number(s.get(rate_key))
-                 and s[time_key] > 0]
+        time_key, rate_key = f"{phase}_seconds_per_iteration", f"{phase}_examples_per_second"
+        pairs = [(s[time_key], s[rate_key]) for s in samples if is_finite_number(s.get(time_key))
+                 and is_finite_number(s.get(rate_key)) and s[time_key] > 0]
         if not pairs:
             continue
         per_iteration = statistics.median(t * r for t, r in pairs)  # examples, all ranks
@@ -70,6 +68,27 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def mib(size: float | None) -> str:
+    """Bytes as MiB: 12.5 below 100 MiB, 1,234 above (None reads 0.0)."""
+    value = (size or 0) / MIB
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def peak_memory(figures: Mapping[str, Any]) -> tuple[float | None, str | None, float | None]:
+    """(bytes, its source, the resident set at an RSS increase's start) of one run's figures: the
+    first source found of device allocated, a main phase's peak RSS increase, the process's RSS."""
+    device = figures.get("peak_device_allocated_bytes")
+    if is_finite_number(device):
+        return float(device), DEVICE_MEMORY, None
+    for phase in MAIN_PHASES:
+        increase = figures.get(f"{phase}_peak_rss_increase_bytes")
+        if is_finite_number(increase):
+            start = figures.get(f"{phase}_rss_start_bytes")
+            return float(increase), RSS_INCREASE, float(start) if is_finite_number(start) else None
+    rss = figures.get("peak_rss_bytes")
+    return (float(rss), PROCESS_RSS, None) if is_finite_number(rss) else (None, None, None)
+
+
 def cautions(flags: Collection[str], phase: str) -> list[str]:
     """The cautions result.json flags about one phase: ['contended'], ['noisy'], both or []."""
     return [caution for caution in CAUTIONS if f"{caution}:{phase}" in flags]
@@ -80,8 +99,10 @@ def _positive(value: Any) -> bool:
 
 
 def sample_of(figures: Mapping[str, Any], flags: Collection[str], phase: str) -> Sample | None:
-    """One run's figures and flags as a sample of `phase`: examples per step / median step,
-    spread Z x the median's (MAD-based) standard error; None without examples/s."""
+    """One run's figures and flags as a sample of `phase`: its examples/s (the window's, as
+    result.json says it), spread Z x its median step's (MAD-based) standard error; None without
+    examples/s. Its stalls make it `noisy` (its flag; older results: a mean step over
+    LEGACY_NOISY x the median), not a slower figure the judge would trust."""
     rate = figures.get(f"{phase}_examples_per_second")
     if not _positive(rate):
         return None
@@ -89,9 +110,7 @@ def sample_of(figures: Mapping[str, Any], flags: Collection[str], phase: str) ->
     median = figures.get(f"{phase}_median_step_s")
     mad = figures.get(f"{phase}_mad_step_s")
     steps = figures.get(f"{phase}_measured_steps")
-    figure, spread = float(rate), None
-    if _positive(median) and _positive(per_iteration):
-        figure = rate * per_iteration / median
+    spread = None
     if _positive(median) and is_finite_number(mad) and is_finite_number(steps) and steps > 1:
         spread = Z * MAD_TO_SD * mad / median / math.sqrt(steps)
     noisy = f"noisy:{phase}" in flags
@@ -99,4 +118,4 @@ def sample_of(figures: Mapping[str, Any], flags: Collection[str], phase: str) ->
         noisy = noisy or per_iteration > LEGACY_NOISY * median
     waited = figures.get(f"{phase}_run_delay_share")
     on_cpu = rate / (1 - waited) if is_finite_number(waited) and 0 <= waited < 1 else None
-    return Sample(figure, spread, f"contended:{phase}" in flags, noisy, float(rate), on_cpu)
+    return Sample(float(rate), spread, f"contended:{phase}" in flags, noisy, on_cpu)

@@ -4,8 +4,9 @@ in one place"), each entry saying what it reaches into and why no public API doe
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-import weakref
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +18,8 @@ CHECKED_ON = {"torch": "2.2 - 2.13", "lightning": "2.2 - 2.6.6", "hydra-core": "
 
 def __getattr__(name: str) -> Any:
     # PyTorchProfilerAccess subclasses Lightning's PyTorchProfiler: built on first use.
-    if name == "PyTorchProfilerAccess":
-        globals()[name] = found = _pytorch_profiler_access()
-        return found
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _pytorch_profiler_access() -> type:
+    if name != "PyTorchProfilerAccess":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from lightning.pytorch.profilers import PyTorchProfiler
     from typing_extensions import override
 
@@ -48,6 +44,7 @@ def _pytorch_profiler_access() -> type:
             return None  # harness reads each window in on_trace_ready; this fails on an empty one
 
     PyTorchProfilerAccess.__qualname__ = "PyTorchProfilerAccess"
+    globals()[name] = PyTorchProfilerAccess
     return PyTorchProfilerAccess
 
 
@@ -114,10 +111,16 @@ def inductor_cxx() -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def uncompiled(module: torch.nn.Module) -> Iterator[None]:
-    """Every torch.compile'd child of `module` back to its `_orig_mod` for the block: hooks (torchinfo's)
-    must see the original layers (in-place `Module.compile()` compiled no `nn.Sequential`, 2.13)."""
+    """Every torch.compile'd child of `module` back to its `_orig_mod`, and a compiled `forward` of
+    `module` itself (harness.run.compile) back to the original, for the block: hooks (torchinfo's)
+    must see the original layers, and a frame TorchDynamo first meets under FlopCounterMode is
+    never compiled after (2.13; in-place `Module.compile()` compiled no `nn.Sequential`)."""
     import torch
 
+    own = module.__dict__.get("forward")  # an instance's own forward: compiled, the class's below
+    own = own if hasattr(own, "_torchdynamo_orig_callable") else None
+    if own is not None:
+        del module.forward
     swapped = []
     for parent in module.modules():
         for name, child in list(parent.named_children()):
@@ -128,6 +131,8 @@ def uncompiled(module: torch.nn.Module) -> Iterator[None]:
     try:
         yield
     finally:
+        if own is not None:
+            module.forward = own
         for parent, name, child in swapped:
             setattr(parent, name, child)
 
@@ -148,10 +153,8 @@ def record_memory_history(max_entries: int | None) -> None:
     """Start (max_entries) or stop (None) CUDA allocation history (no public name)."""
     import torch
 
-    if max_entries is None:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    else:
-        torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    torch.cuda.memory._record_memory_history(
+        **({"enabled": None} if max_entries is None else {"max_entries": max_entries}))
 
 
 def dump_memory_snapshot(path: str) -> None:
@@ -168,9 +171,6 @@ def hydra_basic_sweeper() -> type:
     return BasicSweeper
 
 
-_group_listings: weakref.WeakKeyDictionary[Any, dict[str, list[str]]] = weakref.WeakKeyDictionary()
-
-
 def list_config_groups_once() -> None:
     """`--help` lists the config groups as Hydra does, from one copy of its config repository, not
     one per group (`Hydra.format_config_groups`: most of --help's time); Hydra has no hook."""
@@ -179,15 +179,13 @@ def list_config_groups_once() -> None:
     Hydra.format_config_groups = _format_config_groups  # type: ignore[method-assign]
 
 
+@functools.cache  # --help lists the groups twice: Hydra's and the app's
 def hydra_config_groups(hydra: Any) -> dict[str, list[str]]:
     """Every config group a Hydra sees that holds configs, options sorted, from one copy."""
-    listing = _group_listings.get(hydra)
-    if listing is not None:
-        return listing
     from hydra.core.object_type import ObjectType
 
     _, repo = hydra.config_loader._parse_overrides_and_create_caching_repo(None, [])
-    listing = {}
+    listing: dict[str, list[str]] = {}
 
     def walk(parent: str) -> None:
         for group in repo.get_group_options(parent, ObjectType.GROUP):
@@ -198,12 +196,10 @@ def hydra_config_groups(hydra: Any) -> dict[str, list[str]]:
             walk(name)
 
     walk("")
-    _group_listings[hydra] = listing
     return listing
 
 
-def _format_config_groups(hydra: Any, predicate: Callable[[str], bool],
-                          compact: bool = True) -> str:
+def _format_config_groups(hydra: Any, predicate: Callable[[str], bool], compact: bool = True) -> str:
     """`Hydra.format_config_groups`, text for text, from `hydra_config_groups`."""
     lines = []
     for group, options in sorted(hydra_config_groups(hydra).items()):
@@ -211,3 +207,49 @@ def _format_config_groups(hydra: Any, predicate: Callable[[str], bool],
             listed = ", ".join(options) if compact else "\n".join("  " + o for o in options)
             lines.append(f"{group}: {listed}\n" if compact else f"{group}:\n{listed}\n")
     return "".join(lines)
+
+
+def route_comm_hooks(timer: Any, said: Callable[[str], None]
+                     ) -> tuple[Callable[[Any], None], Callable[[], None]]:
+    """(ensure, undo). Until undo(), every `DistributedDataParallel.register_comm_hook` (Lightning's
+    `DDPStrategy(ddp_comm_hook=...)`, a module's own call) sets the hook `timer.hook` wraps, registered
+    once per model in its place (DDP takes one hook, and keeps it in `_comm_hooks`: no public way to
+    wrap the one registered); ensure(model) registers `timer.hook` around DDP's own allreduce where
+    nobody registered one. Set before Lightning wraps the model."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original = DDP.register_comm_hook
+
+    def ensure(model: Any) -> None:
+        if isinstance(model, DDP) and not getattr(model, "_harness_timed", False):
+            model._harness_timed = True
+            original(model, None, timer.hook)
+
+    def register(model: Any, state: object, hook: Callable[..., Any]) -> None:
+        timer.inner = (hook, state)
+        said(getattr(hook, "__qualname__", repr(hook)))
+        ensure(model)
+
+    def undo() -> None:
+        DDP.register_comm_hook = original  # type: ignore[method-assign]
+
+    DDP.register_comm_hook = register  # type: ignore[method-assign]
+    return ensure, undo
+
+
+def time_batch_broadcast(trainer: Any, record: Callable[[tuple[float, float]], None]) -> bool:
+    """Each of Lightning's per-batch broadcasts from rank 0 (`_broadcast_sigterm_tensor`, a
+    collective every batch waits in) as (start, end) on the host clock; False where this
+    Lightning has none (its wait then counts as the batch's data wait)."""
+    loop = trainer.fit_loop.epoch_loop
+    original = getattr(loop, "_broadcast_sigterm_tensor", None)
+    if original is None:
+        return False
+
+    def timed() -> None:
+        start = time.perf_counter()
+        original()
+        record((start, time.perf_counter()))
+
+    loop._broadcast_sigterm_tensor = timed
+    return True

@@ -18,12 +18,14 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import get_object
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, open_dict
 from typing_extensions import override
 
 from harness import memory_peaks
 from harness.cli_errors import describe
+from harness.config.arguments import check_arguments, target_nodes
 from harness.config.composed import hydra_config
 from harness.config.locations import conf_dir
 from harness.errors import ConfigError, HarnessError
@@ -39,10 +41,8 @@ from harness.terminal import show, use_console
 log = logging.getLogger(__name__)
 
 # Presets that need the `harness` command around the run, not only a Trainer.
-COMMAND_ONLY = {
-    "nsys": "it re-runs the whole command under `nsys profile`",
-    "pyspy": "it writes into the harness job's run directory",
-}
+COMMAND_ONLY = {"nsys": "it re-runs the whole command under `nsys profile`",
+                "pyspy": "it writes into the harness job's run directory"}
 
 
 @contextmanager
@@ -59,8 +59,7 @@ def _hydra_for_compose() -> Iterator[None]:
             GlobalHydra.instance().initialize(previous)
 
 
-def compose_presets(presets: Sequence[str], overrides: Sequence[str], output_dir: Path
-                    ) -> DictConfig:
+def compose_presets(presets: Sequence[str], overrides: Sequence[str], output_dir: Path) -> DictConfig:
     """harness's config with `profiler=[presets]` and `overrides`, as the command composes it."""
     wanted = [f"profiler=[{','.join(presets)}]", "logger=none", *overrides]
     try:
@@ -98,17 +97,18 @@ class ProfileSession:
         if not logging.getLogger().handlers:  # a plain script: print harness's lines and tables
             use_console()
         names = [presets] if isinstance(presets, str) else list(presets)
-        refused = [n for n in names if n in COMMAND_ONLY]
-        if refused:
-            raise ConfigError("presets", refused[0], "a preset that runs inside a Trainer:"
-                              f" {refused[0]} does not ({COMMAND_ONLY[refused[0]]})",
-                              f"run it with the command: harness profiler=[{refused[0]}]")
+        if refused := next((n for n in names if n in COMMAND_ONLY), None):
+            raise ConfigError("presets", refused, f"a preset that runs inside a Trainer: {refused}"
+                              f" does not ({COMMAND_ONLY[refused]})",
+                              f"run it with the command: harness profiler=[{refused}]")
         now = dt.datetime.now()
         self.output_dir = (Path(output_dir) if output_dir
                            else new_dir(f"outputs/{now:%Y-%m-%d}/{now:%H-%M-%S}")).absolute()
         self.overrides = [f"profiler=[{','.join(names)}]", *overrides]
         self.cfg = compose_presets(names, overrides, self.output_dir)
         with hydra_config(self.cfg):
+            check_arguments([(key, get_object(node._target_), node) for key, node
+                             in target_nodes(self.cfg) if key.startswith("profiler.")])
             self.presets = build.build_presets(self.cfg)
         self._seen = _TrainerSeen()
         self.record = RunRecord(self.output_dir, overrides=self.overrides)
@@ -149,9 +149,8 @@ class ProfileSession:
         if trainer is not None and self._seen.trainer is None:
             _refuse_other_processes(trainer)
         if trainer is None or self._seen.trainer is not trainer:
-            raise HarnessError("the session's callbacks never ran in a Trainer. Fix:"
-                               " Trainer(callbacks=[..., *session.callbacks],"
-                               " profiler=session.profiler), then fit or predict")
+            raise HarnessError("the session's callbacks never ran in a Trainer. Fix: Trainer(callbacks=[...,"
+                               " *session.callbacks], profiler=session.profiler), then fit or predict")
         if self.profiler is not None and trainer.profiler is not self.profiler:
             raise HarnessError(f"the Trainer has another profiler than the session's"
                                f" ({type(self.profiler).__name__}), whose report is missing."
@@ -212,8 +211,8 @@ def _at_exit(ref: weakref.ref[ProfileSession]) -> None:
                 log.warning("session: the script stopped before session.finish(); %s"
                             " records what ran and the error", path)
         elif session._seen.trainer is not None:
-            log.warning("session: the script ended without session.finish(); writing"
-                        " result.json now (call finish, or use `with ProfileSession(...)`)")
+            log.warning("session: the script ended without session.finish(); writing result.json"
+                        " now (call finish, or use `with ProfileSession(...)`)")
             session.finish()
     except Exception as failed:  # noqa: BLE001 - at exit: one line, not a traceback
         log.error("session: %s", failed)
@@ -222,11 +221,10 @@ def _at_exit(ref: weakref.ref[ProfileSession]) -> None:
 def _refuse_other_processes(trainer: Any) -> None:
     if fits_in_other_processes(trainer):
         raise HarnessError(
-            f"the session cannot measure strategy {type(trainer.strategy).__name__} as it is"
-            " launched here: its fit runs in processes Lightning starts with multiprocessing"
-            " (ddp_spawn, ddp_fork, ddp_notebook), with copies of the session's presets."
-            " Fix: Trainer(strategy='ddp') in a script (each rank a process of its own), or"
-            " devices=1")
+            f"the session cannot measure strategy {type(trainer.strategy).__name__} as it is launched here:"
+            " its fit runs in processes Lightning starts with multiprocessing (ddp_spawn, ddp_fork,"
+            " ddp_notebook), with copies of the session's presets. Fix: Trainer(strategy='ddp') in a script"
+            " (each rank a process of its own), or devices=1")
 
 
 def _qualified(obj: Any) -> str:
@@ -237,8 +235,7 @@ def _knobs_that_ran(trainer: Any, observed: Observed) -> dict[str, Any]:
     """result.json's `knobs` of a script, read off the Trainer and the batches."""
     sizes = {p: n for p, n in observed.examples_per_batch.items() if n is not None}
     knobs: dict[str, Any] = {
-        "batch_size": next((sizes[p] for p in ("train", "inference", "validation") if p in sizes),
-                           None),
+        "batch_size": next((sizes[p] for p in ("train", "inference", "validation") if p in sizes), None),
         "precision": trainer.precision, "lightning_precision": trainer.precision}
     phases = set(observed.examples_per_batch)
     if {"train", "inference"} & phases:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -115,17 +116,13 @@ class ConsoleHandler(logging.Handler):
 class LogFile(logging.FileHandler):
     """The run's log file: a failed write (disk full) is said once and ends it, not a traceback per record."""
 
-    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None) -> None:
-        super().__init__(filename, mode=mode, encoding=encoding)
-        self.broken = False
+    broken = False
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.broken:
             super().emit(record)
 
-    def handleError(self, record: logging.LogRecord) -> None:
-        if self.broken:
-            return
+    def handleError(self, record: logging.LogRecord) -> None:  # only from emit, before broken
         self.broken = True
         err = sys.exc_info()[1]
         why = getattr(err, "strerror", None) or err
@@ -149,13 +146,12 @@ def libraries_to_log() -> Iterator[None]:
     global _terminal
     log_file = next((h for h in logging.getLogger().handlers
                      if isinstance(h, LogFile) and not h.broken), None)
-    if verbose() or log_file is None or _terminal is not None:
-        yield
-        return
-    try:
-        sys.stderr.flush()
-        log_fd = os.open(log_file.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except (OSError, ValueError):  # no log to write to: the terminal keeps everything
+    log_fd = None
+    if not verbose() and log_file is not None and _terminal is None:
+        with contextlib.suppress(OSError, ValueError):  # no log to write to: the terminal keeps all
+            sys.stderr.flush()
+            log_fd = os.open(log_file.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    if log_fd is None:
         yield
         return
     terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",
@@ -197,23 +193,17 @@ def quiet_libraries() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-_console: Any = None
-
-
+@functools.cache
 def _rich_console() -> Any:
-    global _console
-    if _console is None:
-        from rich.console import Console
+    from rich.console import Console
 
-        class _Console(Console):
-            def on_broken_pipe(self) -> None:
-                # `| head` closed the pipe: rich would exit 1 before the files are written
-                self.quiet = True
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # `| head` closed the pipe: rich would exit 1 before the files are written
+            self.quiet = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
-        _console = _Console(highlight=False)
-    return _console
+    return _Console(highlight=False)
 
 
 def plain_text(renderable: Any, width: int = 120) -> str:
@@ -233,16 +223,13 @@ def plain_text(renderable: Any, width: int = 120) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
-BINARY_UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
-
-
 def size(value: float | None, per: str = "") -> str:
     """704698368 -> '672.1 MiB' (binary units, as nvidia-smi counts); `per='/s'`; None -> '-'."""
     if value is None:
         return "-"
     from rich.filesize import pick_unit_and_suffix
 
-    unit, suffix = pick_unit_and_suffix(int(abs(value)), BINARY_UNITS, 1024)
+    unit, suffix = pick_unit_and_suffix(int(abs(value)), ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"], 1024)
     number = f"{value:,.0f}" if unit == 1 else f"{value / unit:,.1f}"
     return f"{number} {suffix}{per}"
 

@@ -1,2 +1,1 @@
-"""`harness -m sweep=autotune`: the fastest setting that fits, and how sure that is
-(docs/autotune.md)."""
+"""`harness -m sweep=autotune`: the fastest setting that fits, and how sure that is (docs/autotune.md)."""

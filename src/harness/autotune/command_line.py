@@ -48,8 +48,7 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
           settings: Settings, here: Here, blocks: Callable[[], str | None] | None = None
           ) -> Parsed:
     """The space and fixed overrides of this sweep; SpaceError or ConfigError if unsearchable.
-    `blocks`: the model's repeated blocks said in a few words, None when it has none (asked
-    only where the default space's activation_checkpointing line would be searched)."""
+    `blocks()`: the model's repeated blocks in a few words (None: none), asked only if needed."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -59,8 +58,7 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
         key = override.get_key_element()
         entries.pop(key.lstrip("+~"), None)  # a later override of the key replaces an earlier one
         entries[key.lstrip("+~")] = (key, override, n < len(default))
-    notes: list[str] = []
-    keys, fixed = [], []
+    keys, fixed, notes = [], [], []  # notes: what the default space left out or dropped, and why
     recipe = global_batch(config, entries.get(GLOBAL_BATCH_KEY))
     for key, override, from_params in entries.values():
         if not override.is_sweep_override():
@@ -69,17 +67,19 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
             group, _, leaf = f".{key.lstrip('+~')}".rpartition(".")  # data.num_workers, mostly
             notes.append(f"{key} left out of the default space: the{group.replace('.', ' ')}"
                          f" config has no {leaf}")
-        elif from_params and key == CHECKPOINT_KEY and not checkpointing(recipe, blocks, notes):
-            continue
-        else:
+        elif not from_params or key != CHECKPOINT_KEY or checkpointing(recipe, blocks, notes):
             made = _key(key, override, config, settings)
             made = adapt(made, here, notes) if from_params else made
+            if not from_params and key.lstrip("+~") == CHECKPOINT_KEY:
+                made = checkpointing_listed(made, blocks, notes)
+                if len(made.values) == 1:  # true dropped: false alone, every job's
+                    fixed.append(f"{key}={made.values[0]}")
+                    continue
             if made is not None and made.role == BATCH and recipe is not None:
                 made = micro_batches(made, recipe, from_params, notes)
             keys += [made] if made is not None else []
-    owned = [bare for key in [*(k.name for k in keys), *(line.partition("=")[0] for line in fixed)]
-             if (bare := key.lstrip("+~")) in OWNED]
-    if owned:
+    if owned := [bare for key in [*(k.name for k in keys), *(line.partition("=")[0] for line in fixed)]
+                 if (bare := key.lstrip("+~")) in OWNED]:
         raise SpaceError(f"{owned[0]}: autotune sets it on every job. Fix: drop it; use {OWNED[owned[0]]}")
     if recipe is not None and not any(k.role == BATCH for k in keys):
         recipe = replace(recipe, batch_size=_int(config_value(config, "batch_size")))
@@ -94,8 +94,7 @@ def _key(name: str, override: Any, config: Any, settings: Settings) -> Key:
     role = role_of(bare, settings.loader_keys)
     default = config_value(config, bare)
     if name.startswith("~"):
-        raise SpaceError(f"{name}: a deletion cannot be searched. Fix: give {bare} values,"
-                         f" e.g. {bare}=a,b")
+        raise SpaceError(f"{name}: a deletion cannot be searched. Fix: give {bare} values, e.g. {bare}=a,b")
     if default is None and not name.startswith("+"):
         raise SpaceError(f"{bare} is not a key of the config. Fix: check the spelling"
                          f" (`harness --cfg job` lists the keys), or add it with +{bare}=...")
@@ -132,12 +131,11 @@ def adapt(key: Key, here: Here, notes: list[str]) -> Key | None:
         kept = [v for v in listed if not v.isdigit() or int(v) <= here.cpus]
         why = f"a job has {here.cpus} CPUs"
     if len(kept) < len(listed):
-        dropped = [v for v in listed if v not in kept]
-        notes.append(f"{key.name}: {', '.join(dropped)} left out of the default space: {why}")
+        notes.append(f"{key.name}: {', '.join(v for v in listed if v not in kept)} left out of the"
+                     f" default space: {why}")
     if not kept and key.interval is None:
         return None
     return key if len(kept) == len(listed) else Key(key.name, key.role, key.default, values=tuple(kept))
-
 
 
 def _int(value: str | None) -> int | None:
@@ -157,8 +155,7 @@ def global_batch(config: Any, entry: tuple[str, Any, bool] | None) -> GlobalBatc
     size = _int(config_value(config, GLOBAL_BATCH_KEY))
     if size is None or size < 1:
         return None  # null, or a value the jobs' own check refuses in one line
-    trainer = config.get("trainer") if hasattr(config, "get") else None
-    ranks = world_size(trainer)
+    ranks = world_size(config.get("trainer"))
     if ranks is None:
         raise SpaceError(f"{GLOBAL_BATCH_KEY}={size}: autotune splits it over the ranks, and"
                          f" trainer.devices={config_value(config, 'trainer.devices')} says no count."
@@ -171,17 +168,15 @@ def global_batch(config: Any, entry: tuple[str, Any, bool] | None) -> GlobalBatc
 
 
 def micro_batches(key: Key, recipe: GlobalBatch, from_params: bool, notes: list[str]) -> Key:
-    """The batch_size line at a global batch: micro-batches that divide it per rank. The
-    default space's line (and an interval) become its divisors within their ends, one note
-    saying so; a listed value that does not divide it is refused, naming both keys."""
+    """The batch_size line at a global batch: the default space's line and an interval become the
+    divisors per rank within their ends (noted); a listed value that does not divide is refused."""
     where = (f"{GLOBAL_BATCH_KEY}={recipe.size}" + (f" on {recipe.ranks} ranks ({recipe.per_rank}"
                                                     " a rank)" if recipe.ranks > 1 else ""))
     numbers = [int(float(v)) for v in key.listed() if _int(v) is not None and _int(v) > 0]
     if not numbers:
         return key  # check_space says what is wrong with the values
     if not from_params and key.interval is None:
-        bad = [n for n in numbers if not recipe.divides(n)]
-        if bad:
+        if bad := [n for n in numbers if not recipe.divides(n)]:
             fits = recipe.divisors(min(numbers), max(numbers)) or recipe.divisors()
             raise SpaceError(
                 f"batch_size={bad[0]} does not divide {where}: every optimizer step takes whole"
@@ -195,17 +190,27 @@ def micro_batches(key: Key, recipe: GlobalBatch, from_params: bool, notes: list[
             raise SpaceError(f"batch_size={low}..{high}: no micro-batch in it divides {where}."
                              f" Fix: batch_size={','.join(map(str, recipe.divisors()[-4:]))}")
         dropped = [str(n) for n in numbers if n not in fits]
-        notes.append(f"batch_size: the micro-batches that divide {where}: "
-                     f"{', '.join(map(str, fits))}"
+        notes.append(f"batch_size: the micro-batches that divide {where}: {', '.join(map(str, fits))}"
                      + (f" ({', '.join(dropped)} left out)" if dropped else ""))
         key = Key(key.name, key.role, key.default, values=tuple(map(str, fits)))
-    default = _int(key.default)
-    if default is not None and not recipe.divides(default):
-        nearest = min(key.sorted_numbers(), key=lambda v: (abs(math.log(v / max(default, 1))), v))
+    if (default := _int(key.default)) is not None and not recipe.divides(default):
+        nearest = min(key.sorted_numbers(), key=lambda v: (abs(math.log(max(v, 1) / max(default, 1))), v))
         notes.append(f"batch_size: the config's {default} does not divide {where}; the default"
                      f" configuration runs batch_size={nearest}")
         key = Key(key.name, key.role, str(nearest), key.values, key.interval)
     return key
+
+
+NO_BLOCK = ("the model has no repeated block to wrap (no ModuleList or Sequential of one class of"
+            " blocks, no _no_split_modules)")
+
+
+def _found_blocks(blocks: Callable[[], str | None] | None) -> tuple[str | None, str | None]:
+    """(the model's repeated blocks in a few words or None, why the model could not be built)."""
+    try:
+        return (blocks() if blocks is not None else None), None
+    except Exception as err:  # a model that cannot be built outside its job
+        return None, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def checkpointing(recipe: GlobalBatch | None, blocks: Callable[[], str | None] | None,
@@ -217,16 +222,23 @@ def checkpointing(recipe: GlobalBatch | None, blocks: Callable[[], str | None] |
         notes.append(f"{leave}: it is searched at a global batch ({GLOBAL_BATCH_KEY}=N), where"
                      " checkpointing's recompute can buy a larger micro-batch of the same step")
         return False
-    try:
-        found = blocks() if blocks is not None else None
-    except Exception as err:  # a model that cannot be built outside its job
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    found, unbuilt = _found_blocks(blocks)
+    if unbuilt is not None:
         notes.append(f"{leave}: the model could not be built here to look for its repeated"
-                     f" blocks ({first}); to search it: {CHECKPOINT_KEY}=false,true")
-        return False
-    if not found:
-        notes.append(f"{leave}: the model has no repeated block to wrap (no ModuleList or"
-                     " Sequential of one class of blocks, no _no_split_modules)")
-        return False
-    notes.append(f"{CHECKPOINT_KEY}: false, true searched: the model's repeated blocks are {found}")
-    return True
+                     f" blocks ({unbuilt}); to search it: {CHECKPOINT_KEY}=false,true")
+    elif not found:
+        notes.append(f"{leave}: {NO_BLOCK}")
+    else:
+        notes.append(f"{CHECKPOINT_KEY}: false, true searched: the model's repeated blocks are {found}")
+    return bool(found)
+
+
+def checkpointing_listed(key: Key, blocks: Callable[[], str | None] | None, notes: list[str]) -> Key:
+    """A typed activation_checkpointing list without `true` (noted) where the model provably has no
+    repeated block: it would run as `false` does. A model not buildable here proves nothing."""
+    if "true" not in key.values or blocks is None or _found_blocks(blocks) != (None, None):
+        return key
+    notes.append(f"{CHECKPOINT_KEY}=true dropped before any job: {NO_BLOCK}, so it would run"
+                 f" as {CHECKPOINT_KEY}=false. Fix: name the classes to wrap,"
+                 f" {CHECKPOINT_KEY}=[MyBlock] (docs/own-model.md)")
+    return Key(key.name, key.role, key.default, values=tuple(v for v in key.values if v != "true"))

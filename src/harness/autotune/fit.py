@@ -1,6 +1,5 @@
-"""The fit stage (docs/autotune.md, "How it searches"): the warm-up job, the batch ladder to
-the first OOM, bisection below it, smaller batches while they pay, the calibration; then, where
-the space has activation checkpointing, the ladder again with it from that first OOM up."""
+"""The fit stage (docs/autotune.md, "How it searches"): the warm-up job, the batch ladder to the
+first OOM (and on from it with checkpointing), bisection, smaller batches while they pay."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from collections.abc import Callable, Generator
 
 from harness.autotune.knowledge import FIT, WARMUP, Knowledge, Plan, Wave
 from harness.autotune.outcome import Outcome
-from harness.autotune.space import Candidate
+from harness.autotune.space import Candidate, Key
 
 
 def fit(search: Knowledge, start: Candidate) -> Plan:
@@ -22,33 +21,27 @@ def fit(search: Knowledge, start: Candidate) -> Plan:
         yield from search.probe(FIT, [start])
         yield from calibrate(search, start)
         return
-    b0 = int(start[batch.name])
-    search.largest_fit, search.first_oom = yield from ladder(search, start, b0, first=True)
-    saving = search.space.saving(start)
-    if saving is not None and search.first_oom is not None:
-        # per checkpointing setting: from the batch that ran out of memory (or was tight)
-        # without it, up: what fits only with checkpointing (below it, the same batch fits
-        # without the recompute)
-        largest, _ = yield from ladder(search, saving, search.first_oom, first=False)
+    _, first_oom = yield from ladder(search, batch, start, int(start[batch.name]), first=True)
+    saving = search.space.checkpointed(start)
+    if saving is not None and first_oom is not None:
+        # per checkpointing setting: from the batch that ran out of memory (or was tight) without
+        # it, up: what fits only with it (below, the same batch fits without the recompute)
+        largest, _ = yield from ladder(search, batch, saving, first_oom, first=False)
         if largest is None:
-            search.decide(FIT, saving.with_(batch.name, str(search.first_oom)), "kept",
+            search.decide(FIT, saving.with_(batch.name, str(first_oom)), "kept",
                           "nothing fits only with checkpointing: it ran out of memory too")
 
 
-def ladder(search: Knowledge, start: Candidate, b0: int, first: bool
+def ladder(search: Knowledge, batch: Key, start: Candidate, b0: int, first: bool
            ) -> Generator[Wave, list[Outcome], tuple[int | None, int | None]]:
-    """The batch ladder at `start`'s other values from `b0`: up to the first OOM, bisection
-    below it; the first ladder also walks down when b0 does not fit, down while smaller is
-    faster, and calibrates. (the largest batch that fits, the first OOM above it)."""
-    batch = search.space.batch
-    assert batch is not None
+    """(the largest batch that fits, the first OOM above it) of the ladder at `start` from `b0`: up,
+    bisection; the first also walks down (b0 does not fit; while smaller is faster), calibrates."""
 
     def at(b: int) -> Candidate:
         return start.with_(batch.name, str(b))
 
     def rate(b: int) -> float | None:
-        found = search.estimate(at(b), (FIT,))
-        return found.value if found is not None else None
+        return found.value if (found := search.estimate(at(b), (FIT,))) is not None else None
 
     rungs: list[int] = []
     if search.settings.sequential_probes:
@@ -58,28 +51,28 @@ def ladder(search: Knowledge, start: Candidate, b0: int, first: bool
             rungs.append(b)
             if search.infeasible(at(b)) or not search.outcomes(at(b)):
                 break  # the first OOM (or tight, or skipped): nothing above it is launched
-            if not search.settings.find_max_batch and falling(rungs, rate):
+            last = [rate(r) or 0.0 for r in rungs[-3:]]
+            if not search.settings.find_max_batch and len(last) == 3 and last[2] < last[1] < last[0]:
                 search.decide(FIT, at(b), "kept", "ladder stopped: two doublings slower"
                               " (autotune.find_max_batch=false)")
                 break
-            b = rung(search, b, up=True)
+            b = batch.rung(b, up=True)
     else:  # one wave: every rung from the start up, and the start twice (the calibration)
         rungs = [b0]
-        while (nxt := rung(search, rungs[-1], up=True)) is not None:
+        while (nxt := batch.rung(rungs[-1], up=True)) is not None:
             rungs.append(nxt)
         yield from search.probe(FIT, [at(r) for r in rungs],
                                 again=at(b0) if first and search.settings.calibrate else None)
-    b = rung(search, b0, up=False) if first and search.ran_oom(at(b0)) else None
-    while b is not None:  # the start does not fit: down until a batch does
+    b = b0  # the start does not fit: down until a batch does
+    while first and search.ran_oom(at(b)) and (b := batch.rung(b, up=False)) is not None:
         yield from search.probe(FIT, [at(b)])
         rungs.append(b)
-        b = rung(search, b, up=False) if search.ran_oom(at(b)) else None
-    yield from bisect(search, at, rungs)
+    yield from bisect(search, batch, at, rungs)
     if first:
         measured = sorted({r for r in rungs if rate(r) is not None})
         # down while it pays: the fastest so far is the smallest batch probed
         while measured and max(measured, key=lambda r: rate(r) or 0.0) == measured[0] and (
-                lower := rung(search, measured[0], up=False)) is not None:
+                lower := batch.rung(measured[0], up=False)) is not None:
             yield from search.probe(FIT, [at(lower)])
             rungs.append(lower)
             if rate(lower) is None:
@@ -99,18 +92,16 @@ def ladder(search: Knowledge, start: Candidate, b0: int, first: bool
 
 def limits(search: Knowledge, at: Callable[[int], Candidate], probed: list[int]
            ) -> tuple[int | None, int | None]:
-    """Of those probed: the largest batch that fits (not tight), and the memory ceiling above
-    it: the first batch that ran out of memory or was tight."""
+    """(the largest batch probed that fits, not tight; the first above it: out of memory, or tight)"""
     largest = max((b for b in probed if not search.infeasible(at(b))), default=None)
     ceiling = min((b for b in probed if (search.ran_oom(at(b)) or search.tight(at(b)))
                    and (largest is None or b > largest)), default=None)
     return largest, ceiling
 
 
-def bisect(search: Knowledge, at: Callable[[int], Candidate], ladder: list[int]) -> Plan:
+def bisect(search: Knowledge, batch: Key, at: Callable[[int], Candidate], ladder: list[int]) -> Plan:
     """Probes between the largest batch that fit and the first OOM, added to `ladder`."""
-    batch, sequential = search.space.batch, search.settings.sequential_probes
-    assert batch is not None
+    sequential = search.settings.sequential_probes
     for _ in range(search.settings.bisect_steps if sequential else min(1, search.settings.bisect_steps)):
         lo, hi = limits(search, at, ladder)
         middle = batch.between(lo, hi) if lo is not None and hi is not None else []
@@ -123,20 +114,6 @@ def bisect(search: Knowledge, at: Callable[[int], Candidate], ladder: list[int])
         ladder += sizes
         if any(search.infeasible(at(m)) and not search.ran_oom(at(m)) for m in sizes):
             break  # a failure other than memory: no more bisection
-
-
-def rung(search: Knowledge, b: int, up: bool) -> int | None:
-    """The space's next batch up (2b or more, else its top) or down (b // 2 or less); None past its end."""
-    batch = search.space.batch
-    assert batch is not None
-    if batch.interval is not None:
-        lo, hi = batch.interval
-        return (None if b >= hi else min(2 * b, hi)) if up else (None if b <= lo else max(b // 2, lo))
-    if up:
-        above = [v for v in batch.sorted_numbers() if v > b]
-        return next((v for v in above if v >= 2 * b), above[-1] if above else None)
-    below = [v for v in batch.sorted_numbers() if v < b]
-    return next((v for v in reversed(below) if v <= b / 2), below[0] if below else None)
 
 
 def calibrate(search: Knowledge, point: Candidate | None) -> Plan:
@@ -154,9 +131,3 @@ def lone(search: Knowledge, stage: str, point: Candidate, round_: int
         return False
     yield Wave(stage, tuple(jobs))
     return True
-
-
-def falling(ladder: list[int], rate: Callable[[int], float | None]) -> bool:
-    """Slower at each of the last two rungs."""
-    values = [rate(b) or 0.0 for b in ladder]
-    return len(values) >= 3 and values[-1] < values[-2] < values[-3]

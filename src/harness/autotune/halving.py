@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
-from harness.autotune.knowledge import CONFIRM, FINAL, SCREEN, Job, Knowledge, Plan, Stop, Wave
+from harness.autotune.knowledge import CONFIRM, FINAL, SCREEN, Job, Knowledge, Plan, Wave
+from harness.autotune.score import ahead, faster, in_words
 from harness.autotune.space import Candidate
-from harness.judge import fastest
+from harness.judge import Verdict, fastest
 
 CROSS_LIMIT = 4  # alternates are crossed while that makes at most this many candidates
 SIMPLER = "no compile, fp32, no checkpointing, fewer workers, smaller batch"
@@ -30,10 +31,10 @@ def halving_pool(search: Knowledge, incumbent: Candidate, alternates: list[tuple
     combos += search.kept  # alternates that moved several keys (a batch with checkpointing)
     pool = [c for c in dict.fromkeys(combos) if c == incumbent
             or (not search.infeasible(c) and not search.above_known_oom(c))]
-    for c in pool[search.settings.max_candidates:]:
-        search.decide(SCREEN, c, "dropped", "beyond autotune.max_candidates"
-                      f"={search.settings.max_candidates}")
-    return pool[:search.settings.max_candidates]
+    cap = search.settings.max_candidates
+    for c in pool[cap:]:
+        search.decide(SCREEN, c, "dropped", f"beyond autotune.max_candidates={cap}")
+    return pool[:cap]
 
 
 def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str, str]]) -> Plan:
@@ -44,91 +45,83 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
 
     def predicted(c: Candidate) -> float:
         """Unmeasured (crossed) candidates: the incumbent x each swapped value's gain."""
-        known = search.latest(c)
-        if known is not None:
-            return known.value
-        value = base.value if base else 0.0
-        for k, v in c.items:
-            if v != incumbent[k]:
-                value *= search.gains.get((k, v), 1.0)
-        return value
+        if (known := search.evidence(c)) is not None:
+            return known.band.value
+        gains = (search.gains.get((k, v), 1.0) for k, v in c.items if v != incumbent[k])
+        return math.prod(gains, start=base.value if base else 0.0)
 
     for k in range(1, search.settings.max_stages + 1):
-        if len(search.pool) == 1 and (only := search.latest(search.pool[0])) and only.trusted:
+        if len(search.pool) == 1 and (only := search.evidence(search.pool[0])) and only.band.trusted:
             break
-        stage = f"s{k}"
-        steps = search.settings.probe_steps * search.settings.growth ** k
+        stage, steps = f"s{k}", search.settings.probe_steps * search.settings.growth ** k
         # about as many jobs as the confirm stage: a small pool gets more rounds
         rounds = min(search.settings.max_rounds, max(1 + k, math.ceil(
             2 * search.settings.confirm_rounds / len(search.pool))))
-        order = sorted(search.pool, key=lambda c: -predicted(c))
+        search.pool = order = sorted(search.pool, key=lambda c: -predicted(c))
         while search.room(jobs := alternating(search, order, stage, rounds, steps)) < len(jobs):
             if rounds > 2:
                 rounds -= 1
             elif len(order) > 2:
-                dropped = order.pop()
+                search.left_out.append(dropped := order.pop())
                 search.decide(stage, dropped, "budget", "left out: the budget holds fewer jobs")
                 search.stop_reason = search.stop_reason or search.budget_words(
                     f"at stage {stage}: candidates left out")
-                search.left_out.append(dropped)
             else:  # the halving ends here; the confirm stage keeps its reserve
                 search.stop_reason = search.budget_words(f"before stage {stage}")
                 search.decide(stage, "*", "budget", search.stop_reason)
-                search.pool = order
                 return
-        search.pool = order
         yield Wave(stage, tuple(jobs))
-        search.pool, settled = halving_verdict(search, stage, order, rounds, retries)
+        search.pool, settled = halving_verdict(search, stage, order, retries)
         if settled or not search.pool:
             break
 
 
-def halving_verdict(search: Knowledge, stage: str, pool: list[Candidate], rounds: int,
+def halving_verdict(search: Knowledge, stage: str, pool: list[Candidate],
                     retries: dict[Candidate, int]) -> tuple[list[Candidate], bool]:
-    """Who goes on after a halving stage, and whether the stage settled it."""
+    """Who goes on after a halving stage, and whether it settled: each candidate against the
+    stage's fastest by the judge, on their pairs of every halving stage so far."""
     # a candidate whose job of this stage ran out of memory or was tight is out of the running
-    est = {c: e for c in pool if not search.infeasible(c)
-           and (e := search.estimate(c, (stage,))) is not None}
-    for c in pool:
-        if c not in est:
-            search.decide(stage, c, "infeasible", search.infeasible(c) or "no figures")
+    ev = {c: e for c in pool if not search.infeasible(c) and (e := search.evidence(c, stage)) is not None}
+    for c in [c for c in pool if c not in ev]:
+        search.decide(stage, c, "infeasible", search.infeasible(c) or "no figures")
     carried = []
-    for c in (c for c in est if not est[c].trusted):
+    for c in (c for c in ev if not ev[c].band.trusted):
         retries[c] = retries.get(c, 0) + 1
+        cautions = ", ".join(ev[c].band.cautions)
         if retries[c] > search.settings.retries:
-            search.decide(stage, c, "dropped", f"untrusted in {retries[c]} stages"
-                          f" ({', '.join(est[c].cautions)}): no verdict can rest on it")
+            search.decide(stage, c, "dropped", f"untrusted in {retries[c]} stages ({cautions}):"
+                          " no verdict can rest on it")
         else:
             carried.append(c)
-            search.decide(stage, c, "retry", f"{', '.join(est[c].cautions)}: measured again,"
-                          " longer; never ranked on this")
-    trusted = sorted((c for c in est if est[c].trusted), key=lambda c: -est[c].value)
+            search.decide(stage, c, "retry", f"{cautions}: measured again, longer; never ranked on this")
+    trusted = sorted((c for c in ev if ev[c].band.trusted), key=lambda c: -ev[c].band.value)
     if not trusted:
         return carried, False
-    best, gain = trusted[0], search.settings.min_gain
-    n_keep = max(1, math.ceil(len(trusted) * search.settings.keep))
-    ties = [c for c in trusted[n_keep:] if est[c].tied(est[best], gain)]
+    best = trusted[0]
+    verdicts = {c: search.compare(ev[c], ev[best]) for c in trusted[1:]}  # the best over c
+    ties = [c for c in trusted[1:] if not faster(verdicts[c])]
     # a big pool must shrink (ties kept up to half of it); a small one keeps every tie
-    cap = max(n_keep, math.ceil(len(trusted) / 2)) if len(trusted) > 3 else len(trusted)
-    kept = [c for c in (trusted[:n_keep] + ties)[:cap]
-            if c == best or est[c].tied(est[best], gain)]
+    n = len(trusted)
+    cap = max(math.ceil(n * search.settings.keep), math.ceil(n / 2)) if n > 3 else n
+    kept = [best, *ties][:cap]
     simplest = min([best, *ties], key=search.space.simplicity)
     if simplest not in kept:  # the tie rule's answer is never dropped by rank
         kept.append(simplest)
     for i, c in enumerate(trusted):
-        place = f"rank {i + 1} of {len(trusted)}"
+        place = f"rank {i + 1} of {n}"
+        versus = f"the best {in_words(verdicts[c])} it" if c in verdicts and verdicts[c] else ""
         if c in kept:
-            search.decide(stage, c, "kept", f"{est[c].describe()}, {place}")
-        elif est[c].tied(est[best], gain):
-            search.decide(stage, c, "dropped", f"{est[c].describe()}: within spread of the"
-                          f" best ({est[best].describe()}) but {place}; a stage keeps the"
-                          f" best {search.settings.keep:.0%} and the ties, at most half")
+            search.decide(stage, c, "kept", ", ".join(filter(None, (ev[c].band.describe(), place, versus))))
+        elif c in ties:
+            search.decide(stage, c, "dropped", f"{ev[c].band.describe()}: within spread of the best"
+                          f" ({versus}) but {place}; a stage keeps the best"
+                          f" {search.settings.keep:.0%} and the ties, at most half")
         else:
-            search.decide(stage, c, "dropped", f"{est[c].describe()}: slower than the best"
-                          f" ({est[best].describe()}) beyond the spread")
-    # settled: one left, or every one left tied with the best on a measured spread (2+ rounds)
-    settled = not carried and (len(kept) == 1 or (
-        rounds >= 2 and all(est[c].tied(est[best], gain) for c in kept)))
+            search.decide(stage, c, "dropped", f"{ev[c].band.describe()}: slower than the best"
+                          f" ({ev[best].band.describe()}) beyond the spread: {versus}")
+    # settled (judge.fastest's sense): one left, or every one left the same as the best within
+    # autotune.min_gain; else the next stage measures them longer, its pairs added to these
+    settled = not carried and all(verdicts[c] and verdicts[c].kind == "same" for c in kept if c != best)
     return kept + carried, settled
 
 
@@ -140,21 +133,28 @@ def alternating(search: Knowledge, order: list[Candidate], stage: str, rounds: i
 
 
 def settle_leader(search: Knowledge) -> None:
-    """The winner among the pool (judge.fastest's tie rule), on trusted figures while any has them."""
+    """The winner of the pool (trusted figures first): of the fastest and its ties (judge.fastest),
+    the simplest the fastest's estimate is not ahead of by autotune.min_gain. An unproven gain past
+    min_gain goes to the faster: two searches then name one winner, or each one's tie holds the other."""
     # the budget's left-outs were measured before it cut them: still in the running
     running = [*search.pool, *search.left_out] or search.tried()
     pool = [c for c in dict.fromkeys(running) if not search.infeasible(c)]
-    est = {c: e for c in pool if (e := search.latest(c)) is not None}
-    trusted = {c: e for c, e in est.items() if e.trusted}
-    ranked = trusted or est
-    found = fastest(ranked, search.settings.min_gain, search.space.simplicity)
-    if found is not None and (search.winner is None or search.status in ("budget", "interrupted")):
-        search.winner, search.winner_trusted = found.key, bool(trusted)  # type: ignore[assignment]
-        search.tied_with = [c for c in ranked if c in found.ties]
-        if search.tied_with and search.status == "running":
-            search.decide(FINAL, search.winner, "tie", "within spread of " + "; ".join(
-                f"{c.label()} ({ranked[c].describe()})" for c in search.tied_with)
-                + f": the simplest wins ({SIMPLER})")
+    ev = {c: e for c in pool if (e := search.evidence(c)) is not None}
+    trusted = {c: e for c, e in ev.items() if e.band.trusted}
+    ranked = trusted or ev
+    found = fastest(ranked, search.settings.min_gain, noise=search.sigma())
+    if found is None or not (search.winner is None or search.status in ("budget", "interrupted")):
+        return
+    tied = [found.key, *found.ties]
+    close = [c for c in tied if c == found.key or not ahead(
+        search.compare(ranked[c], ranked[found.key]), search.settings.min_gain)]
+    search.winner = min(close, key=search.space.simplicity)
+    search.winner_trusted = bool(trusted)
+    search.tied_with = [c for c in tied if c != search.winner]
+    if search.tied_with and search.status == "running":
+        search.decide(FINAL, search.winner, "tie", "within spread of " + "; ".join(
+            f"{c.label()} ({ranked[c].band.describe()})" for c in search.tied_with)
+            + f": the simplest of those within autotune.min_gain of the fastest wins ({SIMPLER})")
 
 
 def confirm(search: Knowledge) -> Plan:
@@ -167,36 +167,44 @@ def confirm(search: Knowledge) -> Plan:
     if winner == default:
         search.confirm = {"same_as_default": True}
         return
-    failed = search.failed(default)  # a tight default still runs: the ratio is over it
-    if failed:  # measured already (the start point): no figure to confirm against
+    # a tight default still runs (the ratio is over it); a failed one (the start point) cannot
+    if failed := search.failed(default):
         search.confirm = {"default_failed": failed}
         return
     steps, rounds = search.confirm_steps(), search.settings.confirm_rounds
     jobs = alternating(search, [winner, default], CONFIRM, rounds, steps)
     room = search.room(jobs, reserve=False)
     if room < 4:
-        raise Stop(search.budget_words("before the confirm stage"))
+        search.stop_reason = search.budget_words("before the confirm stage")
+        return
     search.confirm = {"steps": steps, "rounds": rounds}
     yield Wave(CONFIRM, tuple(jobs[:room - room % 2]))
     for retry in range(search.settings.retries + 1):  # a side with no trusted job: measured again
-        w, d = search.estimate(winner, (CONFIRM,)), search.estimate(default, (CONFIRM,))
-        if retry == search.settings.retries or w is None or d is None or (w.trusted and d.trusted):
+        w, d = search.evidence(winner, CONFIRM), search.evidence(default, CONFIRM)
+        if retry == search.settings.retries or w is None or d is None or (w.band.trusted and d.band.trusted):
             break
         steps *= search.settings.growth
         more = alternating(search, [winner, default], CONFIRM, 2, steps, first=rounds)
         if search.room(more, reserve=False) < len(more):
             break
-        why = ", ".join(dict.fromkeys(e for side in (w, d) if not side.trusted for e in side.cautions))
+        why = ", ".join(dict.fromkeys(e for side in (w, d) if not side.band.trusted
+                                      for e in side.band.cautions))
         search.decide(CONFIRM, winner, "retry", f"{why}: both measured again, longer")
-        rounds += 2
-        search.confirm["rounds"] = rounds
+        search.confirm["rounds"] = rounds = rounds + 2
         yield Wave(CONFIRM, tuple(more))
-    search.confirm.update(winner=w, default=d, default_failed=search.failed(default))
-    if w is not None and d is not None and not search.confirm["default_failed"] and w.tied(
-            d, search.settings.min_gain):
-        # the judge cannot tell the winner from the default: nothing to change, so it stands
+    verdict = search.compare(d, w)  # the winner over the default, paired by round
+    search.confirm.update(winner=w and w.band, default=d and d.band, verdict=verdict,
+                          default_failed=search.failed(default))
+    if verdict is not None and not search.confirm["default_failed"] and not faster(verdict):
+        # the judge does not find the winner faster: nothing to change, so the default stands
         search.confirm["default_stands"] = winner
-        search.tied_with = [winner, *(c for c in search.tied_with if c != default)]
+        search.tied_with = [*([] if verdict.real else [winner]),  # slower beyond the noise: no tie
+                            *(c for c in search.tied_with if c != default)]
         search.winner = default
-        search.decide(CONFIRM, default, "winner", f"the default stands: {winner.label()}"
-                      f" ({w.describe()}) is not beyond its noise ({d.describe()})")
+        search.decide(CONFIRM, default, "winner", f"the default stands: {stood(winner, verdict)}")
+
+
+def stood(winner: Candidate, verdict: Verdict) -> str:
+    """Why the default stands against the winner the confirm stage measured."""
+    return f"{winner.label()} read {in_words(verdict)} it, " + (
+        "slower" if verdict.real else "not beyond the noise")

@@ -1,5 +1,5 @@
 """One job of the search as overrides: the command's fixed overrides, the candidate's values,
-and how autotune measures it (mode, steps, stage, round: harness.sweep.collect ignores these)."""
+and how autotune measures it (mode, steps, stage, round: harness.result.jobs ignores these)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,6 @@ from harness.autotune.settings import Settings
 from harness.config.overrides import AUTOTUNE_STAGE, ROUND_KEY, parse_overrides
 
 MODES = {"training": "train", "inference": "inference", "both": "both"}
-# Every key a job's overrides may get from autotune (beside repeat, the round and the stage).
-SET_BY_AUTOTUNE = ("mode", "trainer.max_steps", "trainer.max_epochs", "trainer.limit_val_batches",
-                   "trainer.limit_predict_batches", "profiler.speed.warmup_steps",
-                   "data.train_batches", "data.predict_batches")
 ACCUMULATE = "trainer.accumulate_grad_batches"
 WORKERS, PREFETCH = "data.num_workers", "data.prefetch_factor"
 
@@ -49,7 +45,11 @@ def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> l
     measuring = {"mode": MODES[settings.objective], "profiler.speed.warmup_steps": warmup,
                  "trainer.max_epochs": -1, "trainer.limit_val_batches": 0}
     if settings.objective in ("training", "both"):
-        accumulate = max(accumulation(job, shape), 1)
+        # the batches of one optimizer step: global_batch_size's, else trainer.accumulate_grad_batches
+        typed = job.candidate.get(ACCUMULATE) or job.candidate.get(f"+{ACCUMULATE}")
+        micro = _int(job.candidate.get("batch_size"), shape.batch_size)
+        accumulate = max(_int(typed, shape.accumulate) if shape.global_batch is None
+                         else shape.global_batch // max(micro * shape.ranks, 1), 1)
         # max_steps counts optimizer steps, as the speed preset's measured steps do with
         # accumulation (its warm-up: `warmup` batches rounded up to whole optimizer steps)
         optimizer_steps = math.ceil(warmup / accumulate) + job.measured_steps
@@ -67,21 +67,10 @@ def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> l
             "repeat=1", f"+{ROUND_KEY}={job.round}", f"+{AUTOTUNE_STAGE}={job.stage}"]
 
 
-def accumulation(job: Job, shape: Shape) -> int:
-    """The batches of one optimizer step of the job: global_batch_size's, else the
-    candidate's or the config's trainer.accumulate_grad_batches."""
-    if shape.global_batch is not None:
-        micro = _int(job.candidate.get("batch_size"), shape.batch_size)
-        return max(shape.global_batch // max(micro * shape.ranks, 1), 1)
-    return _int(job.candidate.get(ACCUMULATE) or job.candidate.get(f"+{ACCUMULATE}"),
-                shape.accumulate)
-
-
 def stage_and_round(job_overrides: list[str]) -> tuple[str, int] | None:
     """(stage, round) of a job of an autotune sweep, from its overrides; None for another."""
     settings = parse_overrides(job_overrides)
-    stage = settings.get(AUTOTUNE_STAGE)
-    if stage is None:
+    if (stage := settings.get(AUTOTUNE_STAGE)) is None:
         return None
     try:
         return stage, int(settings.get(ROUND_KEY, "0"))

@@ -10,8 +10,8 @@ from itertools import accumulate, takewhile
 from harness.autotune.outcome import Outcome
 from harness.autotune.score import Estimate, estimate, job_sample
 from harness.autotune.settings import AUTO, Settings, job_budget
-from harness.autotune.space import Candidate, Space
-from harness.judge import job_noise
+from harness.autotune.space import BATCH, Candidate, Space
+from harness.judge import Evidence, Verdict, compare, job_noise
 
 FIT, SCREEN, RECHECK, CONFIRM, FINAL = "fit", "screen", "recheck", "confirm", "final"
 WARMUP = "warmup"  # a first job whose figures are not used (autotune.warmup_job)
@@ -51,8 +51,9 @@ class Record:
     name: str  # the job's directory name, as the driver knows it
 
 
-class Stop(Exception):
-    """The budget ends the search before the wave that would pass it."""
+def halving_stage(name: str) -> bool:
+    """s1, s2, ...: the stages that run their candidates in alternating rounds."""
+    return name[:1] == "s" and name[1:].isdigit()
 
 
 def stage_rank(name: str) -> int:
@@ -72,9 +73,7 @@ class Knowledge:
     status: str = "running"  # running, done, budget, interrupted, infeasible
     stop_reason: str | None = None
     stages: list[dict] = field(default_factory=list)  # name, measured_steps, rounds, jobs
-    largest_fit: int | None = None  # the start point's batch ladder
-    first_oom: int | None = None
-    ladders: list[dict] = field(default_factory=list)  # each fit ladder: its point, largest, OOM
+    ladders: list[dict] = field(default_factory=list)  # each fit ladder, the start point's first
     pool: list[Candidate] = field(default_factory=list)  # still in the running
     kept: list[Candidate] = field(default_factory=list)  # alternates of several keys, whole
     left_out: list[Candidate] = field(default_factory=list)  # cut by the budget, unmeasured
@@ -83,13 +82,7 @@ class Knowledge:
     tied_with: list[Candidate] = field(default_factory=list)
     confirm: dict | None = None
     elapsed_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.gains: dict[tuple[str, str], float] = {}  # (key, value) -> rate vs the value chosen
-
-    @property
-    def jobs_launched(self) -> int:
-        return len(self.records)
+    gains: dict[tuple[str, str], float] = field(default_factory=dict)  # (key, value): rate vs chosen
 
     def outcomes(self, candidate: Candidate, stages: tuple[str, ...] | None = None) -> list[Outcome]:
         return [r.outcome for r in self.records if r.job.candidate == candidate
@@ -104,9 +97,8 @@ class Knowledge:
                      for o in self.outcomes(candidate) if o.infeasible), None)
 
     def tight(self, candidate: Candidate) -> str | None:
-        """Why the candidate runs too close to the device's memory (autotune.memory_margin): a
-        job of it peaked above (1 - margin) of its CUDA device's memory. A batch that just fits
-        in a short probe runs out later in the real run (fragmentation, a longer batch)."""
+        """Why a job of the candidate peaked above (1 - autotune.memory_margin) of its CUDA device's
+        memory: a batch that just fits a short probe runs out later (fragmentation, a longer batch)."""
         limit = 1 - self.settings.memory_margin
         for o in self.outcomes(candidate):
             used, total = o.device_allocated_bytes, o.device_memory_bytes
@@ -126,11 +118,9 @@ class Knowledge:
     def above_known_oom(self, candidate: Candidate) -> Candidate | None:
         """A memory twin of `candidate` with a batch no larger that ran out of memory."""
         batch = self.space.batch
-        if batch is None:
-            return None
-        size = int(candidate[batch.name])
-        return next((r.job.candidate for r in self.records if r.outcome.oom and size >= int(
-            r.job.candidate[batch.name]) and self.space.memory_twin(r.job.candidate, candidate)), None)
+        return next((r.job.candidate for r in self.records if batch and r.outcome.oom
+                     and int(candidate[batch.name]) >= int(r.job.candidate[batch.name])
+                     and self.space.memory_twin(r.job.candidate, candidate)), None)
 
     def tried(self) -> list[Candidate]:
         return list(dict.fromkeys(r.job.candidate for r in self.records))
@@ -149,52 +139,77 @@ class Knowledge:
                 groups.setdefault((r.job.candidate, stage), []).append(sample.figure)
         return job_noise(list(groups.values()), self.settings.noise_floor / 2)
 
-    def latest(self, candidate: Candidate, skip: tuple[str, ...] = (CONFIRM, WARMUP)) -> Estimate | None:
-        """The candidate's figure from the deepest stage that measured it, `skip` excluded."""
+    def figure(self, candidate: Candidate) -> tuple[str, Estimate] | None:
+        """(stage, figure) from the deepest stage that ranked the candidate (confirm aside): the one
+        figure the search went on. The probes (fit, screen, recheck) pool, named by the latest."""
         stages = sorted({r.job.stage for r in self.records if r.job.candidate == candidate
-                         and r.job.stage not in skip}, key=stage_rank, reverse=True)
-        found = (self.estimate(candidate, PROBE_STAGES if s in PROBE_STAGES else (s,)) for s in stages)
-        return next((e for e in found if e is not None), None)
+                         and r.job.stage not in (CONFIRM, WARMUP)}, key=stage_rank, reverse=True)
+        found = ((s, self.estimate(candidate, PROBE_STAGES if s in PROBE_STAGES else (s,))) for s in stages)
+        return next(((s, e) for s, e in found if e is not None), None)
+
+    def evidence(self, candidate: Candidate, stage: str | None = None) -> Evidence | None:
+        """What the judge compares the candidate on: its band in `stage` (None: its `figure`'s) and
+        its job of each round, keyed (stage, round): the confirm stage's, else every halving stage's
+        (their pairs add up: one stage's few rounds decide little, and one odd job sways them)."""
+        if stage is None:
+            stage, band = self.figure(candidate) or ("", None)
+        else:
+            band = self.estimate(candidate, (stage,))
+        if band is None:
+            return None
+        paired = halving_stage if halving_stage(stage) else (lambda s: s == stage == CONFIRM)
+        rounds = {(r.job.stage, r.job.round): sample for r in self.records
+                  if r.job.candidate == candidate and paired(r.job.stage)
+                  and (sample := job_sample(r.outcome, self.settings)) is not None}
+        return Evidence(band, rounds)
+
+    def compare(self, a: Evidence | None, b: Evidence | None) -> Verdict | None:
+        """B against A by harness.judge.compare, at autotune.min_gain and the search's job-to-job noise."""
+        return None if a is None or b is None else compare(a, b, self.settings.min_gain, self.sigma())
 
     @property
     def job_cap(self) -> int | None:
         return job_budget(self.settings.budget, self.space.grid_points())
 
     def job_seconds(self, candidate: Candidate, steps: int) -> float:
-        """Seconds one job may take, on the safe side (docs/autotune.md, "The budget")."""
+        """Seconds a job of `steps` measured steps may take, on the safe side (autotune.md, "The budget")."""
         mine = [p.seconds_per_step for r in self.records if r.job.candidate == candidate
                 for p in r.outcome.phases.values()]
         anyone = [p.seconds_per_step for r in self.records for p in r.outcome.phases.values()]
         fixed = [max(0.0, r.outcome.job_seconds - (r.job.measured_steps + r.job.warmup_steps)
                      * sum(p.seconds_per_step for p in r.outcome.phases.values()))
                  for r in self.records]
+        steps += self.settings.warmup_steps
         return 1.25 * (max(fixed, default=0.0) + steps * max(mine or anyone or [0.0]))
 
+    def screen_jobs(self) -> int:
+        """The screen's probes: one per other value of each key but the batch's."""
+        return sum(len(k.listed()) - 1 for k in self.space.keys if k.role != BATCH)
+
     def room(self, jobs: list[Job], reserve: bool = True) -> int:
-        """How many of `jobs` (in order) fit the budget, the confirm stage's room kept."""
+        """How many of `jobs` (in order) fit the budget, the stages still to come kept: the
+        confirm stage's jobs, and while the fit stage runs, the screen's probes."""
         cap, minutes = self.job_cap, self.settings.budget.minutes
-        kept = 2 * self.settings.confirm_rounds if reserve and self.confirm is None else 0
-        room = len(jobs)
-        if cap is not None:
-            room = min(room, cap - self.jobs_launched - kept)
+        confirming = 2 * self.settings.confirm_rounds if reserve and self.confirm is None else 0
+        screening = self.screen_jobs() if reserve and jobs and jobs[0].stage in (WARMUP, FIT) else 0
+        room = len(jobs) if cap is None else min(len(jobs), cap - len(self.records) - confirming - screening)
         if minutes is not None:
             left = minutes * 60 - self.elapsed_s
-            if kept:
-                leader = self.best(self.tried()) or self.space.default()
-                left -= kept * self.job_seconds(leader, self.confirm_steps() + self.settings.warmup_steps)
-            spent = accumulate(self.job_seconds(j.candidate, j.measured_steps + j.warmup_steps) for j in jobs)
+            leader = self.best(self.tried()) or self.space.default()
+            left -= (confirming * self.job_seconds(leader, self.confirm_steps())
+                     + screening * self.job_seconds(leader, self.settings.probe_steps))
+            spent = accumulate(self.job_seconds(j.candidate, j.measured_steps) for j in jobs)
             room = min(room, sum(1 for _ in takewhile(lambda s: s <= left, spent)))
         return max(room, 0)
 
     def budget_words(self, where: str) -> str:
-        budget, cap = self.settings.budget, self.job_cap
-        parts = []
-        if cap is not None:
-            parts.append(f"{self.jobs_launched} of {cap} jobs"
-                         + (" (auto: a third of the grid)" if budget.jobs == AUTO else ""))
+        """'stopped by the budget at fit (autotune.budget.jobs=10)'."""
+        budget = self.settings.budget
+        parts = [f"autotune.budget.jobs={budget.jobs}" + (f": {self.job_cap}" if budget.jobs == AUTO else "")
+                 ] if self.job_cap is not None else []
         if budget.minutes is not None:
-            parts.append(f"{self.elapsed_s / 60:.1f} of {budget.minutes:g} min")
-        return f"stopped by the budget {where} ({', '.join(parts)} used)"
+            parts.append(f"autotune.budget.minutes={budget.minutes:g}")
+        return f"stopped by the budget {where} ({', '.join(parts)})"
 
     def job(self, candidate: Candidate, stage: str, round_: int, steps: int) -> Job:
         return Job(candidate, stage, round_, steps, self.settings.warmup_steps)
@@ -203,29 +218,23 @@ class Knowledge:
         """Probe the candidates not measured yet nor above a known OOM; `again` twice in the wave."""
         todo = []
         for c in dict.fromkeys(c for c in candidates if not self.outcomes(c, PROBE_STAGES)):
-            twin = self.above_known_oom(c)
-            if twin is None:
-                todo.append(c)
-            else:
+            if (twin := self.above_known_oom(c)) is not None:
                 self.decide(stage, c, "skipped", f"above a known OOM ({twin.label()})")
-        if not todo:
-            return
+            else:
+                todo.append(c)
         jobs = [self.job(c, stage, 0, self.settings.probe_steps) for c in todo]
         if again in todo:
             jobs.append(self.job(again, stage, 1, self.settings.probe_steps))
         room = self.room(jobs)
-        if room == 0:
-            raise Stop(self.budget_words(f"before {stage}"))
-        for job in jobs[room:]:
-            if job.round:
-                continue
-            self.decide(stage, job.candidate, "budget", "not probed: the budget is spent")
-            self.stop_reason = self.stop_reason or self.budget_words(f"at {stage}: not probed")
+        for job in (j for j in jobs[room:] if not j.round):  # the calibration's second job aside
+            self.decide(stage, job.candidate, "budget", "not probed: the budget's rest is kept for"
+                        + (" the screen and" if stage == FIT else "") + " the confirm stage")
+            self.stop_reason = self.stop_reason or self.budget_words(f"at {stage}")
             self.left_out.append(job.candidate)
-        yield Wave(stage, tuple(jobs[:room]))
+        if room:
+            yield Wave(stage, tuple(jobs[:room]))
         for job in jobs[:room]:
-            reason = self.infeasible(job.candidate)
-            if reason:
+            if reason := self.infeasible(job.candidate):
                 self.decide(stage, job.candidate, "infeasible", reason)
 
     def best(self, candidates: list[Candidate], stages: tuple[str, ...] = PROBE_STAGES) -> Candidate | None:
@@ -236,6 +245,6 @@ class Knowledge:
 
     def confirm_steps(self) -> int:
         """The last halving stage's measured steps (at least one growth over a probe's)."""
-        halving = sum(1 for s in self.stages if s["name"][1:].isdigit())
+        halving = sum(1 for s in self.stages if halving_stage(s["name"]))
         return self.settings.probe_steps * self.settings.growth ** max(1, halving)
 

@@ -30,7 +30,7 @@ class Outcome:
     data_share: float | None = None  # the objective's share of a step waiting for data
     job_seconds: float = 0.0  # result.json duration_s
     ended_at: float | None = None  # seconds since the epoch, from started_at + duration_s
-    # Memory, as the sweep table reads it (harness.sweep.table.peak_memory): bytes and source
+    # Memory, as the sweep table reads it (harness.measured.peak_memory): bytes and source
     peak_memory_bytes: float | None = None
     memory_source: str | None = None  # device allocated, peak RSS increase, process RSS
     accelerator: str | None = None  # result.json device.accelerator: cpu, cuda, mps

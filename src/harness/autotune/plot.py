@@ -1,6 +1,5 @@
-"""autotune_memory.png: each point's examples/s against its peak memory, and the fastest point
-under each memory level (a Pareto front), so a user who needs headroom sees what it costs; and
-a point as the table and the plot label it. matplotlib is imported only to draw."""
+"""autotune_memory.png: each point's examples/s against its peak memory and the fastest point under
+each memory level (what headroom costs); a point as the table labels it. matplotlib only to draw."""
 
 from __future__ import annotations
 
@@ -9,15 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.autotune.space import CHECKPOINT_KEY
+from harness.measured import MIB
 
 MEMORY_PNG = "autotune_memory.png"
-MIB, GIB = 2**20, 2**30
-FEASIBLE = ("ok",)  # the front: points that may be named best (not tight, not failed)
+GIB = 2**30
 LABEL_ALL = 8  # up to this many points, each is labelled
-
-
-# Shorter names for the table's point column (the verdict and autotune.json keep the keys).
-SHORT = {CHECKPOINT_KEY: "ckpt"}
+SHORT = {CHECKPOINT_KEY: "ckpt"}  # the table's point names (the verdict and autotune.json keep the keys)
 
 
 def point_label(values: dict[str, str], recipe: dict[str, Any] | None) -> str:
@@ -37,24 +33,17 @@ def point_label(values: dict[str, str], recipe: dict[str, Any] | None) -> str:
     return " ".join(parts)
 
 
-def _unit(largest: float) -> tuple[float, str]:
-    return (GIB, "GiB") if largest >= 8 * GIB else (MIB, "MiB")
-
-
 def front(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The fastest point under each memory level: from the least memory up, each point faster
-    than every point that needs no more memory than it."""
+    """The fastest point under each memory level: from the least memory up, each faster than all before."""
     found: list[dict[str, Any]] = []
-    for point in sorted(points, key=lambda p: (p["peak_memory_bytes"],
-                                               -p["figure"]["examples_per_second"])):
-        if not found or point["figure"]["examples_per_second"] > found[-1]["figure"][
-                "examples_per_second"]:
+    for point in sorted(points, key=lambda p: (p["peak_memory_bytes"], -p["figure"]["examples_per_second"])):
+        if not found or point["figure"]["examples_per_second"] > found[-1]["figure"]["examples_per_second"]:
             found.append(point)
     return found
 
 
-def figure(body: dict[str, Any]) -> Any:
-    """The matplotlib figure; None when no point has both a figure and a peak memory."""
+def write_memory_png(body: dict[str, Any], path: Path) -> Path | None:
+    """autotune_memory.png; None when no point has both a figure and a peak memory."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,7 +56,8 @@ def figure(body: dict[str, Any]) -> Any:
         return None
     memory = body.get("memory") or {}
     device = memory.get("device_memory_bytes")
-    scale, unit = _unit(max([p["peak_memory_bytes"] for p in measured] + [device or 0]))
+    largest = max([p["peak_memory_bytes"] for p in measured] + [device or 0])
+    scale, unit = (GIB, "GiB") if largest >= 8 * GIB else (MIB, "MiB")
     fig, ax = plt.subplots(figsize=(9.5, 6.0))
 
     def xy(p: dict[str, Any]) -> tuple[float, float]:
@@ -75,9 +65,7 @@ def figure(body: dict[str, Any]) -> Any:
 
     drawn: set[str] = set()
     for p in measured:
-        x, y = xy(p)
-        f = p["figure"]
-        tight = p["status"] == "tight"
+        (x, y), f, tight = xy(p), p["figure"], p["status"] == "tight"
         kind = "tight: above 1 - memory_margin, never best" if tight else (
             "point (bars: its range over its jobs)" if f["trusted"] else "untrusted (noisy or contended)")
         color = "tab:orange" if tight else "tab:blue"
@@ -85,31 +73,26 @@ def figure(body: dict[str, Any]) -> Any:
                     color=color, markerfacecolor=color if f["trusted"] else "white",
                     label=None if kind in drawn else kind, zorder=3)
         drawn.add(kind)
-    # on trusted figures only, as every decision of the search (contended or noisy: hollow)
-    best = front([p for p in measured if p["status"] in FEASIBLE and p["figure"]["trusted"]])
+    # of the points that may be named best (not tight), on trusted figures as every decision
+    best = front([p for p in measured if p["status"] == "ok" and p["figure"]["trusted"]])
     if best:
-        xs = [xy(p)[0] for p in best]
-        ys = [xy(p)[1] for p in best]
-        right = max(xy(p)[0] for p in measured) * 1.04
-        ax.step([*xs, right], [*ys, ys[-1]], where="post", color="tab:green", linewidth=1.5,
-                label="fastest under each memory level", zorder=2)
-    marks = [("best", body.get("best"), "*", "tab:red", 16), ("default", body.get("default"),
-                                                               "s", "black", 10)]
-    for name, values, marker, color, size in marks:
-        chosen = next((p for p in measured if p["candidate"] == values), None)
+        xs, ys = zip(*(xy(p) for p in best), strict=True)
+        ax.step([*xs, max(xy(p)[0] for p in measured) * 1.04], [*ys, ys[-1]], where="post",
+                color="tab:green", linewidth=1.5, label="fastest under each memory level", zorder=2)
+    for name, marker, color, size in (("best", "*", "tab:red", 16), ("default", "s", "black", 10)):
+        chosen = next((p for p in measured if p["candidate"] == body.get(name)), None)
         if chosen is not None:
             x, y = xy(chosen)
             ax.plot([x], [y], marker=marker, markersize=size, color=color, linestyle="none",
                     markerfacecolor="none" if name == "default" else color, label=name, zorder=4)
-    # labelled: every point of a few; of many, the front, the best, the default and the
-    # tight (what a user weighs), so the labels stay legible
+    # labelled: every point of a few; of many, what a user weighs (front, best, default, tight)
     named = {id(p): p for p in (measured if len(measured) <= LABEL_ALL else [
         *best, *(p for p in measured if p["status"] == "tight"
                  or p["candidate"] in (body.get("best"), body.get("default")))])}
     for p in named.values():
-        ax.annotate(point_label(p["candidate"], recipe) + (" (tight)" if p["status"] == "tight"
-                                                           else ""),
-                    xy(p), textcoords="offset points", xytext=(6, 6), fontsize="small")
+        tight = " (tight)" if p["status"] == "tight" else ""
+        ax.annotate(point_label(p["candidate"], recipe) + tight, xy(p), textcoords="offset points",
+                    xytext=(6, 6), fontsize="small")
     if device:
         limit = 1 - memory.get("margin", 0.0)
         ax.axvline(device / scale, color="tab:red", linewidth=1, label="the device's memory")
@@ -118,9 +101,8 @@ def figure(body: dict[str, Any]) -> Any:
     failed = [p for p in body["points"] if p["status"] not in ("ok", "tight")]
     footnote = ""
     if failed:  # below the axes: a point without figures has no place on them
-        words = "; ".join(f"{point_label(p['candidate'], recipe)} ({p['status']})"
-                          for p in failed[:8]) + (f"; {len(failed) - 8} more" if len(failed) > 8
-                                                  else "")
+        more = f"; {len(failed) - 8} more" if len(failed) > 8 else ""
+        words = "; ".join(f"{point_label(p['candidate'], recipe)} ({p['status']})" for p in failed[:8]) + more
         footnote = textwrap.fill(f"not plotted (no figures): {words}", 140)
         fig.text(0.01, 0.01, footnote, fontsize="small", color="tab:red", va="bottom")
     sources = sorted({p["memory_source"] for p in measured if p.get("memory_source")})
@@ -135,19 +117,8 @@ def figure(body: dict[str, Any]) -> Any:
           " accumulation)" if recipe else "")
     ax.set_title(f"autotune: speed against memory, {root.parent.name}/{root.name}{at}\n"
                  f"{len(body['points'])} points tried, {len(measured)} with figures; compile"
-                 f" charged over {body['settings']['planned_steps']} planned steps",
-                 fontsize="medium")
+                 f" charged over {body['settings']['planned_steps']} planned steps", fontsize="medium")
     fig.tight_layout(rect=(0, 0.025 * (footnote.count("\n") + 1) if footnote else 0, 1, 1))
-    return fig
-
-
-def write_memory_png(body: dict[str, Any], path: Path) -> Path | None:
-    """autotune_memory.png; None when nothing has both a speed and a memory figure."""
-    fig = figure(body)
-    if fig is None:
-        return None
-    import matplotlib.pyplot as plt
-
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -9,14 +9,15 @@ from pathlib import Path
 
 from harness.autotune.job import stage_and_round
 from harness.autotune.outcome import Outcome
-from harness.autotune.reading import elapsed, job_overrides, outcome_of
+from harness.autotune.reading import elapsed, outcome_of
 from harness.autotune.search import Search
 from harness.autotune.settings import Settings
-from harness.autotune.space import ABSENT, Candidate, Space
+from harness.autotune.space import ABSENT, Candidate, GlobalBatch, Key, Space
 from harness.config.overrides import parse_overrides
 from harness.errors import HarnessError
 from harness.reports.files import write_json
-from harness.result.store import job_dirs as sweep_job_dirs
+from harness.result.jobs import read_job
+from harness.result.store import job_dirs
 
 SPACE_FILE = "autotune_space.json"  # written when the sweep starts
 SUMMARY_FILE = "autotune.json"  # written after every wave, and rebuilt at the end
@@ -36,7 +37,7 @@ class Setup:
 
     def write(self, sweep_dir: Path) -> Path:
         return write_json(Path(sweep_dir) / SPACE_FILE, {
-            "schema_version": SPACE_SCHEMA, "space": self.space.as_list(),
+            "schema_version": SPACE_SCHEMA, "space": [k.as_dict() for k in self.space.keys],
             "global_batch": self.space.global_batch.as_dict() if self.space.global_batch else None,
             "settings": self.settings.as_dict(), "fixed": self.fixed,
             "started_at": self.started_at, "notes": self.notes, "launcher": self.launcher})
@@ -46,7 +47,8 @@ class Setup:
         path = Path(sweep_dir) / SPACE_FILE
         try:
             raw = json.loads(path.read_text())
-            return cls(Space.from_list(raw["space"], raw.get("global_batch")),
+            return cls(Space(tuple(Key.from_dict(k) for k in raw["space"]),
+                             GlobalBatch.from_dict(raw.get("global_batch"))),
                        Settings.from_mapping(raw["settings"]),
                        list(raw.get("fixed") or []), float(raw.get("started_at") or 0.0),
                        list(raw.get("notes") or []), raw.get("launcher"))
@@ -55,25 +57,17 @@ class Setup:
                                " rebuilds the table without it; the verdict needs it") from None
 
 
-def job_dirs(sweep_dir: Path, space: Space) -> dict[tuple[Candidate, str, int], list[Path]]:
-    """The sweep's autotune jobs by (candidate, stage, round), each key's in job order."""
-    found: dict[tuple[Candidate, str, int], list[Path]] = {}
-    for job_dir in sweep_job_dirs(sweep_dir):
-        overrides = job_overrides(job_dir) or []
-        where = stage_and_round(overrides)
-        if where is None:
-            continue
-        settings = parse_overrides(overrides)
-        candidate = Candidate(tuple((k.name, settings.get(k.name.lstrip("+~"), ABSENT))
-                                    for k in space.keys))
-        found.setdefault((candidate, *where), []).append(job_dir)
-    return found
-
-
 def replay(sweep_dir: Path) -> tuple[Search, Setup]:
-    """The sweep's search, its waves answered by the job directories on disk."""
+    """The sweep's search, its waves answered by its job directories (by candidate, stage, round)."""
     setup = Setup.read(sweep_dir)
-    jobs = job_dirs(sweep_dir, setup.space)
+    jobs: dict[tuple[Candidate, str, int], list[Path]] = {}
+    for job_dir in job_dirs(sweep_dir):
+        overrides = read_job(job_dir)[0].overrides
+        if (where := stage_and_round(overrides)) is not None:
+            typed = parse_overrides(overrides)
+            candidate = Candidate(tuple((k.name, typed.get(k.name.lstrip("+~"), ABSENT))
+                                        for k in setup.space.keys))
+            jobs.setdefault((candidate, *where), []).append(job_dir)
     search = Search(setup.space, setup.settings)
     seen: list[Outcome] = []
     wave = search.start()

@@ -7,32 +7,31 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from harness.autotune.knowledge import PROBE_STAGES, stage_rank
 from harness.autotune.plot import MEMORY_PNG, point_label, write_memory_png
 from harness.autotune.replay import SPACE_FILE, SUMMARY_FILE, Setup, replay
 from harness.autotune.search import Search
 from harness.autotune.verdict import line, summary
+from harness.measured import mib
 from harness.reports.files import write_json
+from harness.result.jobs import MULTIRUN_FILE
 
 log = logging.getLogger(__name__)
 NAMED_SWEEP = "sweep"  # the config group of named sweeps (harness.sweep.named.GROUP)
-MULTIRUN_FILE = "multirun.yaml"  # the sweep's config, as the sweeper saved it
-MIB = 2**20
 
 
-def body_of(search: Search, setup: Setup, sweep_dir: Path) -> dict[str, Any]:
-    """autotune.json's body for the search of the sweep in `sweep_dir`."""
+def write_summary(search: Search, setup: Setup, sweep_dir: Path, write: bool = True) -> dict[str, Any]:
+    """autotune.json's body for the search of the sweep in `sweep_dir`, written there (`write`)."""
     own = [o for o in setup.fixed if o.partition("=")[0].lstrip("+") != NAMED_SWEEP]
-    return summary(search, {"fixed": own, "sweep_dir": str(sweep_dir),
-                            "notes": setup.notes, "launcher": setup.launcher})
-
-
-def write_summary(sweep_dir: Path, body: dict[str, Any]) -> Path:
-    return write_json(Path(sweep_dir) / SUMMARY_FILE, body)
+    body = summary(search, {"fixed": own, "sweep_dir": str(sweep_dir), "notes": setup.notes,
+                            "launcher": setup.launcher})
+    if write:
+        write_json(Path(sweep_dir) / SUMMARY_FILE, body)
+    return body
 
 
 def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
-    """The autotune verdict of `sweep_dir` rebuilt, shown and (`write`) written with its plot
-    of speed against memory; None: no autotune."""
+    """The autotune verdict of `sweep_dir` rebuilt, shown, and (`write`) written with its plot; None: none."""
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / SPACE_FILE).is_file():
         return None
@@ -40,20 +39,14 @@ def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
 
     from harness.terminal import show
 
-    search, setup = replay(sweep_dir)
-    body = body_of(search, setup, sweep_dir)
+    body = write_summary(*replay(sweep_dir), sweep_dir, write)
     show_points(body)
-    if write:
-        write_summary(sweep_dir, body)
-        if plots(sweep_dir):
-            png = write_memory_png(body, sweep_dir / MEMORY_PNG)
-            if png is not None:
-                show(f"[bold]autotune:[/bold] {png}")
+    if write and plots(sweep_dir) and (png := write_memory_png(body, sweep_dir / MEMORY_PNG)):
+        show(f"[bold]autotune:[/bold] {png}")
     colour = "green" if body["best"] is not None and body["status"] == "done" else "yellow"
     show(f"[bold {colour}]{escape(line(body))}[/bold {colour}]")
-    for note in [*(body.get("notes") or []), body["memory"]["note"]]:
-        if note:
-            log.info("autotune: %s", note)
+    for note in filter(None, [*(body.get("notes") or []), body["memory"]["note"]]):
+        log.info("autotune: %s", note)
     return body
 
 
@@ -65,14 +58,15 @@ def plots(sweep_dir: Path) -> bool:
         node = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
     except (OSError, yaml.YAMLError):
         return True
-    for key in ("hydra", "callbacks", "sweep_report"):
+    for key in ("hydra", "callbacks", "sweep_report", "plot"):
         node = node.get(key) if isinstance(node, dict) else None
-    return not (isinstance(node, dict) and node.get("plot") is False)
+    return node is not False
 
 
 def show_points(body: dict[str, Any]) -> None:
-    """Every point tried, fastest first, with the deepest stage that measured it and its peak
-    memory."""
+    """Every point tried with its figure: the deepest stage that ranked it (confirm aside), its
+    jobs there, its peak memory. The deepest stage first (its points ran side by side), then
+    fastest first: figures of different stages, minutes apart, are not set against each other."""
     from rich.table import Table
 
     from harness.terminal import show
@@ -87,12 +81,12 @@ def show_points(body: dict[str, Any]) -> None:
                   caption=f"peak MiB: {' / '.join(sources)}, the largest of the point's jobs"
                   if sources else None)
     for column in ("point", "stage", "jobs", "ex/s", "range", "peak MiB", "note"):
-        table.add_column(column, justify="right" if column in ("jobs", "ex/s", "range", "peak MiB")
-                         else "left")
+        table.add_column(column, justify="left" if column in ("point", "stage", "note") else "right")
 
-    def order(point: dict[str, Any]) -> tuple[int, float]:  # fastest first; failures last
+    def order(point: dict[str, Any]) -> tuple[int, int, float]:  # failures last
         measured = point["figure"] and point["status"] in ("ok", "tight")
-        return (0, -point["figure"]["examples_per_second"]) if measured else (1, 0.0)
+        depth = 0 if point["stage"] in PROBE_STAGES else stage_rank(point["stage"])  # probes pool
+        return (0, -depth, -point["figure"]["examples_per_second"]) if measured else (1, 0, 0.0)
 
     for point in sorted(body["points"], key=order):
         figure, values = point["figure"], point["candidate"]
@@ -103,8 +97,9 @@ def show_points(body: dict[str, Any]) -> None:
         elif figure and not figure["trusted"]:
             notes.append("untrusted: " + ", ".join(figure["why"]))
         peak = point.get("peak_memory_bytes")
-        table.add_row(point_label(values, recipe), point["stage"], str(point["jobs"]),
+        table.add_row(point_label(values, recipe), point["stage"],
+                      str(figure["jobs"] if figure else point["jobs"]),
                       f"{figure['examples_per_second']:,.0f}" if figure else "-",
                       f"{figure['low']:,.0f}-{figure['high']:,.0f}" if figure else "-",
-                      f"{peak / MIB:,.0f}" if peak is not None else "-", ", ".join(notes))
+                      mib(peak) if peak is not None else "-", ", ".join(notes))
     show(table)

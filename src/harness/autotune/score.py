@@ -1,5 +1,5 @@
-"""A candidate's figure in a stage, as harness.judge sees it: each job's compile-charged rate
-a judge Sample (docs/autotune.md, "Ranking"), a candidate's jobs in a stage a judge Band."""
+"""A candidate's figure in a stage as harness.judge sees it (docs/autotune.md, "Ranking"): a job's
+compile-charged rate a Sample, a stage's jobs a Band, a Verdict in words. Every ratio is the judge's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from harness.autotune.outcome import Outcome
 from harness.autotune.settings import Settings
-from harness.judge import Band, Sample, band_of, judge
+from harness.judge import Band, Sample, Verdict, band_of, past
 
 PHASES = {"training": ("train",), "inference": ("inference",), "both": ("train", "inference")}
 
@@ -38,26 +38,13 @@ class Estimate(Band):
     trusted: bool = True
     cautions: tuple[str, ...] = ()  # contended, noisy: why a job did not count
 
-    @property
-    def jobs(self) -> int:
-        return self.total
-
-    def tied(self, other: Estimate, min_gain: float) -> bool:
-        """harness.judge does not call the two different beyond `min_gain`."""
-        verdict = judge(other, self, min_gain)
-        return verdict is None or not verdict.real
-
-    def ratio(self, base: Estimate) -> tuple[float, float, float]:
-        """self / base: the value and its worst..best pairing."""
-        return self.value / base.value, self.low / base.high, self.high / base.low  # type: ignore[operator]
-
     def describe(self) -> str:
         said = super().describe()
         return said if self.trusted else f"{said[:-1]}, untrusted: {', '.join(self.cautions)})"
 
     def as_dict(self) -> dict[str, object]:
         return {"examples_per_second": self.value, "low": self.low, "high": self.high,
-                "jobs": self.jobs, "trusted": self.trusted, "why": list(self.cautions)}
+                "jobs": self.total, "trusted": self.trusted, "why": list(self.cautions)}
 
 
 def estimate(outcomes: list[Outcome], settings: Settings, noise: float) -> Estimate | None:
@@ -72,3 +59,22 @@ def estimate(outcomes: list[Outcome], settings: Settings, noise: float) -> Estim
         samples = [replace(s, contended=False, noisy=False) for s in samples]
     band = band_of(samples, noise)  # never None: there are samples
     return Estimate(**vars(band), trusted=trusted, cautions=cautions)  # type: ignore[arg-type]
+
+
+def faster(verdict: Verdict | None) -> bool:
+    """B is faster than A beyond the noise and the tolerance the verdict was asked about."""
+    return verdict is not None and verdict.real and not verdict.worse
+
+
+def ahead(verdict: Verdict | None, tolerance: float) -> bool:
+    """B's estimate over A is past the tolerance on the faster side, proven or not."""
+    ratio = verdict.ratio if verdict is not None else None
+    return ratio is not None and ratio > 1 and past(ratio, tolerance)
+
+
+def in_words(verdict: Verdict) -> str:
+    """B/A as the judge found it: '0.91x (0.86-0.95x, 3 paired rounds)'."""
+    how = f", {verdict.pairs} paired round{'s' if verdict.pairs != 1 else ''}" if verdict.pairs else ""
+    if verdict.low is None or verdict.high is None:
+        return f"{verdict.ratio:.2f}x (no interval: {verdict.reason})"
+    return f"{verdict.ratio:.2f}x ({verdict.low:.2f}-{verdict.high:.2f}x{how})"

@@ -1,17 +1,25 @@
 """`autotune.*`: each setting's type, constraint and default (sweeps/autotune.yaml says what
-each means), read by harness.config.checks."""
+each means), read by harness.config.checks (`Settings.from_mapping`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from harness.config.checks import Fraction, NonNegativeInt, PositiveInt, PositiveNumber, read_fields
-from harness.errors import ConfigError
+from harness.config.checks import (
+    Fraction,
+    NonNegativeInt,
+    PositiveInt,
+    PositiveNumber,
+    Share,
+    at_least,
+    check,
+    read_fields,
+)
 
 AUTO = "auto"
-LOADER_KEYS = ("data.num_workers", "data.pin_memory", "data.prefetch_factor",
-               "data.persistent_workers")
+LOADER_KEYS = ("data.num_workers", "data.pin_memory", "data.prefetch_factor", "data.persistent_workers")
 
 
 @dataclass(frozen=True)
@@ -27,14 +35,13 @@ class Settings:
     warmup_steps: NonNegativeInt = 3
     probe_steps: PositiveInt = 10
     growth: PositiveInt = 2
-    keep: Annotated[float, "> 0", "< 1"] = 1 / 3
+    keep: Share = 1 / 3
     max_stages: PositiveInt = 3
     max_rounds: PositiveInt = 3
     confirm_rounds: PositiveInt = 3
     min_gain: Fraction = 0.05
     noise_floor: Fraction = 0.05
     data_share_floor: Fraction = 0.05
-    # CUDA: a point whose peak allocated memory is above (1 - this) of the device's is `tight`
     memory_margin: Fraction = 0.10
     max_candidates: PositiveInt = 9
     retries: NonNegativeInt = 2
@@ -43,7 +50,7 @@ class Settings:
     calibrate: bool = True
     warmup_job: bool | Literal["auto"] = AUTO
     probes: Literal["auto", "job", "stage"] = AUTO
-    loader_keys: tuple[str, ...] = LOADER_KEYS
+    loader_keys: Sequence[str] = LOADER_KEYS
     budget: Budget = field(default_factory=Budget)
 
     @property
@@ -55,23 +62,15 @@ class Settings:
     def from_mapping(cls, raw: dict[str, Any] | None) -> Settings:
         """From the composed `autotune` block (a ConfigError naming `autotune.<key>`)."""
         settings = read_fields(cls, raw, "autotune.", "sweeps/autotune.yaml")
-        jobs, least = settings.budget.jobs, 2 * settings.confirm_rounds + 1
-        if isinstance(jobs, int) and jobs < least:
-            raise ConfigError("autotune.budget.jobs", jobs, f"auto, null or at least {least}"
-                              " (a probe and the confirm stage)", f"autotune.budget.jobs={4 * least}")
+        least = 2 * settings.confirm_rounds + 1  # a probe and the confirm stage
+        check("autotune.budget.jobs", settings.budget.jobs,
+              Literal["auto"] | at_least(least) | None, 4 * least)
         return settings
 
     def as_dict(self) -> dict[str, Any]:
-        found = asdict(self)
-        found["loader_keys"] = list(self.loader_keys)
-        return found
-
-    def resolved(self, **changes: Any) -> Settings:
-        return Settings.from_mapping({**self.as_dict(), **changes})
+        return {**asdict(self), "loader_keys": list(self.loader_keys)}
 
 
 def job_budget(budget: Budget, grid_points: int) -> int | None:
     """The jobs cap: `auto` is a third of the grid's points (autotune's promise), at least 20."""
-    if budget.jobs == AUTO:
-        return max(20, grid_points // 3)
-    return budget.jobs  # type: ignore[return-value]
+    return max(20, grid_points // 3) if budget.jobs == AUTO else budget.jobs  # type: ignore[return-value]

@@ -14,13 +14,14 @@ CHECKPOINT_KEY = "activation_checkpointing"
 # Simplest first; a value not listed ranks after these, in the order typed.
 PRECISION_ORDER = ("fp32", "32-true", "32", "bf16", "bf16-mixed", "bf16-true", "fp16", "16",
                    "16-mixed", "16-true", "fp64", "64", "64-true")
-COMPILE_ORDER = ("false", "true", "default", "reduce-overhead", "max-autotune-no-cudagraphs",
-                 "max-autotune")
+COMPILE_ORDER = ("false", "true", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 ABSENT = "(default)"  # a `+key`'s value in the default configuration: not set at all
 OFF = ("false",)  # activation_checkpointing's value that wraps nothing (normal() lower-cases)
 # Which key's simplicity counts first when two candidates are tied: compile, then precision
 # (it changes the numbers), then checkpointing (the same numbers, recomputed), then the rest.
 _ROLE_PRIORITY = {COMPILE: 0, PRECISION: 1, CHECKPOINT: 2, LOADER: 3, BATCH: 4, OTHER: 5}
+_ORDERS = {COMPILE: COMPILE_ORDER, PRECISION: PRECISION_ORDER, LOADER: ("false", "true"),
+           CHECKPOINT: ("false", "true")}
 
 
 class SpaceError(HarnessError, ValueError):
@@ -57,29 +58,15 @@ class Key:
             raise ValueError(f"{self.name}: no values")
 
     def listed(self) -> tuple[str, ...]:
-        """The values a grid would run (an interval's lo, powers of two, hi)."""
+        """The values a grid would run (an interval's lo, the powers of two between, hi)."""
         if self.interval is None:
             return self.values
         lo, hi = self.interval
-        found = [lo]
-        power = 1
-        while power < hi:
-            if power > lo:
-                found.append(power)
-            power *= 2
-        if found[-1] != hi:
-            found.append(hi)
-        return tuple(str(v) for v in found)
+        powers = (2**i for i in range(hi.bit_length()) if lo < 2**i < hi)
+        return tuple(str(v) for v in dict.fromkeys([lo, *powers, hi]))
 
     def sorted_numbers(self) -> list[int]:
         return sorted({int(float(v)) for v in self.listed()})
-
-    def contains(self, value: str) -> bool:
-        if self.interval is not None:
-            number = as_number(value)
-            return number is not None and number == int(number) and (
-                self.interval[0] <= number <= self.interval[1])
-        return value in self.values
 
     def between(self, low: int, high: int) -> list[int]:
         """Batch sizes of the space strictly between two (every integer of an interval)."""
@@ -87,40 +74,43 @@ class Key:
             return list(range(max(low + 1, self.interval[0]), min(high, self.interval[1] + 1)))
         return [v for v in self.sorted_numbers() if low < v < high]
 
+    def rung(self, b: int, up: bool) -> int | None:
+        """The batch size next up (2b or more, else the top) or down (b // 2 or less); None past the end."""
+        if self.interval is not None:
+            lo, hi = self.interval
+            return (None if b >= hi else min(2 * b, hi)) if up else (None if b <= lo else max(b // 2, lo))
+        if up:
+            above = [v for v in self.sorted_numbers() if v > b]
+            return next((v for v in above if v >= 2 * b), above[-1] if above else None)
+        below = [v for v in self.sorted_numbers() if v < b]
+        return next((v for v in reversed(below) if v <= b / 2), below[0] if below else None)
+
     def start(self) -> str:
         """The default if the space holds it, else the nearest value (in log space), else the first."""
-        if self.contains(self.default):
-            return str(int(float(self.default))) if self.interval is not None else self.default
         number = as_number(self.default)
+        if self.interval is None and self.default in self.values:
+            return self.default
+        if self.interval is not None and number is not None and number == int(number) and (
+                self.interval[0] <= number <= self.interval[1]):
+            return str(int(number))
         if number is not None and all(as_number(v) is not None for v in self.listed()):
             target = math.log(max(number, 1e-9))
-            nearest = min(self.sorted_numbers(),
-                          key=lambda v: (abs(math.log(max(v, 1e-9)) - target), v))
+            nearest = min(self.sorted_numbers(), key=lambda v: (abs(math.log(max(v, 1e-9)) - target), v))
             return str(nearest) if self.interval is not None else next(
                 v for v in self.listed() if int(float(v)) == nearest)
         return self.listed()[0]
 
-    def simplicity(self, value: str) -> tuple[float, ...]:
-        """Smaller is simpler: no compile, fp32, no checkpointing, fewer workers, a smaller
-        batch, the default."""
-        lowered = value.lower()
-        if self.role == COMPILE:
-            return (_rank(lowered, COMPILE_ORDER, self.listed()),)
-        if self.role == PRECISION:
-            return (_rank(lowered, PRECISION_ORDER, self.listed()),)
+    def simplicity(self, value: str) -> float:
+        """Smaller is simpler: no compile, fp32, no checkpointing, fewer workers, smaller batch, default."""
         if self.role in (LOADER, BATCH) and as_number(value) is not None:
-            return (float(value),)
-        if self.role in (LOADER, CHECKPOINT):  # off before on; a class list after true
-            return (_rank(lowered, ("false", "true"), self.listed()),)
-        if value == self.default:
-            return (-1.0,)
-        listed = self.listed()
-        return (float(listed.index(value)) if value in listed else float(len(listed)),)
+            return float(value)
+        if self.role in _ORDERS:  # loader, checkpointing: off before on; a class list after true
+            return _rank(value.lower(), _ORDERS[self.role], self.listed())
+        return -1.0 if value == self.default else _rank(value, (), self.listed())
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "role": self.role, "default": self.default,
-                "values": list(self.values), "interval": list(self.interval)
-                if self.interval else None}
+        return {"name": self.name, "role": self.role, "default": self.default, "values": list(self.values),
+                "interval": list(self.interval) if self.interval else None}
 
     @classmethod
     def from_dict(cls, raw: dict) -> Key:
@@ -162,8 +152,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class GlobalBatch:
-    """global_batch_size: every optimizer step takes `size` examples over `ranks` ranks, as
-    micro-batches of `batch_size` x accumulation on each rank."""
+    """global_batch_size: an optimizer step takes `size` examples: micro-batch x accumulation x `ranks`."""
 
     size: int
     ranks: int = 1
@@ -181,9 +170,6 @@ class GlobalBatch:
         top = self.per_rank if high is None else min(high, self.per_rank)
         return [b for b in range(max(low, 1), top + 1) if self.per_rank % b == 0]
 
-    def accumulation(self, micro: int) -> int:
-        return self.per_rank // micro
-
     def as_dict(self) -> dict[str, int | None]:
         return {"global_batch_size": self.size, "world_size": self.ranks,
                 "per_rank": self.per_rank, "batch_size": self.batch_size}
@@ -192,8 +178,7 @@ class GlobalBatch:
     def from_dict(cls, raw: dict | None) -> GlobalBatch | None:
         if not raw:
             return None
-        return cls(int(raw["global_batch_size"]), int(raw.get("world_size") or 1),
-                   raw.get("batch_size"))
+        return cls(int(raw["global_batch_size"]), int(raw.get("world_size") or 1), raw.get("batch_size"))
 
 
 @dataclass(frozen=True)
@@ -205,16 +190,8 @@ class Space:
         return next(k for k in self.keys if k.name == name)
 
     @property
-    def names(self) -> list[str]:
-        return [k.name for k in self.keys]
-
-    @property
     def batch(self) -> Key | None:
         return next((k for k in self.keys if k.role == BATCH), None)
-
-    @property
-    def checkpointing(self) -> Key | None:
-        return next((k for k in self.keys if k.role == CHECKPOINT), None)
 
     def micro_batch(self, candidate: Candidate) -> int | None:
         """The candidate's batch_size (the global batch's fixed one when it is not searched)."""
@@ -226,26 +203,16 @@ class Space:
     def accumulation(self, candidate: Candidate) -> int | None:
         """The batches per optimizer step global_batch_size makes (None: no global batch)."""
         micro = self.micro_batch(candidate)
-        if self.global_batch is None or not micro:
-            return None
-        return self.global_batch.accumulation(micro)
+        return self.global_batch.per_rank // micro if self.global_batch and micro else None
 
-    def saving(self, candidate: Candidate) -> Candidate | None:
-        """The candidate with activation checkpointing on, where it is off and the space has
-        it: the same batch in less memory, for one more forward pass."""
-        key = self.checkpointing
-        if key is None or candidate[key.name] not in OFF:
+    def checkpointed(self, candidate: Candidate, on: bool = True) -> Candidate | None:
+        """The candidate with activation checkpointing switched on (the same batch in less memory,
+        for one more forward pass) or off, where the space has it and it is the other way now."""
+        key = next((k for k in self.keys if k.role == CHECKPOINT), None)
+        if key is None or (candidate[key.name] in OFF) != on:
             return None
-        on = [v for v in key.listed() if v not in OFF]
-        return candidate.with_(key.name, on[0]) if on else None
-
-    def plainer(self, candidate: Candidate) -> Candidate | None:
-        """The candidate without activation checkpointing, where it is on."""
-        key = self.checkpointing
-        if key is None or candidate[key.name] in OFF:
-            return None
-        off = [v for v in key.listed() if v in OFF]
-        return candidate.with_(key.name, off[0]) if off else None
+        found = [v for v in key.listed() if (v in OFF) != on]
+        return candidate.with_(key.name, found[0]) if found else None
 
     def grid_points(self) -> int:
         """The exhaustive grid's size (an interval counted as its listed values)."""
@@ -260,7 +227,7 @@ class Space:
 
     def simplicity(self, candidate: Candidate) -> tuple[float, ...]:
         ordered = sorted(self.keys, key=lambda k: (_ROLE_PRIORITY[k.role], self.keys.index(k)))
-        return tuple(part for k in ordered for part in k.simplicity(candidate[k.name]))
+        return tuple(k.simplicity(candidate[k.name]) for k in ordered)
 
     def memory_twin(self, a: Candidate, b: Candidate) -> bool:
         """`b` needs at least `a`'s device memory at the same batch: equal but for batch and
@@ -270,17 +237,9 @@ class Space:
                                               and b[k.name] in OFF)
                    for k in self.keys if k.role not in (BATCH, LOADER))
 
-    def as_list(self) -> list[dict[str, object]]:
-        return [k.as_dict() for k in self.keys]
-
-    @classmethod
-    def from_list(cls, raw: list[dict], global_batch: dict | None = None) -> Space:
-        return cls(tuple(Key.from_dict(k) for k in raw), GlobalBatch.from_dict(global_batch))
-
 
 def role_of(name: str, loader_keys: tuple[str, ...]) -> str:
-    roles = {"batch_size": BATCH, "precision": PRECISION, "compile": COMPILE,
-             CHECKPOINT_KEY: CHECKPOINT}
+    roles = {"batch_size": BATCH, "precision": PRECISION, "compile": COMPILE, CHECKPOINT_KEY: CHECKPOINT}
     return roles.get(name, LOADER if name in loader_keys else OTHER)
 
 

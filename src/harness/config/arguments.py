@@ -1,19 +1,22 @@
 """The arguments of every `_target_` checked against its constructor before anything is built:
 each key a parameter (a class whose `**kwargs` reach no base class takes any key), each leaf
-value fitting its type hint as pydantic's lax mode judges it (loaded here, never for --help)."""
+value fitting its type hint (config.checks: pydantic, loaded on the first check, never for --help)."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import functools
+import dis
 import inspect
+import logging
+import types
+import typing
 from collections.abc import Iterator
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from harness.config.checks import typed
+from harness.config.checks import check, typed
 from harness.errors import ConfigError
 
 _KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -56,7 +59,11 @@ def parameters(target: Any) -> tuple[dict[str, inspect.Parameter], bool]:
     callables = ([k.__dict__["__init__"] for k in inspect.getmro(target) if "__init__" in k.__dict__]
                  if inspect.isclass(target) else [target])
     for function in callables:
-        signature = _signature(function)
+        signature = None
+        for eval_str in (True, False):  # a hint that does not evaluate: keep the names
+            with contextlib.suppress(NameError, TypeError, SyntaxError, ValueError):
+                signature = inspect.signature(function, eval_str=eval_str)
+                break
         if signature is None:
             return found, True  # a builtin or C extension: nothing to check against
         params = list(signature.parameters.values())
@@ -75,8 +82,6 @@ def parameters(target: Any) -> tuple[dict[str, inspect.Parameter], bool]:
 
 def _passes_on(function: Any, name: str) -> bool:
     """Whether `function`'s body reads its `**name` (one without code is taken to)."""
-    import dis
-
     try:
         instructions = list(dis.get_instructions(inspect.unwrap(function)))
     except TypeError:
@@ -85,33 +90,11 @@ def _passes_on(function: Any, name: str) -> bool:
         name == i.argval or (isinstance(i.argval, tuple) and name in i.argval)) for i in instructions)
 
 
-def _signature(function: Any) -> inspect.Signature | None:
-    for eval_str in (True, False):  # a hint that does not evaluate: keep the names
-        with contextlib.suppress(NameError, TypeError, SyntaxError, ValueError):
-            return inspect.signature(function, eval_str=eval_str)
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _adapter(annotation: Any) -> Any:
-    from pydantic import ConfigDict, TypeAdapter
-
-    try:
-        # YAML reads `name: 2024` as a number; a str parameter takes it all the same.
-        return TypeAdapter(annotation, config=ConfigDict(coerce_numbers_to_str=True))
-    except Exception:  # PydanticSchemaGenerationError and kin: an arbitrary class
-        try:
-            return TypeAdapter(annotation)  # a type with a config of its own
-        except Exception:
-            return None
-
-
 def type_text(annotation: Any) -> str:
     """A type hint as a reader says it: `int or None`, `one of 'a', 'b'`."""
-    import types
-    import typing
-
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return type_text(args[0])
     if origin in (typing.Union, types.UnionType):
         return " or ".join(type_text(arg) for arg in args)
     if origin is typing.Literal:
@@ -123,13 +106,20 @@ def type_text(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
-def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = False) -> None:
-    """Raise a ConfigError naming `key.<argument>` for the first argument `target` refuses."""
-    from pydantic import ValidationError
+def _builds(value: Any) -> bool:
+    """Whether a container holds a `_target_` node: what Hydra builds is the constructor's."""
+    if isinstance(value, dict):
+        return "_target_" in value or any(map(_builds, value.values()))
+    return isinstance(value, list) and any(map(_builds, value))
 
+
+def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = False) -> None:
+    """Raise a ConfigError naming `key.<argument>` for the first argument `target` refuses:
+    harness's own constructors strictly (config.checks), others as pydantic's lax mode judges."""
     params, open_ended = parameters(target)
     names = ", ".join(params) if len(params) <= 10 else f"{len(params)} arguments"
     name_of = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
+    lax = not name_of.startswith("harness.")
     for name in node:
         name = str(name)
         if name.startswith("_"):  # _target_, _partial_, _convert_, _recursive_, _args_
@@ -141,27 +131,28 @@ def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = Fal
                 continue
             close = difflib.get_close_matches(name, list(params), n=1)
             fix = f"{key}.{close[0]}={node.get(name)}" if close else f"remove {key}.{name}"
-            raise ConfigError(f"{key}.{name}", node.get(name),
-                              f"an argument of {name_of} ({names})", fix)
+            raise ConfigError(f"{key}.{name}", node.get(name), f"an argument of {name_of} ({names})", fix)
         value, annotation, default = node.get(name), params[name].annotation, params[name].default
-        if (isinstance(value, (DictConfig, ListConfig))  # nested targets, containers: the constructor's
-                or annotation in (inspect.Parameter.empty, Any)
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+        if (_builds(value) or annotation in (inspect.Parameter.empty, Any)
                 or (value is None and default is None)):  # `lr: float = None`: None is the default
             continue
-        try:
-            adapter = _adapter(annotation)
-        except TypeError:  # an unhashable hint
-            adapter = _adapter.__wrapped__(annotation)
-        if adapter is None:
-            continue
-        try:
-            adapter.validate_python(value)
-        except ValidationError as err:
-            example = (typed(default) if default not in (inspect.Parameter.empty, None)
-                       else f"<{type_text(annotation)}>")
-            raise ConfigError(f"{key}.{name}", value,
-                              f"{type_text(annotation)} ({name_of}: {err.errors()[0]['msg']})",
-                              f"{key}.{name}={example}") from None
+        example = (typed(default) if default not in (inspect.Parameter.empty, None)
+                   else f"<{type_text(annotation)}>")
+        check(f"{key}.{name}", value, annotation, example, lax=lax)
+    if interpolated and hasattr(target, "argument_rules"):
+        _check_rules(key, target, node, params)
+
+
+def _check_rules(key: str, target: Any, node: DictConfig, params: dict[str, inspect.Parameter]) -> None:
+    """A constructor's rules across its arguments: `target.argument_rules(**arguments)` gives
+    {argument: (hint, example)} for the arguments whose hint depends on others' values."""
+    arguments = {name: p.default for name, p in params.items() if p.default is not p.empty}
+    arguments.update((str(name), node.get(name)) for name in node if not str(name).startswith("_"))
+    for name, (hint, example) in target.argument_rules(**arguments).items():
+        if name in arguments:  # else a subclass fixes it
+            check(f"{key}.{name}", arguments[name], hint, example)
 
 
 def check_arguments(targets: list[tuple[str, Any, DictConfig]]) -> None:
@@ -169,3 +160,23 @@ def check_arguments(targets: list[tuple[str, Any, DictConfig]]) -> None:
     for interpolated in (False, True):
         for key, target, node in targets:
             check_node(key, target, node, interpolated)
+
+
+def drop_replaced_arguments(targets: list[tuple[str, Any, DictConfig]], overrides: list[str]) -> None:
+    """`model._target_=mypkg.Model` (or `data._target_=`) typed: the replaced class's arguments the new
+    one does not take are dropped, said in one line; those typed stay and are checked (docs/own-model.md)."""
+    typed = [o.lstrip("+") for o in map(str, overrides)]
+    for key, target, node in targets:
+        if key not in ("model", "data") or not any(o.startswith(f"{key}._target_=") for o in typed):
+            continue
+        params, open_ended = parameters(target)
+        given = {o.partition("=")[0].split(".", 2)[1] for o in typed if o.startswith(f"{key}.")}
+        dropped = [name for name in map(str, node) if not name.startswith("_")
+                   and name not in params and name not in given and not open_ended]
+        if dropped:
+            with open_dict(node):
+                for name in dropped:
+                    del node[name]
+            logging.getLogger(__name__).info("%s._target_=%s: the arguments of the %s it replaced that it"
+                                             " does not take are left out: %s", key, node._target_, key,
+                                             ", ".join(dropped))

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from harness.config.arguments import check_arguments, drop_replaced_arguments
+from harness.config.knobs import Knobs, SweepSettings, check_ranks_fit, check_trainer_keys, read_knobs
 from harness.config.overrides import ROUND_KEY
+from harness.config.targets import check_one_profiler, check_targets, put_start_directory_on_path
 from harness.errors import ConfigError, first_line
 
 # Top-level keys harness itself adds with `+`: the rounds sweeper's round of a job.
@@ -23,29 +31,20 @@ TYPO_CUTOFF = 0.75
 
 def check_resolves(cfg: DictConfig) -> None:
     """Raise a ConfigError naming the first key that does not resolve (`${nope}`, `???`)."""
-    from omegaconf.errors import OmegaConfBaseException
-
     written = OmegaConf.to_container(cfg, resolve=False)
     keys = [str(k) for k in cfg if k != "hydra"]
-    scalars_first = sorted(keys, key=lambda k: isinstance(written.get(k), (dict, list)))
-    for key in scalars_first:
+    for key in sorted(keys, key=lambda k: isinstance(written.get(k), (dict, list))):  # scalars first
         try:
             value = cfg[key]
             if isinstance(value, (DictConfig, ListConfig)):
                 OmegaConf.to_container(value, resolve=True)
         except OmegaConfBaseException as err:
             where = str(getattr(err, "full_key", None) or key)
-            raise ConfigError(
-                where, _raw(written, where), f"a value that resolves, but {first_line(err, False)}",
-                f"give {where} a value, or an interpolation ${{...}} of a key that exists",
-            ) from None
-
-
-def _raw(written: dict[str, Any], key: str) -> Any:
-    node: Any = written
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
+            raw = functools.reduce(lambda node, part: node.get(part) if isinstance(node, dict) else None,
+                                   where.split("."), written)  # the value as written
+            raise ConfigError(where, raw, f"a value that resolves, but {first_line(err, False)}",
+                              f"give {where} a value, or an interpolation ${{...}} of a key that"
+                              " exists") from None
 
 
 def check_added_keys(overrides: Iterable[str], keys: Iterable[str]) -> None:
@@ -59,24 +58,32 @@ def check_added_keys(overrides: Iterable[str], keys: Iterable[str]) -> None:
     for name, value in added.items():
         close = "." not in name and difflib.get_close_matches(name, known, n=1, cutoff=TYPO_CUTOFF)
         if close:
-            raise ConfigError(f"+{name}", value,
-                              f"a key the config has (did you mean {close[0]}?)",
+            raise ConfigError(f"+{name}", value, f"a key the config has (did you mean {close[0]}?)",
                               f"{close[0]}={value} (or ++{name}={value} to add it anyway)")
 
 
-def check_job(cfg: DictConfig, overrides: list[str]) -> list[tuple[str, Any, DictConfig]]:
-    """A job's config checked before compute (but its profiler list); returns check_targets' list."""
-    from harness.config.arguments import check_arguments
-    from harness.config.knobs import check_trainer_keys, read_knobs
-    from harness.config.targets import check_targets
+@dataclass(frozen=True)
+class CheckedJob:
+    """What the checks of a job found: its knobs, its sweep settings, its imported targets."""
 
-    read_knobs(cfg)
+    knobs: Knobs
+    sweep: SweepSettings
+    targets: list[tuple[str, Any, DictConfig]]  # (key, class, node) of each _target_
+
+
+def check_job(cfg: DictConfig, overrides: list[str]) -> CheckedJob:
+    """Every check of a job's config before compute, each a one-line ConfigError (docs/architecture.md)."""
+    check_resolves(cfg)
+    knobs, sweep = read_knobs(cfg), SweepSettings.read(cfg)
     check_added_keys(overrides, cfg.keys())
     check_trainer_keys(cfg)
+    check_ranks_fit(cfg)
     with code_dir_imports(cfg):
         targets = check_targets(cfg)
+        drop_replaced_arguments(targets, overrides)
         check_arguments(targets)
-    return targets
+    check_one_profiler(targets)
+    return CheckedJob(knobs, sweep, targets)
 
 
 @contextlib.contextmanager
@@ -87,7 +94,13 @@ def code_dir_imports(cfg: DictConfig) -> Iterator[None]:
     from harness.config.knobs import CODE_DIR_CHILD, code_dir_of
 
     directory = code_dir_of(cfg)
-    if directory is None or os.environ.get(CODE_DIR_CHILD) == "1":
+    if directory is None:
+        yield
+        return
+    put_start_directory_on_path()  # there already, so the tree goes ahead of it
+    if os.environ.get(CODE_DIR_CHILD) == "1":  # the job's own process: the tree stays first
+        if str(directory) not in sys.path[:1]:
+            sys.path.insert(0, str(directory))
         yield
         return
     before, where = set(sys.modules), str(directory)
@@ -106,8 +119,6 @@ def code_dir_imports(cfg: DictConfig) -> Iterator[None]:
 @contextlib.contextmanager
 def hydra_config(cfg: DictConfig) -> Iterator[None]:
     """Within the block, `${hydra:...}` resolves against `cfg` (as in its job)."""
-    from hydra.core.hydra_config import HydraConfig
-
     holder = HydraConfig.instance()
     before = holder.cfg
     holder.set_config(cfg)
@@ -118,12 +129,9 @@ def hydra_config(cfg: DictConfig) -> Iterator[None]:
 
 
 def check_values(config: DictConfig, values: dict[str, list[str]], fixed: list[str],
-                 check: Callable[[DictConfig, list[str]], Any] = check_job,
-                 loader: Any = None) -> None:
+                 check: Callable[[DictConfig, list[str]], Any] = check_job) -> None:
     """Before a sweep's first job: each swept value composed with `fixed` and checked by `check`."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    loader = loader or GlobalHydra.instance().config_loader()
+    loader = GlobalHydra.instance().config_loader()
     for key, listed in values.items():
         for value in listed:
             overrides = [*fixed, f"{key}={value}"]

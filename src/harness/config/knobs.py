@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from harness.config.checks import NonNegativeInt, PositiveInt, check
-from harness.config.global_batch import accumulation
+from annotated_types import Ge, Lt, MinLen
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config.checks import NonNegativeInt, PositiveInt, PositiveNumber, Share, check, read_fields
+from harness.config.global_batch import accumulation, world_size
 from harness.config.overrides import ROUND_KEY
 from harness.errors import ConfigError
+from harness.judge import TOLERANCE
 
 # Lightning's precision setting for each spelling: its own (16-mixed, 16) and ours (fp16).
 PRECISIONS: dict[str, str] = {name: setting for setting, names in {
@@ -20,6 +26,32 @@ FP16 = ("fp16", "16", "16-mixed")  # Lightning runs these as bf16-mixed on a CPU
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OFF, ON = ("false", "off", "none", "no"), ("true", "on", "yes")  # None, False, True as typed
 MODES = ("train", "inference", "both")
+AUTO = "auto"  # repeat=auto: rounds of a sweep until decided; sweep.threads=auto
+MIN_ROUNDS = 6  # the pairs a paired 95 % interval needs (harness.judge.signed_rank_cut)
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """The `sweep:` settings of conf/config.yaml (docs/sweeps.md), each checked against its hint."""
+
+    max_rounds: Annotated[int, Ge(MIN_ROUNDS)] = 30
+    max_minutes: PositiveNumber | None = 15
+    decide_within: Share = TOLERANCE
+    threads: Literal["auto"] | PositiveInt | None = AUTO
+
+    @classmethod
+    def read(cls, config: Any) -> SweepSettings:
+        node = config.get("sweep")
+        raw = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else None
+        return read_fields(cls, raw, "sweep.", "conf/config.yaml")
+
+
+def repeat_of(config: Any, typed: Any = None) -> int | str:
+    """`repeat`: `typed` (the command line's), else the config's; AUTO or N >= 1."""
+    value = typed if typed is not None else config.get("repeat", 1)
+    if str(value).strip().lower() == AUTO:
+        return AUTO
+    return check("repeat", value, PositiveInt | Literal["auto"], "3")
 
 
 @dataclass(frozen=True)
@@ -33,12 +65,13 @@ class Knobs:
     compile_module: str
     mode: str
     seed: int
-    repeat: int  # measurements of this point (see harness.run.repeat)
+    repeat: int | str  # measurements of this point (run.measure), or AUTO (a sweep's rounds)
     check_knobs: bool = True  # what ran must match the knobs the user set (harness.run.observe)
     global_batch_size: int | None = None  # examples per optimizer step, all ranks (None: unset)
     accumulation: int | None = None  # the trainer.accumulate_grad_batches it sets (config.global_batch)
     # False, True (the model's repeated blocks) or class names (harness.run.checkpointing)
     activation_checkpointing: bool | tuple[str, ...] = False
+    scaling: str | None = None  # scaling.mode: weak | strong (a scaling study), None: none
 
     @property
     def trains(self) -> bool:
@@ -54,22 +87,19 @@ class Knobs:
 
 def parse_compile(value: Any) -> str | bool:
     """The torch.compile mode of the compile knob, or False when off."""
-    text = check("compile", str(value).strip().lower(), Literal[(*OFF, *ON, *COMPILE_MODES)], "true",
-                 "false, true or a torch.compile mode: " + ", ".join(COMPILE_MODES))
+    text = check("compile", str(value).strip().lower(), Literal[(*OFF, *ON, *COMPILE_MODES)], "true")
     return False if text in OFF else "default" if text in ON else text
 
 
 def parse_checkpointing(value: Any) -> bool | tuple[str, ...]:
-    """activation_checkpointing: False, True, or the names of the classes to wrap (a bare name
-    is a list of one)."""
+    """activation_checkpointing: False, True, or the class names to wrap (a bare name is a list of one)."""
     if value is None or isinstance(value, bool):
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in (*OFF, *ON):
         return value.strip().lower() in ON
     names = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else value
     return tuple(check("activation_checkpointing", names,
-                       Annotated[tuple[Annotated[str, ">= 1"], ...], ">= 1"], "[Block]",
-                       "false, true (the model's repeated blocks) or a list of module class names"))
+                       Annotated[list[Annotated[str, MinLen(1)]], MinLen(1)], "[Block]"))
 
 
 def read_knobs(cfg: Any) -> Knobs:
@@ -78,33 +108,41 @@ def read_knobs(cfg: Any) -> Knobs:
     batch_size = check("batch_size", cfg.get("batch_size"), PositiveInt, 32)
     global_batch = check("global_batch_size", cfg.get("global_batch_size"), PositiveInt | None, 128)
     return Knobs(
-        batch_size=batch_size,
-        precision=precision,
+        batch_size=batch_size, precision=precision,
         lightning_precision=PRECISIONS[check("precision", precision.strip().lower(),
                                              Literal[tuple(PRECISIONS)], "bf16")],
         compile=parse_compile(cfg.get("compile")),
-        compile_module=check("compile_module", cfg.get("compile_module"),
-                             Annotated[str, ">= 1", "the attribute name of the network"], "net"),
+        compile_module=check("compile_module", cfg.get("compile_module"), Annotated[str, MinLen(1)], "net"),
         mode=check("mode", cfg.get("mode"), Literal[MODES], "both"),
         # numpy's generators take seeds in [0, 2**32): Lightning seeds numpy with it.
-        seed=check("seed", cfg.get("seed"), Annotated[int, ">= 0", f"< {2**32}"], 0),
-        # auto: rounds of a sweep until decided (its sweeper gives each job repeat=1)
-        repeat=1 if str(cfg.get("repeat")).lower() == "auto" else check(
-            "repeat", cfg.get("repeat", 1), PositiveInt, 3,
-            "a positive integer (runs of each point), or auto in a sweep"),
+        seed=check("seed", cfg.get("seed"), Annotated[int, Ge(0), Lt(2**32)], 0),
+        repeat=repeat_of(cfg),  # auto: a sweep's rounds (its sweeper gives each job repeat=1)
         check_knobs=check("check_knobs", cfg.get("check_knobs", True), bool, "true"),
-        global_batch_size=global_batch,
-        accumulation=accumulation(cfg, batch_size, global_batch),
+        global_batch_size=global_batch, accumulation=accumulation(cfg, batch_size, global_batch),
         activation_checkpointing=parse_checkpointing(cfg.get("activation_checkpointing", False)),
-    )
+        scaling=scaling_mode(cfg, global_batch))
+
+
+def scaling_mode(cfg: Any, global_batch: int | None) -> str | None:
+    """`scaling.mode`, checked against the global batch: strong holds one, weak grows it."""
+    node = cfg.get("scaling")
+    mode = check("scaling.mode", node.get("mode") if hasattr(node, "get") else None,
+                 Literal["weak", "strong"] | None, "weak")
+    if mode == "strong" and global_batch is None:
+        raise ConfigError("scaling.mode", mode, "weak, or strong with global_batch_size set:"
+                          " strong scaling holds the global batch as the ranks grow",
+                          "global_batch_size=256 (a multiple of batch_size x every world size)")
+    if mode == "weak" and global_batch is not None:
+        raise ConfigError("scaling.mode", mode, "strong beside global_batch_size: weak scaling holds the"
+                          " batch per rank and lets the global batch grow",
+                          "scaling.mode=strong, or drop global_batch_size")
+    return mode
 
 
 # Trainer arguments harness fills in from its own keys: set there, they would be overwritten.
-OWNED_TRAINER_KEYS = {
-    "precision": "the top-level knob: precision=bf16",
-    "logger": "the logger group: logger=mlflow or logger=none",
-    "profiler": "the profiler group: profiler=[speed,simple]",
-}
+OWNED_TRAINER_KEYS = {"precision": "the top-level knob: precision=bf16",
+                      "logger": "the logger group: logger=mlflow or logger=none",
+                      "profiler": "the profiler group: profiler=[speed,simple]"}
 
 
 def check_trainer_keys(cfg: Any) -> None:
@@ -114,33 +152,29 @@ def check_trainer_keys(cfg: Any) -> None:
         return
     for key, instead in OWNED_TRAINER_KEYS.items():
         if key in trainer:
-            raise ConfigError(f"trainer.{key}", trainer.get(key),
-                              f"nothing: harness sets it from {instead.split(':')[0]}",
-                              f"remove trainer.{key} and use {instead}")
+            raise ConfigError(f"trainer.{key}", trainer.get(key), f"nothing: harness sets it from"
+                              f" {instead.split(':')[0]}", f"remove trainer.{key} and use {instead}")
     check_strategy(trainer.get("strategy"))
     check_accelerator(trainer.get("accelerator"))
 
 
 def check_accelerator(accelerator: Any) -> None:
     """Refuse an accelerator this machine lacks (`gpu` on a CPU); unknown names are Lightning's."""
-    if not isinstance(accelerator, str) or accelerator.lower() in ("auto", "cpu"):
+    name = accelerator.lower() if isinstance(accelerator, str) else "auto"
+    if name in ("auto", "cpu"):
         return
     from lightning.pytorch.accelerators import AcceleratorRegistry
 
     def has(name: str) -> bool:
-        return name in AcceleratorRegistry and bool(
-            AcceleratorRegistry[name]["accelerator"].is_available())
+        return name in AcceleratorRegistry and bool(AcceleratorRegistry[name]["accelerator"].is_available())
 
-    name = accelerator.lower()
-    if name not in AcceleratorRegistry and name != "gpu":
-        return
-    if has("cuda") or has("mps") if name == "gpu" else has(name):
+    wanted = ("cuda", "mps") if name == "gpu" else (name,)
+    if (name != "gpu" and name not in AcceleratorRegistry) or any(map(has, wanted)):
         return
     here = [n for n in AcceleratorRegistry if has(n)]
-    raise ConfigError(
-        "trainer.accelerator", accelerator,
-        f"an accelerator this machine has (here: {', '.join(here) or 'none'})",
-        "trainer.accelerator=auto (or cpu), or run on a machine with that device")
+    raise ConfigError("trainer.accelerator", accelerator, f"an accelerator this machine has (here:"
+                      f" {', '.join(here) or 'none'})", "trainer.accelerator=auto (or cpu), or run on a"
+                      " machine with that device")
 
 
 # Start methods (ddp_spawn, ddp_fork, ddp_notebook) whose fit runs in processes with copies of
@@ -162,12 +196,10 @@ def check_strategy(strategy: Any) -> None:
     else:
         return
     if start_method in UNMEASURABLE_START_METHODS:
-        raise ConfigError(
-            "trainer.strategy", shown,
-            f"a strategy harness can measure: start_method={start_method} runs the fit in"
-            " processes Lightning starts with multiprocessing, whose steps the presets do not"
-            " see", "trainer.strategy=ddp (each rank a process of its own; harness gathers"
-            " their figures)")
+        raise ConfigError("trainer.strategy", shown, f"a strategy harness can measure: start_method="
+                          f"{start_method} runs the fit in processes Lightning starts with multiprocessing,"
+                          " whose steps the presets do not see", "trainer.strategy=ddp (each rank a process"
+                          " of its own; harness gathers their figures)")
 
 
 CODE_DIR_CHILD = "HARNESS_CODE_DIR_CHILD"  # set in the fresh process a code_dir job runs in
@@ -219,14 +251,41 @@ def runnable(key: str, values: Iterable[str], here: Here) -> tuple[list[str], st
     return list(values), ""
 
 
+def check_ranks_fit(cfg: Any) -> None:
+    """A scaling study's ranks per node against the node the check runs on (a SLURM sweep's are
+    checked on their own nodes): more GPU ranks than GPUs is a ConfigError; more CPU ranks than
+    cores runs, said once (the ranks then share cores: their timings hold the contention)."""
+    trainer = cfg.get("trainer") or {}
+    launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="")).lower()
+    if (cfg.get("scaling") or {}).get("mode") is None or (
+            "slurm" in launcher and "SLURM_JOB_ID" not in os.environ):
+        return
+    devices = (world_size(trainer) or 1) // max(int(trainer.get("num_nodes") or 1), 1)
+    accelerator = str(trainer.get("accelerator") or "auto").lower()
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and cuda_here(cfg)):
+        import torch
+
+        if devices > (gpus := torch.cuda.device_count()):
+            raise ConfigError("trainer.devices", trainer.get("devices"),
+                              f"at most {gpus}: this node has {gpus} GPU(s), one a rank",
+                              f"trainer.devices={gpus}, or hydra/launcher=slurm with more nodes")
+        return
+    from harness.contention import affinity
+
+    if devices > (cores := len(affinity() or range(os.cpu_count() or 1))):
+        logging.getLogger(__name__).warning(
+            "trainer.devices=%s: %d CPU ranks on %d cores share them: their timings hold that contention"
+            " (a scaling study on a CPU gives each rank a core of its own)", trainer.get("devices"), devices,
+            cores)
+
+
 def check_device(values: dict[str, list[str]], here: Here) -> None:
     """Refuse, before any job of a sweep, a swept value the jobs' device cannot run."""
     for key, expected, fix in (
-            ("precision", "a precision this machine runs: it has no GPU, and {} (the jobs would be"
-             " invalid)", "drop it, e.g. precision=fp32,bf16, or run the jobs on a GPU node"
-             " (hydra/launcher=slurm)"),
-            ("compile", "compile=false here: {}", "install g++ (or set CXX), or drop compile from"
-             " the space")):
+            ("precision", "a precision this machine runs: it has no GPU, and {} (the jobs would be invalid)",
+             "drop it, e.g. precision=fp32,bf16, or run the jobs on a GPU node (hydra/launcher=slurm)"),
+            ("compile", "compile=false here: {}", "install g++ (or set CXX), or drop compile from the"
+             " space")):
         kept, why = runnable(key, values.get(key, ()), here)
         refused = [v for v in values.get(key, ()) if v not in kept]
         if refused:

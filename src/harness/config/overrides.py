@@ -7,8 +7,14 @@ from typing import Any
 
 ROUND_KEY = "sweep_round"  # the round of a repeated sweep, in each job's overrides
 AUTOTUNE_STAGE = "autotune_stage"  # the stage of an autotune sweep that ran the job
+# Keys whose values are repeats of one point, not variants (`seed=0,1,2`: three samples each).
+REPEAT_KEYS = ("seed", ROUND_KEY)
 # Overrides that say how a point was measured, not which point.
 MEASUREMENT_KEYS = ("repeat", ROUND_KEY, AUTOTUNE_STAGE)
+# Every key a job's overrides may get from autotune (beside repeat, the round and the stage).
+SET_BY_AUTOTUNE = ("mode", "trainer.max_steps", "trainer.max_epochs", "trainer.limit_val_batches",
+                   "trainer.limit_predict_batches", "profiler.speed.warmup_steps",
+                   "data.train_batches", "data.predict_batches")
 
 
 def as_typed(overrides: Any) -> list[str]:

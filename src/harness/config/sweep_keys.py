@@ -61,10 +61,7 @@ def job_label(overrides: Iterable[str], swept: Iterable[str]) -> str:
     swept = [key for key in swept if key in settings and key != ROUND_KEY]
     parts = ([short_setting(key, settings[key]) for key in swept] if swept
              else [f"{k}={v}" for k, v in settings.items() if k != ROUND_KEY])
-    label = ",".join(parts)
-    if ROUND_KEY in settings:
-        label += f" (round {settings[ROUND_KEY]})"
-    return label
+    return ",".join(parts) + (f" (round {settings[ROUND_KEY]})" if ROUND_KEY in settings else "")
 
 
 # MLflow's runs table shows about 14 characters of a child run's name.
@@ -81,12 +78,10 @@ def run_name(overrides: Iterable[str], swept: Iterable[str]) -> str:
     settings = parse_overrides(overrides)
     swept = [key for key in swept if key in settings and key != ROUND_KEY]
     parts = [short_setting(short_key(key), settings[key]) for key in swept]
-    if ROUND_KEY in settings:
-        parts.append(f"r{settings[ROUND_KEY]}")
+    parts += [f"r{settings[ROUND_KEY]}"] if ROUND_KEY in settings else []
     return " ".join(parts) or job_label(overrides, [])
 
 
 def sweep_run_name(swept: Iterable[str], named: str | None = None) -> str:
     """The sweep's parent run: 'bs x precision (sweep)', or 'physicsnemo (sweep)'."""
-    keys = " x ".join(short_key(key) for key in swept)
-    return f"{named or keys or 'sweep'} (sweep)"
+    return f"{named or ' x '.join(short_key(key) for key in swept) or 'sweep'} (sweep)"

@@ -28,9 +28,7 @@ STATE = _State()
 
 def _check(kind: str) -> None:
     if kind not in KINDS:
-        raise ValueError(
-            f"unknown instrumentation kind {kind!r}: expected one of {', '.join(KINDS)}"
-        )
+        raise ValueError(f"unknown instrumentation kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
 def nvtx_backend() -> tuple[Callable[[str], Any], Callable[[], Any]] | None:
@@ -58,9 +56,7 @@ def enable(kind: str) -> bool:
 
         STATE.record_function = record_function
     elif kind == "nvtx" and STATE.nvtx_push is None:
-        backend = nvtx_backend()
-        if backend is not None:
-            STATE.nvtx_push, STATE.nvtx_pop = backend
+        STATE.nvtx_push, STATE.nvtx_pop = nvtx_backend() or (None, None)
     _refresh()
     return is_enabled(kind)
 
@@ -68,10 +64,8 @@ def enable(kind: str) -> bool:
 def disable(kind: str) -> None:
     """Undo one `enable(kind)`; the kind goes off when every enable has been undone."""
     _check(kind)
-    if STATE.counts[kind] == 0:
-        return
-    STATE.counts[kind] -= 1
-    if STATE.counts[kind] == 0:
+    STATE.counts[kind] = max(0, STATE.counts[kind] - 1)
+    if STATE.counts[kind] == 0:  # at 0 before, it was off already
         if kind == "record_function":
             STATE.record_function = None
         else:
@@ -81,16 +75,12 @@ def disable(kind: str) -> None:
 
 def is_enabled(kind: str) -> bool:
     _check(kind)
-    if kind == "record_function":
-        return STATE.record_function is not None
-    return STATE.nvtx_push is not None
+    return (STATE.record_function if kind == "record_function" else STATE.nvtx_push) is not None
 
 
 def reset() -> None:
     """Everything off, whatever the counts (a new job in the same process)."""
-    STATE.counts = dict.fromkeys(KINDS, 0)
-    STATE.record_function = STATE.nvtx_push = STATE.nvtx_pop = None
-    _refresh()
+    STATE.__init__()
 
 
 @contextmanager

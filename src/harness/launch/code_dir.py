@@ -8,7 +8,6 @@ import contextlib
 import logging
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,39 +28,49 @@ def in_child() -> bool:
     return os.environ.get(CODE_DIR_CHILD) == "1"
 
 
+def sweep_dir() -> Path | None:
+    """The directory of the sweep this job is part of (SWEEP_ENV in a sweep job's fresh process);
+    None in a single run."""
+    if os.environ.get(SWEEP_ENV):
+        return Path(os.environ[SWEEP_ENV])
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return Path(str(HydraConfig.get().sweep.dir))
+
+
 def run_in_code_dir(cfg: Any, run_dir: Path, overrides: list[str], result: RunResult,
-                    sweep_dir: Path | None, threads: int | None) -> RunResult | None:
+                    threads: int | None) -> RunResult | None:
     """The fresh process's RunResult once the job ran there; None to run it here: no code_dir,
     or this is that process (then `code_dir` goes first on sys.path and into `result`)."""
     directory = code_dir_of(cfg)
     if directory is None:
         return None
-    if in_child():
-        sys.path.insert(0, str(directory))  # before the script's own directory, too
+    if in_child():  # the checks put the tree first on the import path (config.composed)
         commit, dirty = git_commit(directory)
         result.code_dir = str(directory)
         result.code_commit = commit and commit + ("+dirty" if dirty else "")
         return None
+    # PYTHONPATH: the DDP ranks the child starts import it too
     env = {**os.environ, CODE_DIR_CHILD: "1",
-           "PYTHONPATH": os.pathsep.join([str(directory), *filter(None, [
-               os.environ.get("PYTHONPATH")])])}  # DDP ranks the child starts import it too
-    if sweep_dir is not None:
-        env[SWEEP_ENV] = str(sweep_dir)
+           "PYTHONPATH": os.pathsep.join([str(directory), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    if (sweep := sweep_dir()) is not None:
+        env[SWEEP_ENV] = str(sweep)
     if threads is not None:  # OpenMP sizes its pool when the process starts
         env["OMP_NUM_THREADS"] = str(threads)
     command = rerun_command(overrides, run_dir, config_args=same_config_arguments())
-    log.info("code_dir=%s: running this job in a fresh process:\n  %s", directory,
-             " ".join(command))
+    log.info("code_dir=%s: running this job in a fresh process:\n  %s", directory, " ".join(command))
     run_dir.mkdir(parents=True, exist_ok=True)
     # A sweep's job says its outcome in one line; the child's own output goes to a file.
-    with (open(run_dir / CHILD_LOG, "w") if sweep_dir is not None
-          else contextlib.nullcontext()) as output:
+    with (open(run_dir / CHILD_LOG, "w") if sweep is not None else contextlib.nullcontext()) as output:
         returncode = subprocess.run(command, env=env, stdout=output,
                                     stderr=subprocess.STDOUT if output else None).returncode
     if not (run_dir / RESULT_FILE).is_file():
         raise HarnessError(f"code_dir: the job's fresh process ended (exit status {returncode})"
                            f" without writing {run_dir / RESULT_FILE}; see its output"
-                           + (f" in {run_dir / CHILD_LOG}" if sweep_dir is not None else ""))
+                           + (f" in {run_dir / CHILD_LOG}" if sweep is not None else ""))
     return load_result(run_dir)
 
 

@@ -13,7 +13,7 @@ from harness import private_api
 from harness.config.overrides import as_typed
 from harness.errors import HarnessError
 from harness.launch.hydra_args import rerun_command, same_config_arguments
-from harness.launch.rank_processes import watch_ranks
+from harness.launch.rank_processes import start_ranks, watch_ranks
 from harness.launch.slurm import launcher_mismatch
 from harness.result.schema import RunResult
 
@@ -31,32 +31,26 @@ def child_command(local_rank: int) -> tuple[Sequence[str], str]:
 def distributed_facts(trainer: Any) -> dict[str, Any]:
     """How the Trainer spreads the run: result.json's `distributed` block."""
     environment = getattr(trainer.strategy, "cluster_environment", None)
-    return {
-        "strategy": type(trainer.strategy).__name__,
-        "num_nodes": trainer.num_nodes,
-        "devices_per_node": trainer.num_devices,
-        "cluster_environment": type(environment).__name__ if environment is not None else None,
-    }
-
-
-MULTIPROCESSING_LAUNCHERS = "lightning.pytorch.strategies.launchers.multiprocessing"
+    return {"strategy": type(trainer.strategy).__name__, "num_nodes": trainer.num_nodes,
+            "devices_per_node": trainer.num_devices,
+            "cluster_environment": type(environment).__name__ if environment is not None else None}
 
 
 def fits_in_other_processes(trainer: Any) -> bool:
     """Whether the fit runs in processes multiprocessing starts (ddp_spawn, ddp_fork, ddp_notebook)."""
     launcher = getattr(trainer.strategy, "launcher", None)
-    return launcher is not None and any(
-        kind.__module__ == MULTIPROCESSING_LAUNCHERS for kind in type(launcher).__mro__)
+    return any(kind.__module__ == "lightning.pytorch.strategies.launchers.multiprocessing"
+               for kind in type(launcher).__mro__)  # None's: builtins
 
 
 def prepare_ranks(trainer: Any, result: RunResult) -> None:
-    """Before fit: SLURM's tasks must match the trainer; DDP ranks start as this job."""
-    if result.slurm:
-        mismatch = launcher_mismatch(result.slurm.get("ntasks_per_node"),
-                                     result.slurm.get("num_nodes"), trainer.num_devices,
-                                     trainer.num_nodes)
-        if mismatch:
-            raise HarnessError(mismatch)
+    """Before fit: SLURM's tasks must match the trainer; DDP ranks start as this job, and
+    each says where it runs (rank_processes.start_ranks)."""
+    if result.slurm and (mismatch := launcher_mismatch(
+            result.slurm.get("ntasks_per_node"), result.slurm.get("num_nodes"), trainer.num_devices,
+            trainer.num_nodes)):
+        raise HarnessError(mismatch)
     if trainer.world_size > 1:
+        start_ranks(HydraConfig.get().runtime.output_dir, trainer.global_rank, trainer.world_size)
         private_api.replace_ddp_child_command(child_command)
         private_api.replace_ddp_process_observer(watch_ranks)

@@ -24,15 +24,11 @@ def same_config_arguments() -> list[str]:
     return args
 
 
-def override_value(text: str) -> str:
-    """`text` as a Hydra override value, quoted when it holds characters the grammar reads."""
-    if _PLAIN.match(text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def rerun_command(overrides: Sequence[str], run_dir: str | Path, python: str = sys.executable,
                   config_args: Sequence[str] = ()) -> list[str]:
-    """`python -m harness.cli` with `config_args` and `overrides`, writing into `run_dir`."""
-    return [python, "-m", "harness.cli", *config_args, *overrides,
-            f"hydra.run.dir={override_value(str(run_dir))}"]
+    """`python -m harness.cli` with `config_args` and `overrides`, writing into `run_dir` (quoted
+    when it holds characters Hydra's override grammar reads)."""
+    text = str(run_dir)
+    if not _PLAIN.match(text):
+        text = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return [python, "-m", "harness.cli", *config_args, *overrides, f"hydra.run.dir={text}"]

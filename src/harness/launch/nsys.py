@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from annotated_types import MinLen
 from omegaconf import OmegaConf
 
 from harness.config.checks import NonNegativeInt, PositiveInt, read_fields
@@ -30,7 +31,6 @@ REPORT_STEM = "nsys"  # reports/nsys.nsys-rep (and nsys.sqlite with stats=true)
 TRACES = ("cuda", "nvtx", "osrt", "cudnn", "cublas", "cusparse", "cublas-verbose", "cudnn-verbose",
           "opengl", "mpi", "ucx", "oshmem", "openacc", "vulkan", "nvvideo", "none")
 SAMPLES = ("none", "process-tree", "system-wide", "cpu")
-_TRACE_LIST = f"a list of {', '.join(TRACES)} (at least one)"
 
 
 def in_child() -> bool:
@@ -42,13 +42,12 @@ class NsysOptions:
     """The `profiler.nsys` settings (conf/profiler/nsys.yaml), each checked against its hint."""
 
     executable: str = "nsys"
-    trace: Annotated[tuple[Literal[TRACES], ...], ">= 1", _TRACE_LIST] = (
-        "cuda", "nvtx", "osrt", "cudnn", "cublas")
+    trace: Annotated[Sequence[Literal[TRACES]], MinLen(1)] = ("cuda", "nvtx", "osrt", "cudnn", "cublas")
     warmup_steps: NonNegativeInt = 10
     active_steps: PositiveInt = 20
     sample: Literal[SAMPLES] = "none"
     stats: bool = False
-    extra_args: tuple[str, ...] = ()
+    extra_args: Sequence[str] = ()
     on_missing: Literal[ON_MISSING] = "warn"
 
     @classmethod
@@ -63,26 +62,16 @@ class NsysOptions:
 
 def nsys_arguments(options: NsysOptions, output: Path) -> list[str]:
     """`nsys profile` and its options, up to (not including) the program to run."""
-    return [
-        options.executable,
-        "profile",
-        f"--trace={','.join(options.trace)}",
-        f"--sample={options.sample}",
-        # Collect only between torch.cuda.profiler.start() and .stop(), which the
-        # child calls after the warm-up steps; then let the run finish normally.
-        "--capture-range=cudaProfilerApi",
-        "--capture-range-end=stop",
-        f"--output={output}",
-        "--force-overwrite=true",
-        f"--stats={'true' if options.stats else 'false'}",
-        *options.extra_args,
-    ]
+    # Collect only between torch.cuda.profiler.start() and .stop(), which the child calls after
+    # the warm-up steps; then let the run finish normally.
+    return [options.executable, "profile", f"--trace={','.join(options.trace)}",
+            f"--sample={options.sample}", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+            f"--output={output}", "--force-overwrite=true",
+            f"--stats={'true' if options.stats else 'false'}", *options.extra_args]
 
 
-def child_command(
-    options: NsysOptions, run_dir: Path, overrides: Sequence[str], python: str = sys.executable,
-    config_args: Sequence[str] = (),
-) -> list[str]:
+def child_command(options: NsysOptions, run_dir: Path, overrides: Sequence[str],
+                  python: str = sys.executable, config_args: Sequence[str] = ()) -> list[str]:
     """The full command that re-runs this job under nsys, writing into `run_dir`."""
     return [*nsys_arguments(options, run_dir / "reports" / REPORT_STEM), "--",
             *rerun_command(overrides, run_dir, python, config_args)]
@@ -103,17 +92,13 @@ def relaunch_under_nsys(cfg: Any, run_dir: Path, overrides: list[str]) -> RunRes
     options = NsysOptions.read(node)
     executable = find_executable(options.executable)
     if executable is None:
-        message = (
-            f"Nsight Systems ({options.executable}) is not on PATH, so this run cannot be"
-            " profiled with nsys. Fix: install Nsight Systems, or point"
-            " profiler.nsys.executable at it"
-        )
-        tool_unavailable("nsys", "nsys", message, options.on_missing)
+        tool_unavailable("nsys", "nsys", f"Nsight Systems ({options.executable}) is not on PATH, so"
+                         " this run cannot be profiled with nsys. Fix: install Nsight Systems, or"
+                         " point profiler.nsys.executable at it", options.on_missing)
         return None
     command = child_command(replace(options, executable=executable), run_dir, overrides,
                             config_args=same_config_arguments())
-    log.info("profiler=nsys: running this job again under Nsight Systems:\n  %s",
-             shlex.join(command))
+    log.info("profiler=nsys: running this job again under Nsight Systems:\n  %s", shlex.join(command))
     (run_dir / "reports").mkdir(parents=True, exist_ok=True)
     returncode = subprocess.run(command, env={**os.environ, CHILD_ENV: "1"}).returncode
     return _read_back(run_dir, command, returncode)
@@ -121,10 +106,8 @@ def relaunch_under_nsys(cfg: Any, run_dir: Path, overrides: list[str]) -> RunRes
 
 def _read_back(run_dir: Path, command: list[str], returncode: int) -> RunResult:
     if not (run_dir / RESULT_FILE).is_file():
-        raise HarnessError(
-            f"profiler=nsys: the job under nsys ended (exit status {returncode})"
-            f" without writing {run_dir / RESULT_FILE}; see its output above"
-        )
+        raise HarnessError(f"profiler=nsys: the job under nsys ended (exit status {returncode})"
+                           f" without writing {run_dir / RESULT_FILE}; see its output above")
     result = load_result(run_dir)
     # nsys writes its report after the child has exited: list it now.
     written = (run_dir / "reports").glob(f"{REPORT_STEM}.*")
@@ -132,8 +115,6 @@ def _read_back(run_dir: Path, command: list[str], returncode: int) -> RunResult:
     result.nsys_command = shlex.join(command)
     write_result(run_dir, result)
     if result.status != "ok" or returncode != 0:
-        raise HarnessError(
-            f"profiler=nsys: the job under nsys ended with exit status {returncode}"
-            f" ({result.status}: {result.reason})"
-        )
+        raise HarnessError(f"profiler=nsys: the job under nsys ended with exit status {returncode}"
+                           f" ({result.status}: {result.reason})")
     return result

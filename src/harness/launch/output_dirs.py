@@ -31,13 +31,12 @@ def _claim(base: Path) -> str:
     while True:
         try:
             candidate.mkdir()
+            return str(candidate)
         except FileExistsError:  # another run started in the same second: the next name
             number += 1
             candidate = base.with_name(f"{base.name}_{number}")
-            continue
-        except OSError:
-            pass  # as above: left to Hydra, whose error harness reports in one line
-        return str(candidate)
+        except OSError:  # as above: left to Hydra, whose error harness reports in one line
+            return str(candidate)
 
 
 def register_resolver() -> None:

@@ -19,8 +19,7 @@ def find_executable(name: str) -> str | None:
     """The program `name`: a path as given, else beside the running Python, else on PATH."""
     if Path(name).name != name:  # a path: use it as it is
         return str(Path(name)) if shutil.which(name) else None
-    beside = shutil.which(name, path=str(Path(sys.executable).parent))
-    return beside or shutil.which(name)
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
 
 
 def tool_unavailable(preset: str, tool: str, message: str, on_missing: str) -> None:

@@ -13,10 +13,8 @@ def global_rank() -> int:
         from lightning.pytorch.utilities import rank_zero_only
 
         return int(getattr(rank_zero_only, "rank", 0) or 0)
-    for variable in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if variable in os.environ:
-            return int(os.environ[variable])
-    return 0
+    return next((int(os.environ[name]) for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+                 if name in os.environ), 0)
 
 
 def rank_path(path: Path, rank: int | None = None) -> Path:

@@ -71,9 +71,7 @@ def stop_on_signals() -> Iterator[InterruptionSignals]:
         yield state  # signal handlers can only be installed from the main thread
         return
     signums = {signal.SIGTERM, signal.SIGINT, preemption_signal()}
-    previous: dict[int, Any] = {s: signal.getsignal(s) for s in signums}
-    for s in signums:
-        signal.signal(s, state.handle)
+    previous = {s: signal.signal(s, state.handle) for s in signums}  # a set: each once
     try:
         yield state
     finally:

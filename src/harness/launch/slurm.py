@@ -8,22 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 SLURM_REPORT = "slurm.json"
-_FIELDS = {
-    "job_id": "SLURM_JOB_ID",
-    "array_job_id": "SLURM_ARRAY_JOB_ID",
-    "array_task_id": "SLURM_ARRAY_TASK_ID",
-    "job_name": "SLURM_JOB_NAME",
-    "partition": "SLURM_JOB_PARTITION",
-    "node_list": "SLURM_JOB_NODELIST",
-    "num_nodes": "SLURM_JOB_NUM_NODES",
-    "ntasks": "SLURM_NTASKS",
-    "ntasks_per_node": "SLURM_NTASKS_PER_NODE",
-    "cpus_per_task": "SLURM_CPUS_PER_TASK",
-    "gpus_on_node": "SLURM_GPUS_ON_NODE",
-    "account": "SLURM_JOB_ACCOUNT",
-    "qos": "SLURM_JOB_QOS",
-    "submit_dir": "SLURM_SUBMIT_DIR",
-}
+_FIELDS = {  # result.json's key: SLURM's variable
+    "job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "job_name": "SLURM_JOB_NAME", "partition": "SLURM_JOB_PARTITION", "node_list": "SLURM_JOB_NODELIST",
+    "num_nodes": "SLURM_JOB_NUM_NODES", "ntasks": "SLURM_NTASKS", "ntasks_per_node": "SLURM_NTASKS_PER_NODE",
+    "cpus_per_task": "SLURM_CPUS_PER_TASK", "gpus_on_node": "SLURM_GPUS_ON_NODE",
+    "account": "SLURM_JOB_ACCOUNT", "qos": "SLURM_JOB_QOS", "submit_dir": "SLURM_SUBMIT_DIR"}
 _INTEGERS = {"job_id", "array_job_id", "array_task_id", "num_nodes", "ntasks", "cpus_per_task",
              "gpus_on_node"}
 
@@ -34,12 +24,8 @@ def slurm_metadata(environ: Mapping[str, str] | None = None) -> dict[str, Any] |
     env = os.environ if environ is None else environ
     if "SLURM_JOB_ID" not in env:
         return None
-    meta: dict[str, Any] = {}
-    for key, var in _FIELDS.items():
-        value = env.get(var)
-        if value is None or value == "":
-            continue
-        meta[key] = int(value) if key in _INTEGERS and value.isdigit() else value
+    meta: dict[str, Any] = {key: int(value) if key in _INTEGERS and value.isdigit() else value
+                            for key, var in _FIELDS.items() if (value := env.get(var))}
     if "array_job_id" in meta and "array_task_id" in meta:
         meta["submitit_job_id"] = f"{meta['array_job_id']}_{meta['array_task_id']}"
     else:

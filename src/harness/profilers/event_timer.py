@@ -34,13 +34,9 @@ class EventPhaseTimer(PhaseTimer):
     `steps` the device's from the events (the host's with `sync=window`)."""
 
     def __init__(self, name: str, warmup_steps: int, cuda: Any, sync: str = "events",
-                 flush_every: int = FLUSH_EVERY,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 flush_every: int = FLUSH_EVERY, clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__(name, warmup_steps)
-        self.cuda = cuda
-        self.sync = sync
-        self.flush_every = flush_every
-        self.clock = clock
+        self.cuda, self.sync, self.flush_every, self.clock = cuda, sync, flush_every, clock
         self.device_steps: list[StepRecord] = []  # read back from the events, oldest first
         self.syncs = 0  # torch.cuda.synchronize() calls
         self._pending: deque[_Pending] = deque()
@@ -96,10 +92,8 @@ class EventPhaseTimer(PhaseTimer):
                 oldest.done.synchronize()
             self._pending.popleft()
             host = oldest.host
-            self.device_steps.append(StepRecord(
-                host.index, oldest.origin.elapsed_time(oldest.done) / 1e3,
-                oldest.origin.elapsed_time(oldest.batch) / 1e3, host.examples, host.warmup,
-                host.updates))
+            self.device_steps.append(StepRecord(host.index, oldest.origin.elapsed_time(oldest.done) / 1e3,
+                oldest.origin.elapsed_time(oldest.batch) / 1e3, host.examples, host.warmup, host.updates))
 
     def open_window(self, now: float | None = None) -> None:
         """Synchronise and open a segment; call `restart` after it."""
@@ -127,8 +121,7 @@ class EventPhaseTimer(PhaseTimer):
         events_s = sum(s.step_s for s in self.device_steps if not s.warmup)
         ratio = events_s / window_s if self.sync == "events" and window_s else None
         miss = ratio is not None and ratio < EVENTS_MISS_WORK
-        figures.update(window, synchronises=self.syncs, events_over_window=ratio,
-                       events_miss_work=miss)
+        figures.update(window, synchronises=self.syncs, events_over_window=ratio, events_miss_work=miss)
         if self.sync == "window" or miss:
             examples = sum(s.examples for s in self.host_steps if not s.warmup) * world_size
             per_iteration = window["window_seconds_per_iteration"]

@@ -40,10 +40,8 @@ def which_to_trust(mult_adds: int, flops: int | None) -> str:
     if AGREE[0] <= ratio <= AGREE[1]:
         return (f"forward_flops = {ratio:.2f} x 2 x torchinfo's mult-adds: the two agree"
                 " (2 FLOPs per multiply-add)")
-    if ratio > 1:
-        return (f"trust forward_flops, {ratio:,.1f}x torchinfo's 2 x mult-adds: FlopCounterMode"
-                " counts every matmul that ran; torchinfo counts parameters x batch size per"
-                " layer, missing matmuls in forward code (attention) and a Linear's positions")
-    return (f"trust forward_flops, {ratio:,.2f}x torchinfo's 2 x mult-adds: FlopCounterMode"
-            " counts every matmul that ran; torchinfo counts parameters x batch size per layer,"
-            " also for layers that do no matmul (embedding lookups, norms)")
+    missed = ("missing matmuls in forward code (attention) and a Linear's positions" if ratio > 1
+              else "also for layers that do no matmul (embedding lookups, norms)")
+    return (f"trust forward_flops, {ratio:,.{1 if ratio > 1 else 2}f}x torchinfo's 2 x mult-adds:"
+            " FlopCounterMode counts every matmul that ran; torchinfo counts parameters x batch size"
+            f" per layer, {missed}")

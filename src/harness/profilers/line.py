@@ -14,24 +14,13 @@ from lightning.pytorch.callbacks import Callback
 from rich.table import Table
 from typing_extensions import override
 
-from harness.config.checks import positive_number
+from harness.config.checks import PositiveNumber
 from harness.errors import ConfigError, HarnessError
 from harness.instrument import line_profile
 from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_report, write_text
 
 TEXT_REPORT = "line.txt"
-
-
-def _line_profiler_class() -> Any:
-    try:
-        from line_profiler import LineProfiler
-    except ImportError:
-        raise HarnessError(
-            "profiler=line needs the line_profiler package, which is not installed."
-            " Fix: pip install 'lightning-harness[line]' (or pip install line_profiler)"
-        ) from None
-    return LineProfiler
 
 
 def resolve_function(dotted: str) -> Any:
@@ -52,16 +41,20 @@ def resolve_function(dotted: str) -> Any:
 class LinePreset(Preset, Callback):
     """Runs line_profiler over the marked and listed functions; writes reports/line.{txt,json,csv}."""
 
-    def __init__(self, functions: Sequence[str] = (), output_unit: float = 1e-6,
+    def __init__(self, functions: str | Sequence[str] = (), output_unit: PositiveNumber = 1e-6,
                  strip_zeros: bool = True) -> None:
-        if isinstance(functions, str):
-            functions = [functions]
-        self.listed = [str(name) for name in functions]
-        self.output_unit = positive_number("profiler.line.output_unit", output_unit,
-                                           "1e-6 (microseconds)", "seconds per printed unit > 0")
-        self.strip_zeros = bool(strip_zeros)
+        self.listed = [functions] if isinstance(functions, str) else list(functions)
+        self.output_unit = output_unit  # seconds per printed unit
+        self.strip_zeros = strip_zeros
         self._listed_objects = [resolve_function(name) for name in self.listed]
-        self.profiler = _line_profiler_class()()
+        try:
+            from line_profiler import LineProfiler
+        except ImportError:
+            raise HarnessError(
+                "profiler=line needs the line_profiler package, which is not installed."
+                " Fix: pip install 'lightning-harness[line]' (or pip install line_profiler)"
+            ) from None
+        self.profiler = LineProfiler()
         self._added: set[int] = set()
         self._running = 0
 
@@ -110,7 +103,6 @@ class LinePreset(Preset, Callback):
     def write_reports(self, reports_dir: Path) -> Report:
         while self._running:  # a run that failed mid-stage never reached teardown
             self._stop_one()
-        reports_dir.mkdir(parents=True, exist_ok=True)
         text = io.StringIO()
         if not self._added:
             text.write("No functions were line-profiled: mark some with @harness.profile or list"
@@ -120,15 +112,10 @@ class LinePreset(Preset, Callback):
         write_text(reports_dir / TEXT_REPORT, text.getvalue())
         rows = self.rows()
         called = sorted({(r["file"], r["function_line"], r["function"]) for r in rows if r["hits"]})
-        payload = {
-            "report": "line",
-            "doc": "docs/profiling-your-code.md#4-which-line-profilerline",
-            "text_report": TEXT_REPORT,
-            "listed": self.listed,
-            "functions_profiled": len(self._added),
-            "functions_called": [f"{name} ({file}:{line})" for file, line, name in called],
-        }
-        write_report(reports_dir, "line", payload, rows)
+        write_report(reports_dir, "line", {
+            "report": "line", "doc": "docs/profiling-your-code.md#4-which-line-profilerline",
+            "text_report": TEXT_REPORT, "listed": self.listed, "functions_profiled": len(self._added),
+            "functions_called": [f"{name} ({file}:{line})" for file, line, name in called]}, rows)
         metrics = {"line_functions": len(self._added), "line_functions_called": len(called)}
         return Report(metrics, tables=[self._table(rows)])
 
@@ -139,8 +126,7 @@ class LinePreset(Preset, Callback):
                                            {"time_s": 0.0, "hits": 0})
             entry["time_s"] += row["time_s"]
             entry["hits"] = max(entry["hits"], row["hits"])
-        table = figures_table(f"Line profile (details in reports/{TEXT_REPORT})",
-                              ("function", "time s", "most hits on a line"))
-        for name, entry in sorted(by_function.items(), key=lambda kv: -kv[1]["time_s"]):
-            table.add_row(name, f"{entry['time_s']:.4f}", str(entry["hits"]))
-        return table
+        return figures_table(f"Line profile (details in reports/{TEXT_REPORT})",
+                             ("function", "time s", "most hits on a line"),
+                             [(name, f"{entry['time_s']:.4f}", str(entry["hits"])) for name, entry
+                              in sorted(by_function.items(), key=lambda kv: -kv[1]["time_s"])])

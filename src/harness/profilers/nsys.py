@@ -21,13 +21,6 @@ from harness.reports.files import write_json
 log = logging.getLogger(__name__)
 
 
-def _task_overrides() -> list[str]:
-    try:
-        return as_typed(HydraConfig.get().overrides.task)
-    except ValueError:  # not inside a Hydra job (tests that build the preset directly)
-        return ["profiler=[speed,nsys]"]
-
-
 class NsysPreset(WindowPreset):
     """Opens the cudaProfilerApi capture range over the configured training steps."""
 
@@ -56,7 +49,8 @@ class NsysPreset(WindowPreset):
         self.state = "capturing"
         self.started_at = self.window.done
 
-    def _stop(self) -> None:
+    @override
+    def window_closed(self) -> None:
         if self.state != "capturing":
             return
         torch.cuda.synchronize(self.device)  # the last step's kernels finish inside the range
@@ -83,12 +77,8 @@ class NsysPreset(WindowPreset):
             self._nvtx_enabled -= 1
 
     @override
-    def window_closed(self) -> None:
-        self._stop()
-
-    @override
     def on_train_end(self, *_: Any) -> None:
-        self._stop()  # training ended inside the window
+        self.window_closed()  # training ended inside the window
         if self.active and self.state == "waiting":
             log.warning("profiler=nsys: training ran %d steps, fewer than warmup_steps=%d, so the"
                         " capture range never opened", self.window.done, self.options.warmup_steps)
@@ -97,15 +87,14 @@ class NsysPreset(WindowPreset):
     def write_reports(self, reports_dir: Path) -> Report:
         if not self.active:
             return Report()
+        try:
+            overrides = as_typed(HydraConfig.get().overrides.task)
+        except ValueError:  # not inside a Hydra job (tests that build the preset directly)
+            overrides = ["profiler=[speed,nsys]"]
         write_json(reports_dir / "nsys.json", {
-            "report": "nsys",
-            "doc": "docs/profiling-your-code.md#6-which-kernels-profilernsys",
+            "report": "nsys", "doc": "docs/profiling-your-code.md#6-which-kernels-profilernsys",
             "report_file": f"{REPORT_STEM}.nsys-rep",  # written by nsys when the run exits
-            "capture": self.state,
-            "capture_first_step": self.started_at,
-            "capture_last_step": self.stopped_after,
-            "trace": list(self.options.trace),
-            "nvtx_ranges": self.nvtx,
-            "manual_command": manual_command(self.options, _task_overrides()),
-        })
+            "capture": self.state, "capture_first_step": self.started_at,
+            "capture_last_step": self.stopped_after, "trace": list(self.options.trace),
+            "nvtx_ranges": self.nvtx, "manual_command": manual_command(self.options, overrides)})
         return Report()

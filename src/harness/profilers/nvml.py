@@ -44,18 +44,13 @@ def parse_visible(value: str | None, count: int, uuids: list[str]) -> list[int]:
         if not entry:
             break
         if entry.lstrip("-").isdigit():
-            index = int(entry)
-            if not 0 <= index < count:
-                break  # CUDA stops at the first invalid entry
-            found = index
+            found = int(entry) if 0 <= int(entry) < count else None
         else:
             prefix = entry if entry.startswith(("GPU-", "MIG-")) else f"GPU-{entry}"
             matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(prefix)]
-            if len(matches) != 1:
-                break  # unknown or ambiguous UUID: CUDA stops here too
-            found = matches[0]
-        if found in chosen:
-            break
+            found = matches[0] if len(matches) == 1 else None
+        if found is None or found in chosen:
+            break  # CUDA stops at the first invalid, unknown, ambiguous or repeated entry
         chosen.append(found)
     return chosen
 
@@ -153,8 +148,7 @@ def torch_uuids() -> list[str] | None:
     import torch
 
     try:
-        uuids = [str(torch.cuda.get_device_properties(i).uuid)
-                 for i in range(torch.cuda.device_count())]
+        uuids = [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
     except Exception:  # an old driver: CUDA_VISIBLE_DEVICES decides
         return None
     return uuids or None  # no CUDA here (a test's fake device): the variable decides

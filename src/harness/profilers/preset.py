@@ -1,18 +1,17 @@
 """The contract between a preset and the run that hosts it (docs/architecture.md, "Presets").
 
-A preset is a Lightning Callback or Profiler that is also a `Preset`. The run puts the presets
-together with `Presets.of` and calls each at three moments only: `link(shared)` before the
-Trainer runs; Lightning's own hooks; at the end, on global rank zero (harness.run.finish),
-`write_reports` of every preset in config order, then `diagnose` (it reads the others'
-figures). What one preset needs from another goes through the run's one `RunShared`.
-"""
+A preset is a Lightning Callback or Profiler that is also a `Preset`. The run puts the presets together
+with `Presets.of` and calls each at three moments only: `link(shared)` before the Trainer runs;
+Lightning's own hooks; at the end, on global rank zero (harness.run.finish), `write_reports` of every
+preset in config order, then `diagnose` (it reads the others' figures). What one preset needs from
+another goes through the run's one `RunShared`."""
 
 from __future__ import annotations
 
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from rich.table import Table
 from typing_extensions import override
 
-from harness.errors import ConfigError, HarnessError
+from harness.config.targets import absorber
+from harness.errors import HarnessError
 from harness.measured import PHASES
 from harness.result.schema import Diagnosis, RunResult
 
@@ -40,13 +40,17 @@ class Report:
     flags: list[str] = field(default_factory=list)  # result.json flags: cautions about the figures
     tables: list[Any] = field(default_factory=list)  # rich renderables or lines for the terminal
     clocks: dict[str, str] = field(default_factory=dict)  # result.json clocks: metric -> its clock
+    blocks: dict[str, Any] = field(default_factory=dict)  # result.json blocks of their own (scaling)
 
 
-def figures_table(title: str, columns: Sequence[str], labels: int = 1) -> Table:
+def figures_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]] = (),
+                  labels: int = 1) -> Table:
     """A terminal table for a Report: its first `labels` columns left-aligned, the figures right."""
     table = Table(title=title)
     for index, column in enumerate(columns):
         table.add_column(column, justify="left" if index < labels else "right")
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
@@ -87,11 +91,6 @@ class BatchCounts:
         return {phase: sizes.most_common(1)[0][0] for phase, sizes in self.sizes.items() if sizes}
 
 
-def at_once(work: Callable[[], None]) -> None:
-    """`RunShared.untimed` when no preset times steps: nothing to keep the work out of."""
-    work()
-
-
 @dataclass
 class RunShared:
     """What one run's presets offer each other: written at `link`, read in Lightning's hooks."""
@@ -102,8 +101,11 @@ class RunShared:
     cautions: Any = None  # the step timer's speed_flags.Cautions
     # Slow work kept out of timed steps (a logger's flush), run where the step clock restarts.
     between_steps: list[Callable[[], None]] = field(default_factory=list)
-    # untimed(work): one-off slow work from a step's hooks, run once no step is timed.
-    untimed: Callable[[Callable[[], None]], None] = at_once
+    # untimed(work): one-off slow work from a step's hooks, run once no step is timed (at once
+    # when no preset times steps).
+    untimed: Callable[[Callable[[], None]], None] = lambda work: work()
+    # each rank's step parts (profilers.rank_timer), one for the presets that `needs_rank_timer`
+    rank_timer: Any = None
 
     def run_between_steps(self) -> None:
         for work in self.between_steps:
@@ -120,10 +122,6 @@ class BatchObserver(Callback):
     def _seen(self, phase: str, batch: Any) -> None:
         if self.shared.timed_from_step is None:
             self.shared.batches.count(phase, batch)
-
-    def _between_steps(self) -> None:
-        if self.shared.timed_from_step is None:
-            self.shared.run_between_steps()
 
     @override
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, *_: Any) -> None:
@@ -147,15 +145,10 @@ class BatchObserver(Callback):
 
     @override
     def on_validation_end(self, *_: Any) -> None:
-        self._between_steps()
+        if self.shared.timed_from_step is None:
+            self.shared.run_between_steps()
 
-    @override
-    def on_train_epoch_end(self, *_: Any) -> None:
-        self._between_steps()
-
-    @override
-    def on_predict_end(self, *_: Any) -> None:
-        self._between_steps()
+    on_train_epoch_end = on_predict_end = on_validation_end
 
 
 class Preset:
@@ -201,19 +194,22 @@ class Presets:
         profiler_name: str | None = None
         for name, obj in built.items():
             if isinstance(obj, Profiler):
-                if presets.profiler is not None and profiler_name is not None:
+                if profiler_name is not None:
                     name, obj = combine_profilers(profiler_name, presets.profiler, name, obj)
                     presets.by_name.pop(profiler_name, None)
                 profiler_name, presets.profiler = name, obj
             elif isinstance(obj, Callback):
                 presets.callbacks.append(obj)
             else:
-                raise HarnessError(
-                    f"profiler.{name}._target_ built a {type(obj).__name__}, which is neither a"
-                    " Lightning Callback nor a Lightning Profiler"
-                )
+                raise HarnessError(f"profiler.{name}._target_ built a {type(obj).__name__}, which is"
+                                   " neither a Lightning Callback nor a Lightning Profiler")
             if isinstance(obj, Preset):
                 presets.by_name[name] = obj
+        if any(getattr(p, "needs_rank_timer", False) for p in presets.by_name.values()):
+            from harness.profilers.rank_timer import RankTimer
+
+            presets.shared.rank_timer = RankTimer()
+            presets.callbacks.insert(0, presets.shared.rank_timer)
         for preset in presets.by_name.values():
             preset.link(presets.shared)
         presets.observer = BatchObserver(presets.shared)
@@ -221,62 +217,27 @@ class Presets:
 
 
 # Lightning takes one profiler: of the presets that are one, only pytorch + memory combine
-def combine_profilers(first_name: str, first: Any, second_name: str, second: Any
-                      ) -> tuple[str, Any]:
+def combine_profilers(first_name: str, first: Any, second_name: str, second: Any) -> tuple[str, Any]:
     """The (name, profiler) that does the work of both presets, or a ConfigError naming both."""
-    name, _ = _absorber((first_name, type(first)), (second_name, type(second)))
+    name, _ = absorber((first_name, type(first)), (second_name, type(second)))
     kept, other = (first, second) if name == first_name else (second, first)
     kept.absorb(other)
     return name, kept
 
 
-def check_one_profiler(targets: list[tuple[str, Any, Any]]) -> None:
-    """combine_profilers' rule on check_targets' (key, class, node) list, before anything runs."""
-    chosen = [key.removeprefix("profiler.") for key, _, _ in targets
-              if key.startswith("profiler.")]
-    kept: tuple[str, type] | None = None
-    for key, found, _ in targets:
-        if key.startswith("profiler.") and isinstance(found, type) and issubclass(found, Profiler):
-            name = key.removeprefix("profiler.")
-            kept = (name, found) if kept is None else _absorber(kept, (name, found), chosen)
-
-
-def _absorber(first: tuple[str, type], second: tuple[str, type], chosen: list[str] | None = None
-              ) -> tuple[str, type]:
-    """Of two Profiler presets' (name, class), the one that absorbs the other, else ConfigError."""
-    for kept, other in ((first, second), (second, first)):
-        if issubclass(kept[1], Preset) and kept[1].can_absorb(other[1]):
-            return kept
-    raise ConfigError(
-        "profiler", f"[{','.join(chosen or (first[0], second[0]))}]",
-        f"at most one Lightning Profiler among the presets: '{first[0]}' and"
-        f" '{second[0]}' cannot run together (Lightning takes one profiler and each of them"
-        " is one; only pytorch + memory merge)",
-        f"keep one of them, e.g. profiler=[speed,system,{second[0]}], and run the other in"
-        " a second run")
-
-
-def planned_training_steps(trainer: Any) -> float:
-    """Training batches the fit will run on this rank (inf: unbounded); call at training start."""
-    per_epoch = trainer.num_training_batches
+def check_window(preset: str, window: str, needed: int, trainer: Any, fix: str) -> None:
+    """A one-line HarnessError when a `needed`-step window does not fit the fit (at training start)."""
     epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else math.inf
-    planned = per_epoch * epochs if per_epoch else 0
+    planned = trainer.num_training_batches * epochs if trainer.num_training_batches else 0
     if trainer.max_steps is not None and trainer.max_steps > 0:
         # max_steps counts optimizer steps; with gradient accumulation a step takes several batches.
         planned = min(planned, trainer.max_steps * trainer.accumulate_grad_batches)
-    return planned
-
-
-def check_window(preset: str, window: str, needed: int, trainer: Any, fix: str) -> None:
-    """A one-line HarnessError when a `needed`-step window does not fit into the fit."""
-    planned = planned_training_steps(trainer)
     if needed > planned:
         raise HarnessError(
-            f"profiler.{preset}: the recording window ({window} = {needed} training steps) is"
-            f" longer than this run ({int(planned)} training steps, set by"
-            " trainer.limit_train_batches, the data's batches, max_epochs and max_steps), so the"
-            f" report would be empty. Fix: {fix}, or raise trainer.limit_train_batches"
-        )
+            f"profiler.{preset}: the recording window ({window} = {needed} training steps) is longer than"
+            f" this run ({int(planned)} training steps, set by trainer.limit_train_batches, the data's"
+            f" batches, max_epochs and max_steps), so the report would be empty. Fix: {fix}, or raise"
+            " trainer.limit_train_batches")
 
 
 @dataclass
@@ -286,9 +247,6 @@ class StepWindow:
     start: int
     length: int
     done: int = 0  # training steps finished so far
-
-    def opens_now(self) -> bool:
-        return self.done == self.start
 
     def step_done(self) -> bool:
         self.done += 1
@@ -308,7 +266,7 @@ class WindowPreset(Preset, Callback):
 
     @override
     def on_train_batch_start(self, trainer: Any, *_: Any) -> None:
-        if self.window is not None and self.window.opens_now():
+        if self.window is not None and self.window.done == self.window.start:
             self.window_opens(trainer)
 
     @override

@@ -12,7 +12,7 @@ import torch
 from typing_extensions import override
 
 from harness import private_api
-from harness.config.checks import non_negative_int, positive_int
+from harness.config.checks import NonNegativeInt, PositiveInt
 from harness.profilers.preset import Report, RunShared, StepWindow, WindowPreset, check_window
 from harness.reports.files import atomic_path, write_json
 
@@ -22,36 +22,22 @@ log = logging.getLogger(__name__)
 class SnapshotPreset(WindowPreset):
     """Records CUDA memory history for `steps` training steps from step `warmup` and dumps it."""
 
-    def __init__(
-        self,
-        warmup: int = 2,
-        steps: int = 3,
-        max_entries: int = 100_000,
-        dump_on_oom: bool = True,
-        output_dir: str = "reports",
-    ) -> None:
-        self.warmup = non_negative_int("profiler.snapshot.warmup", warmup)
-        self.steps = positive_int("profiler.snapshot.steps", steps)
-        self.max_entries = positive_int("profiler.snapshot.max_entries", max_entries)
-        self.dump_on_oom = bool(dump_on_oom)
-        self.output_dir = Path(output_dir)
+    def __init__(self, warmup: NonNegativeInt = 2, steps: PositiveInt = 3, max_entries: PositiveInt = 100_000,
+                 dump_on_oom: bool = True, output_dir: str = "reports") -> None:
+        self.warmup, self.steps, self.max_entries = warmup, steps, max_entries
+        self.dump_on_oom, self.output_dir = dump_on_oom, Path(output_dir)
         self.skipped: str | None = None
         self.rank = 0
         self.recording = False
-        self.window = StepWindow(self.warmup, self.steps)
+        self.window = StepWindow(warmup, steps)
         self.files: list[str] = []
         self.shared = RunShared()  # alone until linked: no step timer to keep the dump out of
 
-    def _start(self) -> None:
-        private_api.record_memory_history(self.max_entries)
-        self.recording = True
-
-    def _stop(self) -> None:
-        private_api.record_memory_history(None)
-        self.recording = False
+    def _record(self, on: bool) -> None:
+        private_api.record_memory_history(self.max_entries if on else None)
+        self.recording = on
 
     def _dump(self, name: str) -> None:
-        self.output_dir.mkdir(parents=True, exist_ok=True)
         path = self.output_dir / f"{name}-rank{self.rank}.pickle"
         with atomic_path(path) as tmp:
             private_api.dump_memory_snapshot(str(tmp))
@@ -74,15 +60,15 @@ class SnapshotPreset(WindowPreset):
         check_window("snapshot", "warmup + steps", self.warmup + self.steps, trainer,
                      "lower profiler.snapshot.warmup / profiler.snapshot.steps")
         if self.dump_on_oom:
-            self._start()
+            self._record(True)
 
     @override
     def window_opens(self, trainer: pl.Trainer) -> None:
         if self.skipped:
             return
         if self.recording:  # restart, so the window's snapshot holds the window only
-            self._stop()
-        self._start()
+            self._record(False)
+        self._record(True)
 
     @override
     def window_closed(self) -> None:
@@ -95,14 +81,14 @@ class SnapshotPreset(WindowPreset):
             return
         torch.cuda.synchronize()
         self._dump("snapshot")
-        self._stop()
+        self._record(False)
         if self.dump_on_oom:
-            self._start()
+            self._record(True)
 
     @override
     def on_train_end(self, *_: Any) -> None:
         if self.recording:
-            self._stop()
+            self._record(False)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -112,22 +98,16 @@ class SnapshotPreset(WindowPreset):
         if self.dump_on_oom and (isinstance(exception, torch.cuda.OutOfMemoryError)
                                  or "CUDA out of memory" in str(exception)):
             self._dump("snapshot-oom")
-        self._stop()
+        self._record(False)
 
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         write_json(reports_dir / "snapshot.json", {
-            "report": "snapshot",
-            "doc": "docs/presets/snapshot.md#output",
+            "report": "snapshot", "doc": "docs/presets/snapshot.md#output",
             "recorded_steps": [self.warmup, self.warmup + self.steps - 1],  # training, 0-based
-            "dump_on_oom": self.dump_on_oom,
-            "skipped": self.skipped,
-            "files": self.files,
-        })
+            "dump_on_oom": self.dump_on_oom, "skipped": self.skipped, "files": self.files})
         metrics = {"snapshot_files": len(self.files), "snapshot_skipped": self.skipped is not None}
         if self.skipped:
             return Report(metrics)  # said once, when the run started
-        return Report(metrics, tables=[
-            f"snapshot: {', '.join(self.files) or 'nothing dumped'} (open at"
-            " https://pytorch.org/memory_viz)"
-        ])
+        return Report(metrics, tables=[f"snapshot: {', '.join(self.files) or 'nothing dumped'} (open at"
+                                       " https://pytorch.org/memory_viz)"])

@@ -1,16 +1,13 @@
-"""The `speed` preset: end-to-end throughput of training, validation and inference.
-
-Times every step of every phase past warm-up and is the run's step timer (RunShared); also reads
-contention, step noise and memory per phase. Fields and clocks: docs/presets/speed.md.
-"""
+"""The `speed` preset: end-to-end throughput of training, validation and inference. Times every
+step of every phase past warm-up and is the run's step timer (RunShared); also reads contention,
+step noise and memory per phase. Fields and clocks: docs/presets/speed.md."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -19,18 +16,12 @@ from rich.table import Table
 from typing_extensions import override
 
 from harness import memory_peaks
-from harness.config.checks import non_negative_int, one_of, positive_int, positive_number
+from harness.config.checks import NonNegativeInt, PositiveInt, PositiveNumber
 from harness.contention import CpuWindow, GpuWindow
 from harness.launch.ranks import rank_path
 from harness.measured import PHASES
 from harness.profilers.all_ranks import gather
-from harness.profilers.event_timer import (
-    FLUSH_EVERY,
-    SYNC_MODES,
-    EventPhaseTimer,
-    clock_legend,
-    clocks,
-)
+from harness.profilers.event_timer import FLUSH_EVERY, SYNC_MODES, EventPhaseTimer, clock_legend, clocks
 from harness.profilers.nvml import Nvml, torch_uuids
 from harness.profilers.preset import Preset, Report, RunShared, figures_table
 from harness.profilers.speed_flags import Cautions, phase_word
@@ -44,14 +35,12 @@ from harness.profilers.step_timer import (
 )
 from harness.reports.files import write_csv, write_report
 
-log = logging.getLogger(__name__)
 DOC = "docs/presets/speed.md#output"
 # Per-step rates for the loggers: iterations/s and examples/s (this rank's x world size).
 RATE_METRIC = {phase: f"{phase_word(phase)}_rate" for phase in PHASES}
 EXAMPLES_RATE_METRIC = {phase: f"{phase_word(phase)}_examples_rate" for phase in PHASES}
 HEADLINE = ("seconds_per_iteration", "examples_per_second", "median_step_s", "p90_step_s",
-            "between_steps_share", "first_step_s", "measured_steps", "mad_step_s",
-            "median_between_s")
+            "between_steps_share", "first_step_s", "measured_steps", "mad_step_s", "median_between_s")
 TRAIN_HEADLINE = ("optimizer_steps_per_second", "batches_per_step")  # training's alone
 CONTENTION = ("other_cpu_share", "run_delay_share")  # and, on CUDA, gpu_other_sm_share
 GPU_CLOCKS = ("window_seconds_per_iteration", "events_over_window")  # CUDA only
@@ -69,30 +58,21 @@ CLOCK_TITLES = {  # the clock in force, as the speed table's title and speed.jso
 class SpeedPreset(Preset, Callback):
     """Times every step of every phase and writes reports/speed.{json,csv}."""
 
-    def __init__(self, warmup_steps: int = 5, log_rates: bool = True, batch_size: int = 1,
-                 min_measured_steps: int = 10, sync: str = "events",
-                 contended_above: float = 0.10, noisy_above: float = 0.25,
-                 noisy_mean_over_median: float = 1.5) -> None:
-        self.warmup_steps = non_negative_int("profiler.speed.warmup_steps", warmup_steps, 5)
+    def __init__(self, warmup_steps: NonNegativeInt = 5, log_rates: bool = True,
+                 batch_size: PositiveInt = 1, min_measured_steps: PositiveInt = 10,
+                 sync: Literal[SYNC_MODES] = "events", contended_above: PositiveNumber = 0.10,
+                 noisy_above: PositiveNumber = 0.25, noisy_mean_over_median: PositiveNumber = 1.5) -> None:
+        self.warmup_steps = warmup_steps
         self.cautions = Cautions(  # the thresholds in force
-            self.warmup_steps,
-            positive_int("profiler.speed.min_measured_steps", min_measured_steps, 10),
-            positive_number("profiler.speed.contended_above", contended_above, 0.10, "a share > 0"),
-            positive_number("profiler.speed.noisy_above", noisy_above, 0.25, "a share > 0"),
-            positive_number("profiler.speed.noisy_mean_over_median", noisy_mean_over_median, 1.5,
-                            "a ratio > 0"))
-        self.sync = one_of("profiler.speed.sync", sync, SYNC_MODES, "events")
-        self.log_rates = log_rates
-        self.batch_size = batch_size
-        self.timers: dict[str, PhaseTimer] = {
-            phase: PhaseTimer(phase, self.warmup_steps) for phase in PHASES}
+            warmup_steps, min_measured_steps, contended_above, noisy_above, noisy_mean_over_median)
+        self.sync, self.log_rates, self.batch_size = sync, log_rates, batch_size
+        self.timers: dict[str, PhaseTimer] = {phase: PhaseTimer(phase, warmup_steps) for phase in PHASES}
         self.clock = "host"  # the clock in force: host (a CPU), step, events or window
         self.cuda: Any = torch.cuda  # the CUDA boundary the event timers use (tests fake it)
         self.shared = RunShared(timed_from_step=self.warmup_steps)  # alone until linked
-        self.world_size = 1
+        self.world_size, self.rank = 1, 0
         self.device: torch.device | None = None
         self.inference_mode: bool | None = None
-        self.rank = 0
         self.rank_steps: dict[str, dict[int, list[StepRecord]]] = {}
         # under DDP every rank's own CPU time is gathered: the ranks on this host are ours
         self.cpu_windows = {phase: CpuWindow() for phase in PHASES}
@@ -117,25 +97,18 @@ class SpeedPreset(Preset, Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.world_size = trainer.world_size
-        self.rank = trainer.global_rank
+        self.world_size, self.rank = trainer.world_size, trainer.global_rank
         self.device = trainer.strategy.root_device
-        self._choose_clock()
-
-    def _choose_clock(self) -> None:
-        """Once, when the device is known (setup runs for fit and again for predict)."""
-        if self.device is None or self.device.type != "cuda" or self.clock != "host":
+        if self.device.type != "cuda" or self.clock != "host":  # chosen once: setup runs again for predict
             return
         self.clock = self.sync
         if self.sync != "step":
             self.timers = {phase: EventPhaseTimer(phase, self.warmup_steps, self.cuda, self.sync,
                                                   clock=self._now) for phase in PHASES}
         self.nvml = Nvml(torch_uuids())  # cuda:i found in NVML by its UUID
-        gpus = [] if self.nvml.unavailable else self.nvml.gpus
-        index = self.device.index or 0
+        gpus, index = self.nvml.gpus, self.device.index or 0  # no GPUs where NVML is unavailable
         if index < len(gpus):
-            self.gpu_windows = {phase: GpuWindow(self.nvml.module, gpus[index].handle)
-                                for phase in PHASES}
+            self.gpu_windows = {phase: GpuWindow(self.nvml.module, gpus[index].handle) for phase in PHASES}
 
     def _now(self) -> float:
         """The host's clock; with sync=step, once the device has finished its queued work."""
@@ -197,6 +170,7 @@ class SpeedPreset(Preset, Callback):
         """Counters, then the clock's window, then the next step's origin: none costs a step."""
         timer = self.timers[phase]
         if not timer.window_open:
+            memory_peaks.phase_timed(phase, self.device, warmed_up=self.warmup_steps > 0)
             self.cpu_windows[phase].open()
             if phase in self.gpu_windows:
                 self.gpu_windows[phase].open()
@@ -232,8 +206,7 @@ class SpeedPreset(Preset, Callback):
             for record in steps[self._rates_logged[phase]:]:
                 if record.step_s > 0:
                     rates = {RATE_METRIC[phase]: 1.0 / record.step_s,
-                             EXAMPLES_RATE_METRIC[phase]:
-                                 record.examples * self.world_size / record.step_s}
+                             EXAMPLES_RATE_METRIC[phase]: record.examples * self.world_size / record.step_s}
                     for logger in trainer.loggers:
                         logger.log_metrics(rates, step=self._rate_steps[phase][record.index])
             self._rates_logged[phase] = len(steps)
@@ -352,7 +325,6 @@ class SpeedPreset(Preset, Callback):
     def phase_summaries(self) -> dict[str, dict[str, Any]]:
         """Figures per phase that ran a step; `examples_per_second` sums the ranks'."""
         summaries = {}
-        cautions = self.cautions
         for phase, timer in self.timers.items():
             if not timer.recorded:
                 continue
@@ -367,12 +339,11 @@ class SpeedPreset(Preset, Callback):
                                                          if self.optimizer_steps else None)
             per_rank = [rank_figures(rank, steps, timer.batches_per_step)
                         for rank, steps in sorted(self._steps_by_rank(phase).items())]
-            if len(per_rank) == self.world_size and (
-                    figures["clocks"]["examples_per_second"] != "window"):
+            if len(per_rank) == self.world_size and figures["clocks"]["examples_per_second"] != "window":
                 figures["examples_per_second"] = total_examples_per_second(per_rank)
             figures["ranks_measured"] = len(per_rank)
-            figures["thin"] = figures["measured_steps"] < cautions.min_measured_steps
-            figures.update(cautions.noise(figures))
+            figures["thin"] = figures["measured_steps"] < self.cautions.min_measured_steps
+            figures.update(self.cautions.noise(figures))
             figures["contention"] = self._contention(phase)
             figures["memory"] = self.memory.get(phase)
             figures["per_rank"] = per_rank
@@ -381,8 +352,7 @@ class SpeedPreset(Preset, Callback):
 
     def _contention(self, phase: str) -> dict[str, Any] | None:
         """Who else used the CPUs (and GPU) in the measured window; None: it never opened."""
-        found = self.cpu_windows[phase].figures(self.cautions.contended_above,
-                                                self.rank_cpu.get(phase))
+        found = self.cpu_windows[phase].figures(self.cautions.contended_above, self.rank_cpu.get(phase))
         gpu = self.gpu_windows.get(phase)
         if found is None or gpu is None:
             return found
@@ -392,33 +362,23 @@ class SpeedPreset(Preset, Callback):
             found["contended"] = True
         return found
 
-    def device_type(self) -> str:
-        return "cpu" if self.device is None else self.device.type
-
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         phases = self.phase_summaries()
         flags = self.cautions.flags(phases)
         if self.nvml is not None:
             self.nvml.close()
-        used = {phase: figures["clocks"] for phase, figures in phases.items()}
+        c, device = self.cautions, getattr(self.device, "type", "cpu")
         payload = {
-            "report": "speed",
-            "doc": DOC,
-            "clock": CLOCK_TITLES[self.clock],
-            "sync": self.sync,
-            "sync_note": (f"profiler.speed.sync={self.sync} is ignored on {self.device_type()}: no"
-                          " device queue to wait for, every figure is time.perf_counter's"
-                          if self.clock == "host" else None),
-            "clocks": clock_legend(used),
-            "warmup_steps_excluded": self.warmup_steps,
-            "min_measured_steps": self.cautions.min_measured_steps,
-            "contended_above": self.cautions.contended_above,
-            "noisy_above": self.cautions.noisy_above,
-            "noisy_mean_over_median": self.cautions.noisy_mean_over_median,
-            "world_size": self.world_size,
-            "inference_mode": self.inference_mode,
-            "phases": phases,
+            "report": "speed", "doc": DOC, "clock": CLOCK_TITLES[self.clock], "sync": self.sync,
+            "sync_note": (f"profiler.speed.sync={self.sync} is ignored on {device}: no device queue to"
+                          " wait for, every figure is time.perf_counter's" if self.clock == "host" else None),
+            "memory_note": memory_peaks.no_warmup_note(self.device) if not self.warmup_steps else None,
+            "clocks": clock_legend({phase: figures["clocks"] for phase, figures in phases.items()}),
+            "warmup_steps_excluded": self.warmup_steps, "min_measured_steps": c.min_measured_steps,
+            "contended_above": c.contended_above, "noisy_above": c.noisy_above,
+            "noisy_mean_over_median": c.noisy_mean_over_median, "world_size": self.world_size,
+            "inference_mode": self.inference_mode, "phases": phases,
         }
         nested = ("per_rank", "clocks", "contention", "memory")
         rows = [{"phase": phase, **{k: v for k, v in figures.items() if k not in nested}}
@@ -426,13 +386,11 @@ class SpeedPreset(Preset, Callback):
         write_report(reports_dir, "speed", payload, rows)
         write_csv(reports_dir / "speed_steps.csv", self.step_rows(self.rank))
         if self.world_size > 1:  # each rank's own timeline, from the gathered records
-            ranks = sorted({r for phase in PHASES for r in self._steps_by_rank(phase)})
-            for rank in ranks:
+            for rank in sorted({r for phase in PHASES for r in self._steps_by_rank(phase)}):
                 write_csv(rank_path(reports_dir / "speed_steps.csv", rank), self.step_rows(rank))
         metrics = self._metrics(phases)
         figure_clocks = {f"{phase}_{figure}": clock for phase, figures in phases.items()
-                         for figure, clock in figures["clocks"].items()
-                         if f"{phase}_{figure}" in metrics}
+                         for figure, clock in figures["clocks"].items() if f"{phase}_{figure}" in metrics}
         # a run stopped before any phase measured a step: no empty table under its error
         tables = [self._table(phases), *self._rank_tables(phases)] if phases else []
         return Report(metrics, flags, tables, clocks=figure_clocks)
@@ -440,10 +398,9 @@ class SpeedPreset(Preset, Callback):
     def _metrics(self, phases: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """result.json's metrics (docs/running.md lists them)."""
         metrics: dict[str, Any] = {}
-        cuda = self.device_type() == "cuda"
+        cuda = self.clock != "host"  # the clock leaves the host's on CUDA alone
         for phase, figures in phases.items():
-            metrics.update({f"{phase}_{key}": figures[key] for key in HEADLINE})
-            metrics.update({f"{phase}_{key}": figures[key] for key in TRAIN_HEADLINE
+            metrics.update({f"{phase}_{key}": figures[key] for key in (*HEADLINE, *TRAIN_HEADLINE)
                             if key in figures})
             found = figures["contention"] or {}
             for key in (*CONTENTION, *(("gpu_other_sm_share",) if cuda else ())):
@@ -463,10 +420,9 @@ class SpeedPreset(Preset, Callback):
     def _table(self, phases: dict[str, dict[str, Any]]) -> Table:
         table = figures_table(
             f"Speed (warm-up of {self.warmup_steps} steps excluded; {CLOCK_TITLES[self.clock]})",
-            ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s", "between steps"))
-        for phase, f in phases.items():
-            table.add_row(phase, f"{f['measured_steps']}{' (thin)' if f['thin'] else ''}",
-                          *(_fmt(f[key], spec) for key, spec in TABLE_FIGURES))
+            ("phase", "steps", "s/iter", "median s", "p90 s", "examples/s", "between steps"),
+            [(phase, f"{f['measured_steps']}{' (thin)' if f['thin'] else ''}",
+              *(_fmt(f[key], spec) for key, spec in TABLE_FIGURES)) for phase, f in phases.items()])
         train = phases.get("train", {})
         if train.get("batches_per_step", 1) > 1:  # gradient accumulation: say what a step is
             table.caption = (
@@ -484,11 +440,9 @@ class SpeedPreset(Preset, Callback):
         for phase, f in phases.items():
             for r in f["per_rank"]:
                 table.add_row(phase, str(r["rank"]), str(r["measured_steps"]),
-                              _fmt(r["seconds_per_iteration"], ".4f"),
-                              _fmt(r["examples_per_second"], ".1f"))
+                              _fmt(r["seconds_per_iteration"], ".4f"), _fmt(r["examples_per_second"], ".1f"))
             total = "total" if f["ranks_measured"] == self.world_size else "rank 0 x world"
-            table.add_row(phase, total, "", "", _fmt(f["examples_per_second"], ".1f"),
-                          end_section=True)
+            table.add_row(phase, total, "", "", _fmt(f["examples_per_second"], ".1f"), end_section=True)
         return [table]
 
 

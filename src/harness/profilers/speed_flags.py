@@ -52,10 +52,9 @@ class Cautions:
         for phase, figures in phases.items():
             if figures["measured_steps"] == 0:
                 found.append(f"warmup_swallowed:{phase}")
-                steps = figures["warmup_steps"]
                 log.warning("speed: all %d %s steps were warm-up (profiler.speed.warmup_steps=%d):"
                             " no %s figures. Fix: lower warmup_steps or run more %s batches",
-                            steps, phase, self.warmup_steps, phase, phase)
+                            figures["warmup_steps"], phase, self.warmup_steps, phase, phase)
                 continue
             if figures["thin"]:
                 found.append(f"thin:{phase}")
@@ -67,8 +66,15 @@ class Cautions:
                 log.info("%s", self.contended_line(phase, figures["contention"]))
             if figures.get("noisy"):
                 found.append(f"noisy:{phase}")
-                log.info("%s", self.noisy_line(phase, figures))
-        self._say_unmeasured(phases)
+                log.info("speed: %s steps vary: %s: read its figures as rough (result.json flags: noisy:%s)."
+                         " Fix: %s", phase, " and ".join(self.noise_said(figures)), phase, NOISY_FIX)
+        # counters this system lacks: said once, never read as a quiet machine
+        missing = sorted({path for figures in phases.values()
+                          for path in (figures.get("contention") or {}).get("unknown", [])})
+        if missing:
+            log.info("speed: contention not fully measured: this system has no %s, so the"
+                     " shares that need it are null and a phase is flagged contended only"
+                     " where the counters it has show it", " and no ".join(missing))
         return found
 
     def contended_line(self, phase: str, c: dict[str, Any]) -> str:
@@ -77,17 +83,14 @@ class Cautions:
             seen.append(f"other processes used {c['other_cpu_share']:.0%} of the {c['cpus']:g}"
                         " CPU(s) this run may use")
         if c.get("run_delay_share") is not None:
-            quota = (f" under a quota of {c['cpus']:g} CPU(s)" if c.get("basis") == "run_delay"
-                     else "")
+            quota = f" under a quota of {c['cpus']:g} CPU(s)" if c.get("basis") == "run_delay" else ""
             seen.append(f"its threads waited for a CPU {c['run_delay_share']:.0%} of their"
                         f" runnable time{quota}")
         if c.get("gpu_contended"):
-            seen.append(f"other processes used {c['gpu_other_sm_share']:.0%} of the GPU's SM"
-                        " time")
-        return (f"speed: {phase} was contended: {' and '.join(seen)} ({c['window_s']:.1f} s"
-                f" measured; contended_above={self.contended_above:g}), so its figures measure"
-                f" the machine as much as the run (result.json flags: contended:{phase})."
-                f" Fix: {CONTENDED_FIX}")
+            seen.append(f"other processes used {c['gpu_other_sm_share']:.0%} of the GPU's SM time")
+        return (f"speed: {phase} was contended: {' and '.join(seen)} ({c['window_s']:.1f} s measured;"
+                f" contended_above={self.contended_above:g}), so its figures measure the machine as much as"
+                f" the run (result.json flags: contended:{phase}). Fix: {CONTENDED_FIX}")
 
     def noise_said(self, figures: dict[str, Any]) -> list[str]:
         """What made the phase noisy, in words (for the speed line and diagnose's finding)."""
@@ -100,17 +103,3 @@ class Cautions:
             said.append(f"the mean is {skew:.1f}x the median: a few slow steps hold much of"
                         f" the time (noisy_mean_over_median={self.noisy_mean_over_median:g})")
         return said
-
-    def noisy_line(self, phase: str, figures: dict[str, Any]) -> str:
-        return (f"speed: {phase} steps vary: {' and '.join(self.noise_said(figures))}: read"
-                f" its figures as rough (result.json flags: noisy:{phase}). Fix: {NOISY_FIX}")
-
-    @staticmethod
-    def _say_unmeasured(phases: dict[str, dict[str, Any]]) -> None:
-        """Counters this system lacks: said once, never read as a quiet machine."""
-        missing = sorted({path for figures in phases.values()
-                          for path in (figures.get("contention") or {}).get("unknown", [])})
-        if missing:
-            log.info("speed: contention not fully measured: this system has no %s, so the"
-                     " shares that need it are null and a phase is flagged contended only"
-                     " where the counters it has show it", " and no ".join(missing))

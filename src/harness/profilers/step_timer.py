@@ -1,10 +1,9 @@
 """Per-phase step timing on the host's clock, and the arithmetic behind the speed report.
 
-An iteration runs from the previous step's end to this one's; `between_s` is the part before the
-batch arrived (docs/presets/speed.md). With gradient accumulation (k batches per optimizer step)
-a training iteration is one optimizer step: its k batches' records summed (`optimizer_steps`),
-warm-up ending with a whole step, so the figures count the optimizer's own cost.
-"""
+An iteration runs from the previous step's end to this one's; `between_s` is the part before the batch
+arrived (docs/presets/speed.md). With gradient accumulation (k batches per optimizer step) a training
+iteration is one optimizer step: its k batches' records summed (`optimizer_steps`), warm-up ending
+with a whole step, so the figures count the optimizer's own cost."""
 
 from __future__ import annotations
 
@@ -33,6 +32,9 @@ CLOCKS = {
 }
 
 
+Figures = dict[str, float | int | None]  # a phase's (or a rank's) figures, None where nothing was measured
+
+
 @dataclass
 class StepRecord:
     index: int  # 0-based step of this phase over the whole run
@@ -53,8 +55,7 @@ class Segment:
     steps: int = 0
 
 
-def window_figures(segments: list[Segment], batches_per_step: int = 1
-                   ) -> dict[str, float | int | None]:
+def window_figures(segments: list[Segment], batches_per_step: int) -> Figures:
     """The measured window timed as a whole: its closed segments that held steps (batches);
     an iteration: `batches_per_step` of them."""
     closed = [s for s in segments if s.end_s is not None and s.steps > 0]
@@ -78,36 +79,29 @@ def optimizer_steps(steps: list[StepRecord], batches_per_step: int) -> list[Step
             continue
         if len(batches) == batches_per_step:
             whole.append(StepRecord(len(whole), sum(b.step_s for b in batches),
-                                    sum(b.between_s for b in batches),
-                                    sum(b.examples for b in batches),
+                                    sum(b.between_s for b in batches), sum(b.examples for b in batches),
                                     warmup=any(b.warmup for b in batches)))
         batches = []
     return whole
 
 
-def step_figures(steps: list[StepRecord], world_size: int, batches_per_step: int = 1
-                 ) -> dict[str, float | int | None]:
+def step_figures(steps: list[StepRecord], world_size: int, batches_per_step: int = 1) -> Figures:
     """Figures over the measured (non-warm-up) iterations (optimizer steps of `batches_per_step`
     batches); None where nothing was measured."""
     steps = optimizer_steps(steps, batches_per_step)
     measured = [s for s in steps if not s.warmup]
     times = np.array([s.step_s for s in measured], dtype=float)
     waits = np.array([s.between_s for s in measured], dtype=float)
-    total = float(times.sum()) if len(times) else 0.0
-    between = float(waits.sum()) if len(waits) else 0.0
+    total, between = float(times.sum()), float(waits.sum())
     examples = sum(s.examples for s in measured) * world_size
     median = float(np.median(times)) if len(times) else None
     return {
-        "measured_steps": len(measured),
-        "warmup_steps": len(steps) - len(measured),
-        "measured_time_s": total,
-        "seconds_per_iteration": total / len(times) if len(times) else None,
-        "median_step_s": median,
+        "measured_steps": len(measured), "warmup_steps": len(steps) - len(measured), "measured_time_s": total,
+        "seconds_per_iteration": total / len(times) if len(times) else None, "median_step_s": median,
         "mad_step_s": float(np.median(np.abs(times - median))) if median is not None else None,
         "p90_step_s": float(np.percentile(times, 90)) if len(times) else None,
         "examples_per_second": examples / total if total > 0 else None,
-        "iterations_per_second": len(times) / total if total > 0 else None,
-        "between_steps_s": between,
+        "iterations_per_second": len(times) / total if total > 0 else None, "between_steps_s": between,
         "between_steps_share": between / total if total > 0 else None,
         "median_between_s": float(np.median(waits)) if len(waits) else None,
         "first_step_s": steps[0].step_s if steps else None,
@@ -157,8 +151,7 @@ class PhaseTimer:
 
     def restart(self, now: float) -> None:
         """The next iteration starts here (a new epoch, or back from another phase)."""
-        self._origin = now
-        self._batch_at = None
+        self._origin, self._batch_at = now, None
 
     def batch_received(self, now: float, examples: int) -> None:
         if self._origin is None:
@@ -176,8 +169,7 @@ class PhaseTimer:
         self.host_steps.append(record)
         if self.warm_from is None and self.recorded >= self.warmup_steps and updates:
             self.warm_from = self.recorded
-        self._origin = now
-        self._batch_at = None
+        self._origin, self._batch_at = now, None
         return record
 
     def open_window(self, now: float) -> None:
@@ -189,29 +181,25 @@ class PhaseTimer:
             segment = self.segments[-1]
             segment.end_s, segment.steps = now, self.recorded - segment.first_step
 
-    def summary(self, world_size: int) -> dict[str, float | int | None]:
+    def summary(self, world_size: int) -> Figures:
         return step_figures(self.steps, world_size, self.batches_per_step)
 
 
-def rank_figures(rank: int, steps: list[StepRecord], batches_per_step: int = 1
-                 ) -> dict[str, float | int | None]:
+def rank_figures(rank: int, steps: list[StepRecord], batches_per_step: int = 1) -> Figures:
     """One rank's own figures: its measured steps, time and examples (no world-size factor)."""
     figures = step_figures(steps, 1, batches_per_step)
     measured = [s for s in optimizer_steps(steps, batches_per_step) if not s.warmup]
-    return {
-        "rank": rank,
-        "measured_steps": figures["measured_steps"],
-        "measured_time_s": figures["measured_time_s"],
-        "examples": sum(s.examples for s in measured),
-        "examples_per_second": figures["examples_per_second"],
-        "seconds_per_iteration": figures["seconds_per_iteration"],
-        "median_step_s": figures["median_step_s"],
-    }
+    return {"rank": rank, "measured_steps": figures["measured_steps"],
+            "measured_time_s": figures["measured_time_s"], "examples": sum(s.examples for s in measured),
+            "examples_per_second": figures["examples_per_second"],
+            "seconds_per_iteration": figures["seconds_per_iteration"],
+            "median_step_s": figures["median_step_s"]}
 
 
-def total_examples_per_second(per_rank: list[dict[str, float | int | None]]) -> float | None:
-    """The run's throughput: ranks work side by side, so their rates add up."""
-    rates = [r["examples_per_second"] for r in per_rank]
-    if not rates or any(r is None for r in rates):
+def total_examples_per_second(per_rank: list[Figures]) -> float | None:
+    """The run's throughput: every rank's examples over the slowest rank's measured window (the
+    ranks work side by side, and the run goes as fast as its slowest: not rank 0's rate x N)."""
+    times = [r["measured_time_s"] for r in per_rank]
+    if not per_rank or any(not t for t in times):
         return None
-    return float(sum(rates))  # type: ignore[arg-type]
+    return float(sum(r["examples"] for r in per_rank)) / max(times)  # type: ignore[arg-type,type-var]

@@ -3,38 +3,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import psutil
 from lightning.pytorch.callbacks import Callback
 from rich.table import Table
 from typing_extensions import override
 
-from harness.config.checks import positive_number
+from harness.config.checks import PositiveNumber
 from harness.profilers.nvml import Nvml, torch_uuids
 from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_report
 from harness.terminal import size
 
 log = logging.getLogger(__name__)
-GPU_FIELDS = ("utilization_pct", "memory_used_bytes", "power_w")
 CPU_LABELS = {
-    "process_cpu_pct": "process CPU, % of one core",
-    "system_cpu_pct": "system CPU, % of all cores",
+    "process_cpu_pct": "process CPU, % of one core", "system_cpu_pct": "system CPU, % of all cores",
     "rss_bytes": "process memory (resident set)",
     "children_rss_bytes": "child processes' memory (dataloader workers)",
-    "disk_read_bytes_per_s": "disk read (all disks)",
-    "disk_write_bytes_per_s": "disk write (all disks)",
+    "disk_read_bytes_per_s": "disk read (all disks)", "disk_write_bytes_per_s": "disk write (all disks)",
 }
-GPU_LABELS = {"utilization_pct": "utilisation, %", "memory_used_bytes": "memory used",
-              "power_w": "power, W"}
-CPU_FIELDS = tuple(CPU_LABELS)
+GPU_LABELS = {"utilization_pct": "utilisation, %", "memory_used_bytes": "memory used", "power_w": "power, W"}
+# harness's own MLflow tracker is a child of the job: its memory is not the loader workers'.
+TRACKER_COMMAND = "harness.tracking.tracker_process"
 
 
 class SystemSampler:
@@ -60,7 +58,7 @@ class SystemSampler:
         self._stopping = threading.Event()
         self._origin = time.perf_counter()
         self._segment_start = 0.0
-        self._last: tuple[float, Any] | None = None
+        self._last: tuple[float, Any] = (0.0, None)  # (clock, disk counters) at the last sample
         self._cpu_last = (0.0, 0.0)  # (busy, total) CPU seconds of the machine at the last sample
 
     @property
@@ -79,12 +77,10 @@ class SystemSampler:
         # cpu_percent compares with the previous call: primed so the first sample is real.
         self.process.cpu_percent(None)
         self._cpu_last = _busy_and_total(psutil.cpu_times())
-        self._last = (time.perf_counter(), psutil.disk_io_counters())
         self._segment_start = time.perf_counter()
         self._take(first=True)  # energy and power from the stage's very start
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._loop, name="harness-system-sampler",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="harness-system-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -106,36 +102,32 @@ class SystemSampler:
             self._take()
 
     def _take(self, first: bool = False) -> None:
-        now = time.perf_counter()
-        disk = psutil.disk_io_counters()
+        now, disk = time.perf_counter(), psutil.disk_io_counters()
         sample: dict[str, Any] = {
             "t_s": now - self._origin,
             "timestamp_s": time.time(),  # wall clock, for trackers that plot against time
-            "segment": self.segments,
-            "stage": self.stage,
+            "segment": self.segments, "stage": self.stage,
             "process_cpu_pct": None if first else self.process.cpu_percent(None),
             "system_cpu_pct": None if first else self._system_cpu_pct(),
             "rss_bytes": self.process.memory_info().rss,
             "children_rss_bytes": _children_rss(self.process),
-            "disk_read_bytes_per_s": None,
-            "disk_write_bytes_per_s": None,
+            "disk_read_bytes_per_s": None, "disk_write_bytes_per_s": None,
         }
-        before_s, before = self._last or (now, None)
+        before_s, before = self._last
         if not first and disk is not None and before is not None and now > before_s:
             elapsed = now - before_s
             for key in ("read_bytes", "write_bytes"):
                 sample[f"disk_{key}_per_s"] = (getattr(disk, key) - getattr(before, key)) / elapsed
         self._last = (now, disk)
         for gpu in self.gpus:
-            for key, value in self.nvml.sample(gpu).items():
-                sample[f"gpu{gpu.index}_{key}"] = value
+            sample.update({f"gpu{gpu.index}_{key}": value for key, value in self.nvml.sample(gpu).items()})
         self.samples.append(sample)
 
     def _system_cpu_pct(self) -> float | None:
         """Busy % of all CPUs since the last sample (psutil.cpu_percent's state is per thread)."""
         now = _busy_and_total(psutil.cpu_times())
-        (busy, total), self._cpu_last = (
-            (now[0] - self._cpu_last[0], now[1] - self._cpu_last[1]), now)
+        busy, total = now[0] - self._cpu_last[0], now[1] - self._cpu_last[1]
+        self._cpu_last = now
         return round(100 * busy / total, 1) if total > 0 else None
 
     def gpu_energy(self, index: int) -> tuple[float | None, str]:
@@ -156,19 +148,8 @@ class SystemSampler:
         return total, " + ".join(sorted(methods))
 
     def series_stats(self, key: str) -> dict[str, float | None]:
-        values = np.array([s[key] for s in self.samples if s.get(key) is not None], dtype=float)
-        if not len(values):
-            return {"mean": None, "max": None}
-        return {"mean": float(values.mean()), "max": float(values.max())}
-
-
-def run_gpus(trainer: pl.Trainer) -> tuple[list[int], list[str] | None]:
-    """(The trainer's CUDA indices on this node, torch's UUIDs); ([], None) off CUDA."""
-    device = trainer.strategy.root_device
-    if device.type != "cuda":
-        return [], None
-    ids = list(getattr(trainer, "device_ids", None) or [device.index or 0])
-    return ids, torch_uuids()
+        values = [float(s[key]) for s in self.samples if s.get(key) is not None]
+        return {"mean": fmean(values), "max": max(values)} if values else {"mean": None, "max": None}
 
 
 def _busy_and_total(times: Any) -> tuple[float, float]:
@@ -178,55 +159,46 @@ def _busy_and_total(times: Any) -> tuple[float, float]:
     return total - fields["idle"] - fields.get("iowait", 0.0), total
 
 
-# harness's own MLflow tracker is a child of the job: its memory is not the loader workers'.
-TRACKER_COMMAND = "harness.tracking.tracker_process"
-
-
 def _children_rss(process: psutil.Process) -> int:
-    total = 0
     try:
-        for child in process.children(recursive=True):
-            try:
-                if TRACKER_COMMAND in child.cmdline():
-                    continue
-                total += child.memory_info().rss
-            except psutil.Error:  # a worker that just exited
-                continue
+        children = process.children(recursive=True)
     except psutil.Error:
         return 0
+    total = 0
+    for child in children:
+        with contextlib.suppress(psutil.Error):  # a worker that just exited
+            if TRACKER_COMMAND not in child.cmdline():
+                total += child.memory_info().rss
     return total
 
 
 class SystemPreset(Preset, Callback):
     """Runs a SystemSampler during every stage and writes reports/system.{json,csv}."""
 
-    def __init__(self, interval_s: float = 1.0, gpus: bool = True) -> None:
-        self.interval_s = positive_number("profiler.system.interval_s", interval_s, 1.0,
-                                          "a number of seconds > 0")
-        self.with_gpus = bool(gpus)
+    def __init__(self, interval_s: PositiveNumber = 1.0, gpus: bool = True) -> None:
+        self.interval_s, self.with_gpus = interval_s, gpus
         self.sampler: SystemSampler | None = None
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.sampler is None:
-            devices, uuids = run_gpus(trainer) if self.with_gpus else ([], None)
+            device = trainer.strategy.root_device
+            # the trainer's CUDA indices on this node, found in NVML by torch's UUIDs
+            on_cuda = self.with_gpus and device.type == "cuda"
+            devices = list(getattr(trainer, "device_ids", None) or [device.index or 0])
             self.sampler = SystemSampler(self.interval_s, with_gpus=self.with_gpus,
-                                         devices=devices, cuda_uuids=uuids)
+                                         devices=devices if on_cuda else [],
+                                         cuda_uuids=torch_uuids() if on_cuda else None)
             if self.sampler.gpu_note and trainer.is_global_zero:
                 log.info("system: no GPU figures, %s", self.sampler.gpu_note)
         self.sampler.start(stage)
 
     @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._stop()
-
-    @override
-    def on_exception(self, *_: Any) -> None:
-        self._stop()
-
-    def _stop(self) -> None:
+    def teardown(self, *_: Any, **__: Any) -> None:
         if self.sampler is not None:
             self.sampler.stop()
+
+    on_exception = teardown  # Lightning calls no teardown after an error
 
     def summary(self) -> dict[str, Any]:
         sampler = self.sampler
@@ -238,19 +210,13 @@ class SystemPreset(Preset, Callback):
             if gpu.parent is not None:
                 method += " (the whole GPU's: a MIG slice)"
             gpus.append({
-                "index": gpu.index, "nvml_index": gpu.nvml_index, "uuid": gpu.uuid,
-                "name": gpu.name, "mig": gpu.parent is not None,
-                **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_FIELDS},
-                "energy_wh": energy_j / 3600.0 if energy_j is not None else None,
-                "energy_method": method,
-            })
-        return {
-            "samples": len(sampler.samples),
-            "execution_time_s": sampler.active_s,
-            **{key: sampler.series_stats(key) for key in CPU_FIELDS},
-            "gpus": gpus,
-            "gpu_note": sampler.gpu_note,
-        }
+                "index": gpu.index, "nvml_index": gpu.nvml_index, "uuid": gpu.uuid, "name": gpu.name,
+                "mig": gpu.parent is not None,
+                **{key: sampler.series_stats(f"gpu{gpu.index}_{key}") for key in GPU_LABELS},
+                "energy_wh": energy_j / 3600.0 if energy_j is not None else None, "energy_method": method})
+        return {"samples": len(sampler.samples), "execution_time_s": sampler.active_s,
+                **{key: sampler.series_stats(key) for key in CPU_LABELS},
+                "gpus": gpus, "gpu_note": sampler.gpu_note}
 
     @override
     def write_reports(self, reports_dir: Path) -> Report:
@@ -258,44 +224,34 @@ class SystemPreset(Preset, Callback):
             self.sampler.close()
         figures = self.summary()
         samples = self.sampler.samples if self.sampler else []
-        payload = {
-            "report": "system",
-            "doc": "docs/presets/system.md#output",
+        write_report(reports_dir, "system", {
+            "report": "system", "doc": "docs/presets/system.md#output",
             "stages": [str(getattr(stage, "value", stage))
                        for stage in dict.fromkeys(s["stage"] for s in samples)],
-            "interval_s": self.interval_s,
-            **figures,
-        }
-        write_report(reports_dir, "system", payload, samples)
-        gpus = figures.get("gpus") or []
+            "interval_s": self.interval_s, **figures}, samples)
         # one figure per physical GPU: MIG slices of one GPU share its energy
         per_gpu = {g["nvml_index"] if g["mig"] else ("cuda", g["index"]): g["energy_wh"]
-                   for g in gpus if g["energy_wh"] is not None}
-        energies = list(per_gpu.values())
+                   for g in figures.get("gpus", []) if g["energy_wh"] is not None}
         metrics = {
-            "system_samples": figures["samples"],
-            "system_execution_time_s": figures.get("execution_time_s"),
-            "system_process_cpu_pct_mean": (figures.get("process_cpu_pct") or {}).get("mean"),
-            "system_rss_bytes_max": (figures.get("rss_bytes") or {}).get("max"),
-            "system_gpu_energy_wh": sum(energies) if energies else None,
-        }
+            "system_samples": figures["samples"], "system_execution_time_s": figures.get("execution_time_s"),
+            "system_process_cpu_pct_mean": figures.get("process_cpu_pct", {}).get("mean"),
+            "system_rss_bytes_max": figures.get("rss_bytes", {}).get("max"),
+            "system_gpu_energy_wh": sum(per_gpu.values()) if per_gpu else None}
         return Report(metrics, tables=[self.table(figures)])
 
     def table(self, figures: dict[str, Any]) -> Table:
         table = figures_table(f"System ({figures['samples']} samples every {self.interval_s:g} s,"
-                              f" {figures.get('execution_time_s') or 0:.1f} s)",
-                              ("measure", "mean", "max"))
-        for key in CPU_FIELDS:
-            stats = figures.get(key) or {}
-            table.add_row(CPU_LABELS[key], _fmt(key, stats.get("mean")), _fmt(key, stats.get("max")))
-        for gpu in figures.get("gpus") or []:
-            for key in GPU_FIELDS:
-                table.add_row(f"gpu{gpu['index']} {GPU_LABELS[key]}", _fmt(key, gpu[key]["mean"]),
+                              f" {figures.get('execution_time_s') or 0:.1f} s)", ("measure", "mean", "max"))
+        for key, label in CPU_LABELS.items():
+            stats = figures.get(key, {})
+            table.add_row(label, _fmt(key, stats.get("mean")), _fmt(key, stats.get("max")))
+        for gpu in figures.get("gpus", []):
+            for key, label in GPU_LABELS.items():
+                table.add_row(f"gpu{gpu['index']} {label}", _fmt(key, gpu[key]["mean"]),
                               _fmt(key, gpu[key]["max"]))
             table.add_row(f"gpu{gpu['index']} energy, Wh ({gpu['energy_method']})",
                           _fmt("energy_wh", gpu["energy_wh"]), "")
-        if figures.get("gpu_note"):
-            table.caption = figures["gpu_note"]
+        table.caption = figures.get("gpu_note") or None
         return table
 
 

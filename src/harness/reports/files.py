@@ -67,8 +67,7 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]] | Any) -> Path:
     if hasattr(rows, "to_csv"):  # a DataFrame
         return write_text(path, rows.to_csv(index=False))
     rows = list(rows)
-    text = _csv_of_rows(rows)
-    if text is None:
+    if (text := _csv_of_rows(rows)) is None:
         import pandas as pd
 
         text = pd.DataFrame(rows).to_csv(index=False)
@@ -80,12 +79,9 @@ def _csv_of_rows(rows: list[Mapping[str, Any]]) -> str | None:
     columns = list(dict.fromkeys(key for row in rows for key in row))
     if not all(isinstance(key, str) for key in columns):
         return None
-    cells = []
-    for column in columns:
-        texts = _column_texts([row.get(column) for row in rows])
-        if texts is None:
-            return None
-        cells.append(texts)
+    cells = [_column_texts([row.get(column) for row in rows]) for column in columns]
+    if None in cells:
+        return None
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")  # pandas: QUOTE_MINIMAL, '\n' on POSIX
     writer.writerow(columns)
@@ -127,11 +123,7 @@ def _column_texts(values: list[Any]) -> list[str] | None:
     return ["" if kind == "missing" else write(v) for v, kind in zip(values, kinds, strict=True)]
 
 
-def write_report(
-    reports_dir: Path, name: str, payload: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
-) -> list[Path]:
+def write_report(reports_dir: Path, name: str, payload: Mapping[str, Any],
+                 rows: Sequence[Mapping[str, Any]]) -> list[Path]:
     """Write `reports/<name>.json` with the payload and `reports/<name>.csv` with its rows."""
-    return [
-        write_json(reports_dir / f"{name}.json", payload),
-        write_csv(reports_dir / f"{name}.csv", rows),
-    ]
+    return [write_json(reports_dir / f"{name}.json", payload), write_csv(reports_dir / f"{name}.csv", rows)]

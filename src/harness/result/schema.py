@@ -1,6 +1,5 @@
-"""result.json, one typed record per run: what ran, how it ended and what it measured. The
-single description of the file: docs/running.md lists its fields from the descriptions below.
-"""
+"""result.json, one typed record per run: what ran, how it ended and what it measured. The single
+description of the file: docs/running.md lists its fields from the descriptions below."""
 
 from __future__ import annotations
 
@@ -17,12 +16,9 @@ READABLE_VERSIONS = (1, 2, 3)
 
 Status = Literal["running", "ok", "partial", "invalid", "failed", "oom", "interrupted"]
 # Blocks written only when they hold something (a run without SLURM has no `slurm`).
-OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors",
-            "error_log", "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis",
-            "torch_settings", "clocks", "threads", "code_dir", "code_commit", "fresh_process_s")
-
-
-PHASE_PREFIXES = ("train_", "validation_", "inference_")
+OPTIONAL = ("precision_note", "distributed", "slurm", "isolation", "repeats", "report_errors", "error_log",
+            "tracking", "nsys_command", "phase_errors", "sweep_round", "diagnosis", "torch_settings",
+            "clocks", "threads", "code_dir", "code_commit", "fresh_process_s", "scaling")
 
 
 class _Record(BaseModel):
@@ -35,8 +31,7 @@ class Device(_Record):
     device_name: str = Field(description="the GPU's name (CUDA), else the CPU model")
     device_count: int = Field(description="devices of that type visible to the process")
     world_size: int = Field(1, description="processes (ranks) of the run")
-    memory_bytes: int | None = Field(None, description="the GPU's memory (CUDA), else the"
-                                     " machine's RAM")
+    memory_bytes: int | None = Field(None, description="the GPU's memory (CUDA), else the machine's RAM")
 
 
 class Repeats(_Record):
@@ -69,30 +64,23 @@ class Observed(_Record):
     examples_per_batch: dict[str, int | None] = Field(
         default_factory=dict, description="phase -> the most common number of examples in a"
         " batch on one rank (Lightning's batch-size extraction); null: not readable")
-    examples_source: str | None = Field(
-        "batches", description="batches (read off them), knob (unreadable: batch_size used) or"
-        " null (no batch ran)")
-    compiled_graphs: int | None = Field(
-        None, description="graphs TorchDynamo compiled (null: compile off)")
+    examples_source: str | None = Field("batches", description="batches (read off them), knob (unreadable:"
+                                        " batch_size used) or null (no batch ran)")
+    compiled_graphs: int | None = Field(None, description="graphs TorchDynamo compiled (null: compile off)")
     graph_breaks: int | None = Field(None, description="graph breaks TorchDynamo met")
-    optimizer_step: OptimizerStep | None = Field(
-        None, description="training: micro-batch x accumulation x ranks = examples per optimizer"
-        " step, as the fit ran them")
-    checkpointed: dict[str, int] | None = Field(
-        None, description="activation_checkpointing: class -> modules wrapped (null: off, or no"
-        " block found)")
-    notes: list[str] = Field(default_factory=list,
-                             description="differences from the knobs that did not make it invalid;"
-                             " what activation_checkpointing wrapped, and how it found them")
+    optimizer_step: OptimizerStep | None = Field(None, description="training: micro-batch x accumulation x"
+                                                 " ranks = examples per optimizer step, as the fit ran them")
+    checkpointed: dict[str, int] | None = Field(None, description="activation_checkpointing: class ->"
+                                                " modules wrapped (null: off, or no block found)")
+    notes: list[str] = Field(default_factory=list, description="differences from the knobs that did not make"
+                             " it invalid; what activation_checkpointing wrapped, and how it found them")
 
 
 class Finding(_Record):
-    kind: str = Field(description="data-bound, host-bound, communication-bound, low-mfu,"
-                      " compute-bound, precision, graph-breaks, memory-headroom, memory-limit,"
-                      " contended, thin, noisy")
-    score: float | None = Field(description="the share of the step it costs (0..1), what"
-                                " ranks the step's findings; null for findings about the run,"
-                                " which follow them")
+    kind: str = Field(description="data-bound, host-bound, communication-bound, low-mfu, compute-bound,"
+                      " precision, graph-breaks, memory-headroom, memory-limit, contended, thin, noisy")
+    score: float | None = Field(description="the share of the step it costs (0..1), what ranks the step's"
+                                " findings; null for findings about the run, which follow them")
     message: str = Field(description="what was found, with its numbers")
     next_step: str = Field(description="one concrete thing to try")
 
@@ -133,9 +121,9 @@ class Diagnosis(_Record):
     inference_mfu: float | None = None
     peak_source: str | None = Field(None, description="where the MFU's peak came from")
     flop_convention: str = Field(description="how FLOPs are counted")
-    communication_by_rank: list[dict[str, float]] | None = Field(
-        None, description="multi-process: per rank, seconds of compute, communication,"
-        " overlap and idle in the profiled window")
+    communication_by_rank: list[dict[str, Any]] | None = Field(
+        None, description="multi-process: per rank (and node), seconds of an optimizer step:"
+        " compute_s, comm_s (collectives not hidden), data_wait_s, straggler_wait_s")
     findings: list[Finding] = Field(default_factory=list, description="the step's findings by"
                                     " share, largest first, then the run's")
     passes: dict[str, Any] = Field(default_factory=dict, description="what the extra passes"
@@ -158,21 +146,16 @@ class Tracking(_Record):
 class RunResult(_Record):
     schema_version: int = Field(SCHEMA_VERSION, description="layout version of this file")
     status: Status = Field(
-        "running",
-        description="ok; partial (a phase failed after another was measured); invalid (what ran"
-        " contradicts a knob: figures kept, not comparable); failed; oom; interrupted",
-    )
+        "running", description="ok; partial (a phase failed after another was measured); invalid (what"
+        " ran contradicts a knob: figures kept, not comparable); failed; oom; interrupted")
     reason: str | None = Field(None, description="one line: why the status is not ok, and the fix")
     knobs: dict[str, Any] = Field(
         default_factory=dict, description="the validated top-level knobs (batch_size, precision,"
         " lightning_precision, compile, compile_module, mode, seed, repeat, check_knobs,"
         " global_batch_size, accumulation, activation_checkpointing)")
-    overrides: list[str] = Field(default_factory=list,
-                                 description="the job's command-line / sweep overrides")
-    metrics: dict[str, Any] = Field(
-        default_factory=dict,
-        description="flat headline figures, unit in the name (_s, _bytes, _per_second, _share);"
-        " null: not measured")
+    overrides: list[str] = Field(default_factory=list, description="the job's command-line / sweep overrides")
+    metrics: dict[str, Any] = Field(default_factory=dict, description="flat headline figures, unit in the"
+                                    " name (_s, _bytes, _per_second, _share); null: not measured")
     observed: Observed | None = Field(
         None, description="what really ran: examples per batch, precision, compiled graphs;"
         " checked against the knobs (a contradiction makes the run invalid)")
@@ -180,12 +163,11 @@ class RunResult(_Record):
         None, description="why the run is slow: bound_by, the step's shares, FLOPs, MFU,"
         " findings (the diagnose preset; docs/presets/diagnose.md)")
     flags: list[str] = Field(
-        default_factory=list, description="cautions about the figures: thin:<phase> (fewer"
-        " measured steps than min_measured_steps), warmup_swallowed:<phase> (every step was"
-        " warm-up), contended:<phase> (other processes took the machine during the phase's"
-        " measured window, above profiler.speed.contended_above), noisy:<phase> (its step"
-        " times vary too much for its figures to be read as precise), nonfinite_loss (a"
-        " training loss was NaN or infinite)")
+        default_factory=list, description="cautions about the figures: thin:<phase> (fewer measured"
+        " steps than min_measured_steps), warmup_swallowed:<phase> (every step was warm-up),"
+        " contended:<phase> (other processes took the machine during the phase's measured window, above"
+        " profiler.speed.contended_above), noisy:<phase> (its step times vary too much for its figures"
+        " to be read as precise), nonfinite_loss (a training loss was NaN or infinite)")
     clocks: dict[str, str] | None = Field(
         None, description="metric -> the clock that made it: host, step, events, window or"
         " dispatch (the speed preset; docs/presets/speed.md#clocks)")
@@ -206,16 +188,18 @@ class RunResult(_Record):
     precision_used: str | None = Field(None, description="the precision Lightning really ran")
     precision_note: str | None = Field(None, description="why it differs from the knob")
     device: Device | None = Field(None, description="what the run ran on")
-    versions: dict[str, str | None] = Field(default_factory=dict,
-                                            description="python, torch, cuda, lightning, hydra-core,"
-                                            " harness")
+    versions: dict[str, str | None] = Field(
+        default_factory=dict, description="python, torch, cuda, lightning, hydra-core, harness")
     host: str | None = Field(None, description="the machine's host name")
     model: str | None = Field(None, description="model._target_")
     data: str | None = Field(None, description="data._target_ (null: the module's own loaders)")
-    distributed: dict[str, Any] | None = Field(
-        None, description="strategy, num_nodes, devices_per_node, cluster_environment (the world"
-        " size is device.world_size)")
+    distributed: dict[str, Any] | None = Field(None, description="strategy, num_nodes, devices_per_node,"
+                                               " cluster_environment (the world size is device.world_size)")
     slurm: dict[str, Any] | None = Field(None, description="SLURM's facts about the job")
+    scaling: dict[str, Any] | None = Field(
+        None, description="the scaling preset: per rank (and node) compute, exposed"
+        " communication, data wait and wait for others per optimizer step; the late rank; the"
+        " allreduce's bytes and bandwidth (docs/presets/scaling.md)")
     isolation: dict[str, Any] | None = Field(
         None, description="resets done before the measurement and the resident set it started from")
     torch_settings: dict[str, Any] | None = Field(
@@ -244,8 +228,8 @@ class RunResult(_Record):
                     found[key] = getattr(self.observed, key)
         if self.diagnosis is not None:
             found.update({key: value for key, value in self.diagnosis.model_dump().items()
-                          if key.startswith(PHASE_PREFIXES) and isinstance(value, (int, float))
-                          and not isinstance(value, bool)})
+                          if key.startswith(("train_", "validation_", "inference_"))
+                          and isinstance(value, (int, float)) and not isinstance(value, bool)})
         return found
 
     @property
@@ -255,6 +239,6 @@ class RunResult(_Record):
 
     def as_json(self) -> dict[str, Any]:
         """The file's content; optional blocks that hold nothing are left out."""
-        data = self.model_dump(mode="json")
-        return {k: v for k, v in data.items() if not (k in OPTIONAL and v in (None, {}, []))}
+        return {k: v for k, v in self.model_dump(mode="json").items()
+                if not (k in OPTIONAL and v in (None, {}, []))}
 

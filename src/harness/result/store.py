@@ -16,8 +16,7 @@ from harness.result.schema import READABLE_VERSIONS, SCHEMA_VERSION, RunResult
 
 RESULT_FILE = "result.json"
 # Metric names an earlier harness wrote, under today's names: old sweeps still compare.
-RENAMED_METRICS = {"_dataloader_wait_share": "_between_steps_share",
-                   "_dataloader_wait_s": "_between_steps_s"}
+RENAMED_METRICS = {"_dataloader_wait_share": "_between_steps_share", "_dataloader_wait_s": "_between_steps_s"}
 
 
 class ResultFileError(HarnessError):
@@ -55,12 +54,10 @@ def load_result(path: Path) -> RunResult:
     version = raw.get("schema_version", 1)
     if version not in READABLE_VERSIONS:
         newer = isinstance(version, int) and version > SCHEMA_VERSION
-        raise ResultFileError(
-            f"{path}: schema_version {version!r} is "
-            + ("newer than this harness reads" if newer else "not one harness wrote")
-            + f" (it reads {', '.join(map(str, READABLE_VERSIONS))})"
-            + (". Fix: upgrade lightning-harness" if newer else "")
-        )
+        why = "newer than this harness reads" if newer else "not one harness wrote"
+        raise ResultFileError(f"{path}: schema_version {version!r} is {why} (it reads"
+                              f" {', '.join(map(str, READABLE_VERSIONS))})"
+                              + (". Fix: upgrade lightning-harness" if newer else ""))
     _rename_metrics(raw)
     try:
         return RunResult.model_validate(raw)
@@ -73,11 +70,8 @@ def load_result(path: Path) -> RunResult:
 def _rename_metrics(raw: dict) -> None:
     """`raw`'s metrics (and its repeats' copies) under today's names, in place."""
     repeats = raw.get("repeats") if isinstance(raw.get("repeats"), dict) else {}
-    tables = [raw.get("metrics"), repeats.get("min"), repeats.get("max"),
-              *(repeats.get("per_repeat") or [])]
-    for table in tables:
-        if not isinstance(table, dict):
-            continue
+    tables = [raw.get("metrics"), repeats.get("min"), repeats.get("max"), *(repeats.get("per_repeat") or [])]
+    for table in (t for t in tables if isinstance(t, dict)):
         for key in list(table):
             for old, new in RENAMED_METRICS.items():
                 if key.endswith(old) and key[: -len(old)] + new not in table:

@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, open_dict
 
 from harness.config.arguments import callback_nodes
+from harness.config.global_batch import world_size
 from harness.config.targets import uses_own_dataloaders
 from harness.errors import HarnessError, first_line
 from harness.profilers.preset import Presets
@@ -35,24 +36,21 @@ def _build_a(kind: type, key: str, node: DictConfig, fix: str) -> Any:
     """`_build`, then refuse what is not a `kind`: a factory `_target_` can return anything."""
     built = _build(key, node)
     if not isinstance(built, kind):
-        raise HarnessError(
-            f"{key}._target_={node._target_} built a {type(built).__name__}, not a"
-            f" lightning.pytorch {kind.__name__}. Fix: {fix}")
+        raise HarnessError(f"{key}._target_={node._target_} built a {type(built).__name__}, not a"
+                           f" lightning.pytorch {kind.__name__}. Fix: {fix}")
     return built
 
 
 def build_module(cfg: DictConfig) -> pl.LightningModule:
-    return _build_a(pl.LightningModule, "model", cfg.model,
-                    "point model._target_ at a LightningModule (pytorch_lightning classes do not"
-                    " mix with lightning.pytorch)")
+    return _build_a(pl.LightningModule, "model", cfg.model, "point model._target_ at a LightningModule"
+                    " (pytorch_lightning classes do not mix with lightning.pytorch)")
 
 
 def build_datamodule(cfg: DictConfig) -> pl.LightningDataModule | None:
     """The DataModule, or None with `data=none` (the module's own dataloaders)."""
     if uses_own_dataloaders(cfg):
         return None
-    return _build_a(pl.LightningDataModule, "data", cfg.data,
-                    "point data._target_ at a DataModule")
+    return _build_a(pl.LightningDataModule, "data", cfg.data, "point data._target_ at a DataModule")
 
 
 def build_presets(cfg: DictConfig) -> Presets:
@@ -84,17 +82,18 @@ def build_user_callbacks(node: Any) -> list[Callback]:
             for key, child in callback_nodes(node)]
 
 
-def build_trainer(
-    cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback],
-    accumulation: int | None = None,
-) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, precision: str, presets: Presets, logger: Any, own: list[Callback],
+                  accumulation: int | None = None, scaling: str | None = None) -> pl.Trainer:
     """The Trainer with the user's callbacks, the presets, harness's own and the logger;
-    `accumulation`: the accumulate_grad_batches global_batch_size sets (None: the config's)."""
+    `accumulation`: the accumulate_grad_batches global_batch_size sets (None: the config's);
+    `scaling` (a scaling study): one rank runs as a plain single process, not DDP of one."""
     user = build_user_callbacks(cfg.trainer.get("callbacks"))
     # Without its callbacks node: Hydra would merge the list below into a dict of nodes.
     node = copy.copy(cfg.trainer)  # a shallow copy keeps the parent: ${...} still resolve
     with open_dict(node):
         node.pop("callbacks", None)
+        if scaling and world_size(node) == 1:
+            node.strategy = "auto"
     # Lightning refuses a ModelCheckpoint or a progress bar of the user's beside the switch
     # (off in conf/trainer/default.yaml) that turns it off.
     switches = {key: True for key, kind in (("enable_checkpointing", ModelCheckpoint),
@@ -103,13 +102,7 @@ def build_trainer(
     accumulates = {} if accumulation is None else {"accumulate_grad_batches": accumulation}
     if hasattr(logger, "flush_if_due"):  # a buffering logger sends where no step is timed
         presets.shared.between_steps.append(logger.flush_if_due)
-    return _build(
-        "trainer",
-        node,
-        precision=precision,
-        callbacks=[*user, *presets.callbacks, *own],
-        profiler=presets.profiler,
-        logger=False if logger is None else logger,  # Trainer(logger=None) means its defaults
-        **switches,
-        **accumulates,
-    )
+    # Trainer(logger=None) means its default logger: False means none
+    return _build("trainer", node, precision=precision, callbacks=[*user, *presets.callbacks, *own],
+                  profiler=presets.profiler, logger=False if logger is None else logger, **switches,
+                  **accumulates)

@@ -31,6 +31,8 @@ def write_reports(presets: dict[str, Preset], record: RunRecord, diagnose: bool 
         result.flags = sorted(set(result.flags) | set(report.flags))
         if report.clocks:
             result.clocks = {**(result.clocks or {}), **report.clocks}
+        for block, value in report.blocks.items():
+            setattr(result, block, value)
         for table in report.tables:
             show(table)
     if diagnose:

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import gc
 
 # Loaded up front, not by the first job's reports: every job starts from the same resident set.
@@ -15,37 +12,22 @@ import torch
 from harness import memory_peaks, private_api
 from harness.instrument import line_profile, switches
 
-
-def _return_freed_heap() -> None:
-    # glibc keeps freed blocks: untrimmed, a big job would raise the next one's resident set.
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(libc_name).malloc_trim(0)
-
-
 _measured_before = False  # whether a measurement ran in this process already
 
 
-def _collect_garbage() -> None:
-    """Free what an earlier measurement left. The first one freezes the heap the imports made
-    (~400k objects, 0.2-0.3 s to walk) instead: later collections walk only the jobs' objects."""
+def start_clean() -> dict[str, bool | int | None]:
+    """The measurement starts from the same state as any other; returns result.json's `isolation`."""
     global _measured_before
+    torch.compiler.reset()  # compiled graphs
+    private_api.reset_compile_counters()  # graphs and breaks counted from here (result.json)
+    # Free what an earlier measurement left. The first one freezes the heap the imports made
+    # (~400k objects, 0.2-0.3 s to walk) instead: later collections walk only the jobs' objects.
     if _measured_before:
         gc.collect()
     else:
         gc.collect(1)  # the young generations' garbage, not frozen with the rest (cheap)
         gc.freeze()
         _measured_before = True
-
-
-def start_clean() -> dict[str, bool | int | None]:
-    """The measurement starts from the same state as any other; returns result.json's `isolation`."""
-    torch.compiler.reset()  # compiled graphs
-    private_api.reset_compile_counters()  # graphs and breaks counted from here (result.json)
-    _collect_garbage()
-    _return_freed_heap()
     done: dict[str, bool | int | None] = {"compiler_reset": True, "gc": True}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()

@@ -3,6 +3,7 @@ state, build, fit and/or predict, record what ran and the presets' reports; pool
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import platform
 import socket
@@ -57,8 +58,7 @@ def measure_repeats(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: An
         diagnose_run(presets, record)
 
 
-def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
-                 ) -> dict[str, Any]:
+def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) -> dict[str, Any]:
     """Fit and/or predict once with fresh objects, into `record.result`; returns the presets."""
     result = record.result
     pl.seed_everything(knobs.seed, workers=True, verbose=False)
@@ -66,9 +66,9 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     module = build.build_module(cfg)
     check_accumulates(module, knobs)
     presets = build.build_presets(cfg)
-    observer, loss_watch = presets.observer, LossWatch()
+    loss_watch = LossWatch()
     trainer = build.build_trainer(cfg, knobs.lightning_precision, presets, logger,
-                                  [observer, loss_watch], knobs.accumulation)
+                                  [presets.observer, loss_watch], knobs.accumulation, knobs.scaling)
     device = trainer.strategy.root_device
     prepare_ranks(trainer, result)
     result.model = cfg.model._target_
@@ -77,8 +77,9 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
     # before compile, which then traces the wrapped blocks
     checkpointed = checkpoint_blocks(module, knobs.activation_checkpointing)
     compiling_before = private_api.compile_seconds()
-    if knobs.compile:
-        compile_network(module, knobs.compile_module, knobs.compile)
+    compiled_whole = compile_network(module, knobs.compile_module, knobs.compile) if knobs.compile else None
+    if compiled_whole:
+        log.info("%s", compiled_whole)
     # Nothing before the fit may initialise CUDA (Lightning refuses to fork a process that
     # did); until CUDA is initialised its allocator has no peaks to reset.
     memory_peaks.reset(device if device.type != "cuda" or torch.cuda.is_initialized() else None)
@@ -103,6 +104,8 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any
             # said before the fit already
             result.observed.checkpointed = None if checkpointed is None else checkpointed.classes()
             result.observed.notes.append(said(checkpointed, type(module).__name__))
+        if compiled_whole and result.observed is not None:  # said before the fit already
+            result.observed.notes.append(compiled_whole)
         _flag_nonfinite_loss(result, loss_watch)
         if trainer.is_global_zero:
             write_reports(presets.by_name, record, diagnose=knobs.repeat == 1)
@@ -114,13 +117,12 @@ def check_accumulates(module: pl.LightningModule, knobs: Knobs) -> None:
     """global_batch_size sets Lightning's accumulation, which a module that steps its optimizers
     itself never runs: one line before the fit (Lightning would refuse the trainer anyway)."""
     if knobs.global_batch_size is not None and not module.automatic_optimization:
-        raise ConfigError(
-            "global_batch_size", knobs.global_batch_size,
-            f"a module with automatic optimization: {type(module).__name__} sets"
-            " automatic_optimization = False and steps its optimizers itself, so"
-            " global_batch_size cannot set its accumulation",
-            "drop global_batch_size and accumulate in its training_step (step every N batches),"
-            " with batch_size the examples of one batch")
+        raise ConfigError("global_batch_size", knobs.global_batch_size,
+                          f"a module with automatic optimization: {type(module).__name__} sets"
+                          " automatic_optimization = False and steps its optimizers itself, so"
+                          " global_batch_size cannot set its accumulation",
+                          "drop global_batch_size and accumulate in its training_step (step every N"
+                          " batches), with batch_size the examples of one batch")
 
 
 def record_what_ran(result: RunResult, trainer: Any, asked_precision: str, presets: Presets,
@@ -134,11 +136,9 @@ def record_what_ran(result: RunResult, trainer: Any, asked_precision: str, prese
     result.metrics.update(memory_peaks.read(device))
     result.precision_used = trainer.precision
     if trainer.precision != asked_precision:
-        result.precision_note = (
-            f"asked for {asked_precision}, Lightning used {trainer.precision}"
-            f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so 16-mixed runs as"
-            " bf16-mixed there)"
-        )
+        result.precision_note = (f"asked for {asked_precision}, Lightning used {trainer.precision}"
+                                 f" on {device.type} (e.g. fp16 autocast is not supported on CPU, so"
+                                 " 16-mixed runs as bf16-mixed there)")
     result.device = Device(**_device_facts(device), world_size=trainer.world_size)
     result.distributed = distributed_facts(trainer)
     result.versions = _versions()
@@ -147,12 +147,9 @@ def record_what_ran(result: RunResult, trainer: Any, asked_precision: str, prese
 
 def _device_facts(device: Any) -> dict[str, Any]:
     if device.type == "cuda":
-        return {
-            "accelerator": "cuda",
-            "device_name": torch.cuda.get_device_name(device),
-            "device_count": torch.cuda.device_count(),
-            "memory_bytes": torch.cuda.get_device_properties(device).total_memory,
-        }
+        return {"accelerator": "cuda", "device_name": torch.cuda.get_device_name(device),
+                "device_count": torch.cuda.device_count(),
+                "memory_bytes": torch.cuda.get_device_properties(device).total_memory}
     return {"accelerator": device.type, "device_name": _cpu_name(), "device_count": 1,
             "memory_bytes": psutil.virtual_memory().total}
 
@@ -168,19 +165,13 @@ def _cpu_name() -> str:
 
 def _versions() -> dict[str, str | None]:
     def version(package: str) -> str | None:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return None
+        return None
 
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "lightning": version("lightning"),
-        "hydra-core": version("hydra-core"),
-        "harness": version("lightning-harness"),
-    }
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "lightning": version("lightning"), "hydra-core": version("hydra-core"),
+            "harness": version("lightning-harness")}
 
 
 def _pool_repeats(result: RunResult, requested: int, runs: list[dict[str, Any]]) -> None:
@@ -188,9 +179,9 @@ def _pool_repeats(result: RunResult, requested: int, runs: list[dict[str, Any]])
     result.metrics, low, high = summarize(runs)
     result.repeats = Repeats(
         requested=requested, completed=len(runs), min=low, max=high, per_repeat=runs,
-        what="metrics: medians over the runs, each phase's examples_per_second = its examples"
-        " per iteration / its median seconds_per_iteration; min and max: their range;"
-        " diagnosis: from those medians and the last run's passes; reports/: the last run's")
+        what="metrics: medians over the runs, each phase's examples_per_second = its examples per iteration"
+        " / its median seconds_per_iteration; min and max: their range; diagnosis: from those medians"
+        " and the last run's passes; reports/: the last run's")
 
 
 def _flag_nonfinite_loss(result: Any, loss_watch: LossWatch) -> None:
@@ -229,26 +220,19 @@ def _infer_after(trainer: pl.Trainer, module: pl.LightningModule, datamodule: An
         result.status, result.reason = "partial", f"training measured; inference failed: {reason}"
 
 
-def _predict(trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any,
-             fitted: bool) -> None:
+def _predict(trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any, fitted: bool) -> None:
     """The inference measurement: Lightning's predict loop (eval mode, torch.inference_mode)."""
     loaders = _inference_loaders(module, datamodule, fitted)
+    data = {"datamodule": datamodule} if loaders is None else {"dataloaders": loaders}
     try:
-        if loaders is None:
-            trainer.predict(module, datamodule=datamodule, return_predictions=False)
-        else:
-            trainer.predict(module, dataloaders=loaders, return_predictions=False)
+        trainer.predict(module, **data, return_predictions=False)
     except Exception as err:
-        if is_overridden("predict_step", module, pl.LightningModule) or (
-            classify_failure(err)[0] == "oom"
-        ):
+        if is_overridden("predict_step", module, pl.LightningModule) or classify_failure(err)[0] == "oom":
             raise  # the user's own predict_step failed, or memory ran out: not a missing step
         name = type(module).__name__
-        raise HarnessError(
-            f"{name} has no predict_step, so Lightning's default passed the whole batch to"
-            f" forward(), which failed ({first_line(err)[:200]}). Fix: give {name} a"
-            " predict_step(batch, batch_idx), or set mode=train"
-        ) from err
+        raise HarnessError(f"{name} has no predict_step, so Lightning's default passed the whole batch to"
+                           f" forward(), which failed ({first_line(err)[:200]}). Fix: give {name} a"
+                           " predict_step(batch, batch_idx), or set mode=train") from err
 
 
 def _inference_loaders(module: pl.LightningModule, datamodule: Any, fitted: bool) -> Any:
@@ -263,6 +247,5 @@ def _inference_loaders(module: pl.LightningModule, datamodule: Any, fitted: bool
             source.setup("validate")
         return source.val_dataloader()
     whose = type(source).__name__ + (" (data=none: the module's own)" if datamodule is None else "")
-    raise HarnessError(
-        f"inference has no data: {whose} has neither a predict_dataloader nor a"
-        " val_dataloader. Fix: give it one, or set mode=train")
+    raise HarnessError(f"inference has no data: {whose} has neither a predict_dataloader nor a"
+                       " val_dataloader. Fix: give it one, or set mode=train")

@@ -15,25 +15,20 @@ from harness.result.schema import Observed, OptimizerStep, RunResult
 
 def _set_by_user(key: str, value: Any, overrides: list[str]) -> bool:
     """Set on the command line, or to a value other than harness's default (a named sweep)."""
-    if any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides):
-        return True
-    defaults = OmegaConf.load(conf_dir() / "config.yaml")
-    return str(defaults.get(key)) != str(value)
+    return (any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+            or str(OmegaConf.load(conf_dir() / "config.yaml").get(key)) != str(value))
 
 
 def observed_of(batches: BatchCounts, compiled: dict[str, Any] | None, accumulation: int = 1,
                 world_size: int = 1) -> Observed:
     """What ran, as result.json's `observed`: examples per batch per phase, per optimizer step
     (`accumulation`: the trainer's, as it ran), compiled graphs."""
-    sizes = batches.examples_per_batch()
+    sizes, compiled = batches.examples_per_batch(), compiled or {}
     readable = any(n is not None for n in sizes.values())
     return Observed(
-        examples_per_batch=sizes,
-        examples_source="batches" if readable else "knob" if sizes else None,
+        examples_per_batch=sizes, examples_source="batches" if readable else "knob" if sizes else None,
         optimizer_step=_optimizer_step(batches, sizes.get("train"), accumulation, world_size),
-        compiled_graphs=(compiled or {}).get("compiled_graphs"),
-        graph_breaks=(compiled or {}).get("graph_breaks"),
-    )
+        compiled_graphs=compiled.get("compiled_graphs"), graph_breaks=compiled.get("graph_breaks"))
 
 
 def _optimizer_step(batches: BatchCounts, micro_batch: int | None, accumulation: int,
@@ -43,8 +38,8 @@ def _optimizer_step(batches: BatchCounts, micro_batch: int | None, accumulation:
         return None
     examples, most = batches.step_examples.most_common(1)[0]
     steps = sum(batches.step_examples.values())
-    return OptimizerStep(micro_batch=micro_batch, accumulation=accumulation,
-                         world_size=world_size, steps=steps, other_steps=steps - most,
+    return OptimizerStep(micro_batch=micro_batch, accumulation=accumulation, world_size=world_size,
+                         steps=steps, other_steps=steps - most,
                          examples=None if examples is None else examples * world_size)
 
 
@@ -78,14 +73,12 @@ def check_what_ran(result: RunResult, knobs: Knobs, world_size: int) -> None:
                          f" {result.precision_used}: {result.precision_note or 'not what was asked'}."
                          " Fix: ask for the precision the device runs"))
     for knob, message in problems:
-        if knobs.check_knobs and (knob == "compile" or _set_by_user(
-                knob, getattr(knobs, knob), result.overrides)):
-            if result.status in ("running", "ok", "partial"):
-                # a partial run's failed phase stays said (also in result.phase_errors)
-                also = f"; also {result.reason}" if result.status == "partial" else ""
-                result.status, result.reason = "invalid", message + also
-            else:
-                observed.notes.append(message)
+        user_set = knobs.check_knobs and (
+            knob == "compile" or _set_by_user(knob, getattr(knobs, knob), result.overrides))
+        if user_set and result.status in ("running", "ok", "partial"):
+            # a partial run's failed phase stays said (also in result.phase_errors)
+            also = f"; also {result.reason}" if result.status == "partial" else ""
+            result.status, result.reason = "invalid", message + also
         else:
             observed.notes.append(message)
 
@@ -106,9 +99,9 @@ def _global_batch_differs(observed: Observed, knobs: Knobs) -> str | None:
                 f" ({step.micro_batch} per batch x {step.accumulation} batches x {step.world_size}"
                 f" ranks): {why}. Fix: make what runs follow the knobs, or drop global_batch_size")
     if step.other_steps:
-        return (f"global_batch_size={asked} but {step.other_steps} of the fit's {step.steps}"
-                f" optimizer steps took fewer examples: an epoch's training batches are not a"
-                f" multiple of the {step.accumulation} each step takes, so Lightning steps on a"
-                " short last one. Fix: training batches per epoch a multiple of"
-                f" {step.accumulation} (trainer.limit_train_batches, or the data)")
+        return (f"global_batch_size={asked} but {step.other_steps} of the fit's {step.steps} optimizer"
+                f" steps took fewer examples: an epoch's training batches are not a multiple of the"
+                f" {step.accumulation} each step takes, so Lightning steps on a short last one. Fix:"
+                f" training batches per epoch a multiple of {step.accumulation} (trainer.limit_train_batches,"
+                " or the data)")
     return None

@@ -3,6 +3,7 @@ becomes a status."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import tempfile
 import time
@@ -27,8 +28,7 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
         return "failed", str(err)
     text = first_line(err, with_type=False)
     compiling = type(err).__module__.startswith(("torch._dynamo", "torch._inductor"))
-    oom = _out_of_memory(err)
-    if oom is not None:
+    if (oom := _out_of_memory(err)) is not None:
         where = " while compiling" if compiling and oom is not err else ""
         return "oom", f"out of memory{where}: {first_line(oom, with_type=False)[:300]}"
     if compiling:
@@ -86,24 +86,18 @@ class RunRecord:
     def __init__(self, output_dir: Path, overrides: list[str] | None = None) -> None:
         self.output_dir = Path(output_dir)
         self.started = time.time()
-        self.result = RunResult(
-            overrides=list(overrides or []),
-            started_at=dt.datetime.fromtimestamp(self.started, dt.timezone.utc).isoformat(),
-        )
+        started_at = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).isoformat()
+        self.result = RunResult(overrides=list(overrides or []), started_at=started_at)
 
     def fail(self, err: BaseException) -> None:
         self.result.status, self.result.reason = classify_failure(err)
         if not isinstance(err, (HarnessError, KeyboardInterrupt, SystemExit)):
-            try:
-                path = write_error_log(self.output_dir, err)
-            except OSError:  # the disk is full: result.json says what it can, without it
-                return
-            self.result.error_log = path.name
+            with contextlib.suppress(OSError):  # the disk is full: result.json says what it can, without it
+                self.result.error_log = write_error_log(self.output_dir, err).name
 
     def add_reports(self, paths: list[Path]) -> None:
-        found = set(self.result.reports)
-        found.update(str(path.relative_to(self.output_dir)) for path in paths)
-        self.result.reports = sorted(found)
+        self.result.reports = sorted({*self.result.reports,
+                                      *(str(path.relative_to(self.output_dir)) for path in paths)})
 
     def write(self) -> Path:
         """result.json, or an OutputError naming it when it cannot be written."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 # Environment variables torch reads that Lightning sets in a job: OMP_NUM_THREADS (DDP's
@@ -22,18 +23,14 @@ _LEGACY_TF32 = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_all
 Setting = tuple[Callable[[], Any], Callable[[Any], None]]
 
 
-def _backend(path: str) -> Any:
+def _attribute(path: str, name: str) -> Setting:
+    """torch.backends.<path>.<name>, looked up at each call."""
     import torch
 
-    node: Any = torch.backends
-    for part in filter(None, path.split(".")):
-        node = getattr(node, part)
-    return node
+    def node() -> Any:
+        return attrgetter(path)(torch.backends) if path else torch.backends
 
-
-def _attribute(path: str, name: str) -> Setting:
-    return (lambda: getattr(_backend(path), name),
-            lambda value: setattr(_backend(path), name, value))
+    return (lambda: getattr(node(), name), lambda value: setattr(node(), name, value))
 
 
 def _settings() -> dict[str, Setting]:
@@ -45,13 +42,11 @@ def _settings() -> dict[str, Setting]:
             value, warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
 
     def warn_only(value: bool) -> None:
-        torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
-                                           warn_only=value)
+        torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(), warn_only=value)
 
     cuda = torch.backends.cuda
     found: dict[str, Setting] = {
-        "float32_matmul_precision": (torch.get_float32_matmul_precision,
-                                     torch.set_float32_matmul_precision),
+        "float32_matmul_precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
         "cuda_matmul_allow_tf32": _attribute("cuda.matmul", "allow_tf32"),
         "cudnn_allow_tf32": _attribute("cudnn", "allow_tf32"),
         "cuda_matmul_allow_fp16_reduced_precision_reduction": _attribute(
@@ -62,8 +57,7 @@ def _settings() -> dict[str, Setting]:
         "cudnn_benchmark": _attribute("cudnn", "benchmark"),
         "cudnn_deterministic": _attribute("cudnn", "deterministic"),
         "deterministic_algorithms": (torch.are_deterministic_algorithms_enabled, deterministic),
-        "deterministic_warn_only": (torch.is_deterministic_algorithms_warn_only_enabled,
-                                    warn_only),
+        "deterministic_warn_only": (torch.is_deterministic_algorithms_warn_only_enabled, warn_only),
         "sdp_flash": (cuda.flash_sdp_enabled, cuda.enable_flash_sdp),
         "sdp_mem_efficient": (cuda.mem_efficient_sdp_enabled, cuda.enable_mem_efficient_sdp),
         "sdp_math": (cuda.math_sdp_enabled, cuda.enable_math_sdp),

@@ -1,21 +1,26 @@
-"""The Hydra callbacks of a sweep (conf/config.yaml `hydra.callbacks`): `ProgressCallback` says
-each job's start and end; `ComparisonCallback` refuses bad input before the first job and writes
-comparison.* at the end. The sweep's verdict waits in harness.sweep.progress for `harness.cli`.
-"""
+"""The Hydra callbacks of a sweep (conf/config.yaml `hydra.callbacks`): `ProgressCallback` says each job's
+start and end; `CheckCallback` refuses bad input before the first job; `ComparisonCallback` writes
+comparison.* at the end. The sweep's verdict waits in harness.sweep.progress for `harness.cli`."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from typing_extensions import override
 
 from harness import terminal
+from harness.config.checks import check
+from harness.config.composed import check_added_keys, check_values
+from harness.config.knobs import SweepSettings, repeat_of
+from harness.config.overrides import as_typed
+from harness.config.sweep_keys import job_label, split_sweep, swept_values_of
+from harness.errors import ConfigError, HarnessError
 from harness.sweep.progress import SweepInProgress, TableSettings, current, sweep_of
 
 log = logging.getLogger(__name__)
@@ -25,8 +30,6 @@ class ProgressCallback(Callback):
     """Applies `verbose`; in a multirun, the sweep's progress (see the module docstring)."""
 
     def _apply_verbose(self, config: DictConfig) -> None:
-        from harness.config.checks import check
-
         if check("verbose", config.get("verbose", False), bool, "true"):  # jobs inherit it
             os.environ[terminal.VERBOSE_ENV] = "1"
 
@@ -37,16 +40,13 @@ class ProgressCallback(Callback):
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._apply_verbose(config)
-        sweep = sweep_of(config)
         quiet = "" if terminal.verbose() else " (verbose=true prints it here too)"
         log.info("sweep in %s: one line per job; each job's own output is in its cli.log%s",
-                 sweep.directory, quiet)
+                 sweep_of(config).directory, quiet)
 
     @staticmethod
     def _job(config: DictConfig, sweep: SweepInProgress) -> tuple[int, str]:
         """(number, label) of the job `config` is of, in the sweep's progress lines."""
-        from harness.config.sweep_keys import job_label
-
         number = int(config.hydra.job.get("num", 0)) + 1
         return number, job_label(list(config.hydra.overrides.task), sweep.swept)
 
@@ -85,15 +85,17 @@ class ProgressCallback(Callback):
 
 def _check_values(config: DictConfig) -> None:
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.utils import get_class
 
-    from harness.config.composed import check_values
-    from harness.config.knobs import FP16, Here, check_device, cuda_here
-    from harness.config.overrides import as_typed
-    from harness.config.sweep_keys import split_sweep
+    from harness.config.knobs import FP16, Here, check_device, cuda_here  # cuda_here: tests plant it
 
-    sweeper = config.hydra.get("sweeper") or {}
-    if "Autotune" in str(sweeper.get("_target_", "")) or not GlobalHydra.instance().is_initialized():
+    if not GlobalHydra.instance().is_initialized():
         return  # outside Hydra's multirun (a test's bare config) there is nothing to compose
+    sweeper = config.hydra.sweeper
+    own = getattr(get_class(str(sweeper._target_)), "check_before_any_job", None)
+    if own is not None:  # a sweeper that checks its own (autotune: its space, values, budget)
+        own(config)
+        return
     values, fixed = split_sweep(as_typed(config.hydra.overrides.task), sweeper.get("params") or {})
     precisions = values.get("precision") or [str(config.get("precision"))]
     launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower()
@@ -103,47 +105,55 @@ def _check_values(config: DictConfig) -> None:
     check_values(config, values, fixed)
 
 
-class ComparisonCallback(Callback):
-    """Writes comparison.{md,csv,json,png} into the sweep directory and shows the table."""
+def table_settings(config: DictConfig) -> TableSettings:
+    """The sweep's table settings (hydra.callbacks.sweep_report, sweep.decide_within), checked."""
+    from harness.sweep.table import check_repeat_keys, check_settings
 
-    def __init__(self, rows: str | None = None, baseline: str | None = None,
-                 plot: bool = True, repeat_keys: Any = None) -> None:
-        self.settings = TableSettings(rows, baseline, plot)
-        self._repeat_keys = repeat_keys  # checked when the sweep starts: one line, exit 2
+    node = config.hydra.callbacks.get("sweep_report") or {}
+    repeat_keys = check_repeat_keys(node.get("repeat_keys"))  # a ListConfig is a Sequence
+    settings = TableSettings(node.get("rows"), node.get("baseline"), bool(node.get("plot", True)),
+                             repeat_keys, SweepSettings.read(config).decide_within)
+    check_settings(settings.rows, settings.baseline, swept_values_of(config), repeat_keys=repeat_keys)
+    return settings
+
+
+class CheckCallback(Callback):
+    """Refuses a sweep's bad input in one line (exit 2) before anything of it exists: its
+    directory (claimed empty, and given back), sweep.log, the MLflow parent run. First in
+    conf/config.yaml's callbacks for that."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.config.composed import check_added_keys
-        from harness.config.overrides import as_typed
-        from harness.config.sweep_keys import swept_values_of
-        from harness.errors import ConfigError
-        from harness.sweep.table import check_repeat_keys, check_settings
-
         try:
             # `+batchsize=1,2` would fail every job: said once, before the first.
-            check_added_keys(as_typed(config.hydra.overrides.task),
-                             [k for k in config if k != "hydra"])
-            plain = self._repeat_keys  # as Hydra hands it over: a ListConfig, or None
-            repeat_keys = check_repeat_keys(
-                OmegaConf.to_container(plain) if isinstance(plain, ListConfig) else plain)
-            check_settings(self.settings.rows, self.settings.baseline, swept_values_of(config),
-                           repeat_keys=repeat_keys)
-            from harness.sweep.rounds import SweepSettings, repeat_of
-
+            check_added_keys(as_typed(config.hydra.overrides.task), [k for k in config if k != "hydra"])
+            table_settings(config)
             repeat_of(config)
             threads = swept_values_of(config).get("sweep.threads")
             if threads:  # the sweeper gives every job one count
                 raise ConfigError("sweep.threads", ",".join(threads), "one count for the whole"
                                   " sweep: both sides of a comparison run at it",
                                   "sweep.threads=1 (or auto); compare thread counts in two sweeps")
-            self.settings = replace(self.settings, repeat_keys=repeat_keys,
-                                    tolerance=SweepSettings.read(config).decide_within)
             _check_values(config)
-        except ConfigError as err:
+        except HarnessError as err:  # a ConfigError, autotune's SpaceError: exit 2
             log.error("%s", err)
+            claimed = Path(str(config.hydra.sweep.dir))  # unique_dir made it, still empty
+            with contextlib.suppress(OSError):  # and multirun/DATE when it was the first
+                for directory in (claimed, claimed.parent, claimed.parent.parent):
+                    directory.rmdir()
             # Hydra turns a callback's Exception into a warning and runs the sweep anyway.
             raise SystemExit(err.exit_status) from None
-        sweep_of(config).table = self.settings
+
+
+class ComparisonCallback(Callback):
+    """Writes comparison.{md,csv,json,png} into the sweep directory and shows the table."""
+
+    def __init__(self, **_: Any) -> None:
+        pass  # its settings are read from the config the sweep starts with (table_settings)
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_of(config).table = table_settings(config)
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -1,6 +1,5 @@
 """`harness-report A B`: what changed from result set A to B, metric by metric (ratios B / A),
-on the terminal and in diff.md, .csv, .json. How points are matched and judged: docs/sweeps.md.
-"""
+on the terminal and in diff.md, .csv, .json. How points are matched and judged: docs/sweeps.md."""
 
 from __future__ import annotations
 
@@ -8,11 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from harness.errors import HarnessError
-from harness.judge import TOLERANCE, Band, Verdict, judge
+from harness.judge import TOLERANCE, Verdict, compare, judge_sizes
 from harness.measured import USABLE, is_finite_number
+from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep.render import SAME, UNDECIDED, ByWidth, markdown, ratio_text, rich_table, value_cell
-from harness.sweep.table import DEFAULT, METRICS, Comparison, ratio_range
+from harness.sweep.table import DEFAULT, METRICS, Comparison
+from harness.terminal import show
 
 
 @dataclass
@@ -24,25 +27,17 @@ class Change:
     a: float | None
     b: float | None
     ratio: float | None  # b / a
-    within_spread: bool | None  # None: no spread known
     status_a: str
     status_b: str
-    band_a: Band | None = None  # speed figures: each side's band over its counted samples
-    band_b: Band | None = None
-    tolerance: float = TOLERANCE  # what `verdict` was judged against
+    # harness.judge's verdict at `tolerance`: a phase's speed (its s/it too, by its examples/s)
+    # on the two points' bands, peak memory on their samples; None: other metrics, a side failed
+    verdict: Verdict | None = None
+    tolerance: float = TOLERANCE
 
     @property
     def worse(self) -> bool:
         """B is worse than A (slower, or more memory), whatever the size."""
         return self.ratio is not None and (self.ratio < 1 if self.higher_is_better else self.ratio > 1)
-
-    @property
-    def verdict(self) -> Verdict | None:
-        """harness.judge's verdict at `tolerance`; None for memory, a side not measured, or no
-        spread known."""
-        if self.status_a not in USABLE or self.status_b not in USABLE:
-            return None
-        return judge(self.band_a, self.band_b, self.tolerance)
 
 
 @dataclass
@@ -65,11 +60,10 @@ def _label(comparison: Comparison, point: Any, keys: list[str]) -> str:
 def diff(a: Comparison, b: Comparison, tolerance: float = TOLERANCE) -> Diff:
     """Match the points of A and B and compare every metric, speed verdicts against `tolerance`."""
     keys = list(dict.fromkeys([*a.axes, *b.axes]))
-    repeats = {*a.repeat_settings, *a.repeat_keys, *b.repeat_settings, *b.repeat_keys}
+    repeats = {*a.repeat_settings, *b.repeat_settings}  # the pooled keys among them
     fixed = {k: (a.fixed.get(k, DEFAULT), b.fixed.get(k, DEFAULT)) for k in [*a.fixed, *b.fixed]}
     setup = {k: ab for k, ab in fixed.items() if k not in keys and k not in repeats and ab[0] != ab[1]}
-    points_a = {_label(a, p, keys): p for _, p in a.points.iterrows()}
-    points_b = {_label(b, p, keys): p for _, p in b.points.iterrows()}
+    points_a, points_b = ({_label(c, p, keys): p for _, p in c.points.iterrows()} for c in (a, b))
     result = Diff(a, b, keys, setup_changes=setup)
     pairs = [(label, points_a[label], points_b[label]) for label in points_a if label in points_b]
     if not pairs and len(points_a) == 1 and len(points_b) == 1:
@@ -79,46 +73,34 @@ def diff(a: Comparison, b: Comparison, tolerance: float = TOLERANCE) -> Diff:
         result.only_in_a = [label for label in points_a if label not in points_b]
         result.only_in_b = [label for label in points_b if label not in points_a]
     if not pairs:
-        raise HarnessError(
-            f"{a.root} and {b.root} have no point in common (A: {'; '.join(points_a)};"
-            f" B: {'; '.join(points_b)}). Fix: compare sweeps over the same values"
-        )
+        raise HarnessError(f"{a.root} and {b.root} have no point in common (A: {'; '.join(points_a)};"
+                           f" B: {'; '.join(points_b)}). Fix: compare sweeps over the same values")
     for label, pa, pb in pairs:
-        for metric in METRICS:
-            if not metric.compared:
-                continue
+        ok_a, ok_b = pa["status"] in USABLE, pb["status"] in USABLE
+        for metric in [m for m in METRICS if m.compared]:
             va, vb = pa.get(metric.name), pb.get(metric.name)
-            ok_a, ok_b = pa["status"] in USABLE, pb["status"] in USABLE
             va = va if ok_a and is_finite_number(va) else None
             vb = vb if ok_b and is_finite_number(vb) else None
             if va is None and vb is None and ok_a and ok_b:
                 continue  # not measured on either side (e.g. mode=train: no inference)
             ratio = vb / va if va is not None and vb is not None and va > 0 else None
-            repeated = pa["samples"] > 1 or pb["samples"] > 1
-            within = ratio_range(pb, pa, metric.name)[2] if ratio is not None and repeated else None
-            phase = metric.name.split("_", 1)[0]
-            speed = metric.name.endswith(SPEED_FIGURES)
-            result.changes.append(Change(
-                label, metric.name, metric.unit, metric.higher_is_better, va, vb, ratio, within,
-                str(pa["status"]), str(pb["status"]),
-                band_a=pa.get(f"{phase}_band") if speed else None,
-                band_b=pb.get(f"{phase}_band") if speed else None, tolerance=tolerance,
-            ))
+            verdict = _verdict(pa, pb, metric.name, tolerance) if ok_a and ok_b else None
+            result.changes.append(Change(label, metric.name, metric.unit, metric.higher_is_better, va, vb,
+                                         ratio, str(pa["status"]), str(pb["status"]), verdict, tolerance))
     return result
+
+
+def _verdict(pa: Any, pb: Any, metric: str, tolerance: float) -> Verdict | None:
+    phase = metric.split("_", 1)[0]
+    if metric.endswith(SPEED_FIGURES):
+        return compare(pa[f"{phase}_evidence"], pb[f"{phase}_evidence"], tolerance)
+    if metric == "peak_memory_bytes":
+        return judge_sizes(pa["memory_samples"], pb["memory_samples"], tolerance)
+    return None
 
 
 # The metrics that get a verdict: both say the phase's rate (s/it is its inverse).
 SPEED_FIGURES = ("_examples_per_second", "_seconds_per_iteration")
-
-
-def rows(result: Diff) -> list[dict[str, Any]]:
-    return [{"point": c.point, "metric": c.metric, "unit": c.unit, "a": c.a, "b": c.b,
-             "ratio_b_over_a": c.ratio, "within_spread": c.within_spread,
-             "status_a": c.status_a, "status_b": c.status_b,
-             "verdict": c.verdict.kind if c.verdict else None,
-             "verdict_reason": c.verdict.reason if c.verdict else None}
-            for c in result.changes]
-
 
 UNITS = {"bytes": "MiB", "s": "s"}  # in a cell of diff's table; ex/s is the default
 LEGEND = ("B/A above 1.00x: B is higher (faster for examples/s; slower for s/it; more memory"
@@ -128,33 +110,25 @@ LEGEND = ("B/A above 1.00x: B is higher (faster for examples/s; slower for s/it;
 def _marks(result: Diff) -> str:
     """What `*` and `?` mean, at the tolerance the verdicts were judged against."""
     tolerance = result.changes[0].tolerance if result.changes else TOLERANCE
-    text = (f"{SAME}: no difference (speed: on the counted samples, within their noise and the"
-            f" {tolerance:.0%} tolerance; memory: within the spread of the repeated runs).")
-    if any(c.verdict is not None and c.verdict.kind == "inconclusive"
-           for c in result.changes):
+    text = (f"{SAME}: no difference: on the counted samples, within their noise and the"
+            f" {tolerance:.0%} tolerance.")
+    if any(c.verdict is not None and c.verdict.kind == "inconclusive" for c in result.changes):
         text += (f" {UNDECIDED}: inconclusive: a side contended or noisy, or its noise wider"
                  f" than the {tolerance:.0%} asked about (diff.csv verdict_reason).")
     return text
 
 
-def _cell(change: Change, side: str) -> str:
-    """A or B as the sweep table's cell shows it, with its unit: the column mixes them."""
-    value = change.a if side == "a" else change.b
-    point = {"status": change.status_a if side == "a" else change.status_b, "samples": 1,
-             change.metric: value}
-    text = value_cell(point, change.metric)
-    return f"{text} {UNITS[change.unit]}" if change.unit in UNITS and value is not None else text
-
-
 def _figures(change: Change, markup: bool = False) -> list[str]:
+    """A and B as the sweep table's cells show them, with their unit (the column mixes them); B/A."""
+    found = []
+    for value, status in ((change.a, change.status_a), (change.b, change.status_b)):
+        text = value_cell({"status": status, "samples": 1, change.metric: value}, change.metric)
+        found.append(f"{text} {UNITS[change.unit]}" if change.unit in UNITS and value is not None else text)
     verdict = change.verdict
-    ratio = ratio_text(change.ratio, verdict.kind if verdict else None, change.within_spread)
-    real = (verdict.kind == "real" if verdict is not None else
-            change.ratio is not None and not change.within_spread
-            and abs(change.ratio - 1) > change.tolerance)
-    if markup and real:
+    ratio = ratio_text(change.ratio, verdict.kind if verdict else None)
+    if markup and verdict is not None and verdict.real:
         ratio = f"[{'red' if change.worse else 'green'}]{ratio}[/]"
-    return [_cell(change, "a"), _cell(change, "b"), ratio]
+    return [*found, ratio]
 
 
 def to_markdown(result: Diff) -> str:
@@ -171,10 +145,6 @@ def to_markdown(result: Diff) -> str:
 
 def show_diff(result: Diff) -> None:
     """The diff on the terminal: one line per change where that fits, else a block per point."""
-    from rich.markup import escape
-
-    from harness.terminal import show
-
     title, changes = f"B: {result.b.root}\nagainst A: {result.a.root}", result.changes
     wide = rich_table(title, ["point", "metric", "A", "B", "B/A"],
                       [[escape(c.point), c.metric, *_figures(c, markup=True)] for c in changes],
@@ -198,17 +168,13 @@ def show_diff(result: Diff) -> None:
 
 
 def write(result: Diff, directory: Path) -> list[Path]:
-    from harness.reports.files import write_csv, write_json, write_text
-
-    changes = rows(result)
+    changes = [{"point": c.point, "metric": c.metric, "unit": c.unit, "a": c.a, "b": c.b,
+                "ratio_b_over_a": c.ratio, "status_a": c.status_a, "status_b": c.status_b,
+                "verdict": c.verdict.kind if c.verdict else None,
+                "verdict_reason": c.verdict.reason if c.verdict else None} for c in result.changes]
     return [write_text(directory / "diff.md", to_markdown(result)),
             write_csv(directory / "diff.csv", changes),
             write_json(directory / "diff.json", {
-                "a": str(result.a.root),
-                "b": str(result.b.root),
-                "matched_on": result.keys,
+                "a": str(result.a.root), "b": str(result.b.root), "matched_on": result.keys,
                 "setup_changes": {k: {"a": va, "b": vb} for k, (va, vb) in result.setup_changes.items()},
-                "changes": changes,
-                "only_in_a": result.only_in_a,
-                "only_in_b": result.only_in_b,
-            })]
+                "changes": changes, "only_in_a": result.only_in_a, "only_in_b": result.only_in_b})]

@@ -15,23 +15,19 @@ GROUP = "sweep"
 PATH_VARIABLE = "HARNESS_SWEEPS_PATH"
 
 
-def find_sweeps() -> dict[str, Path]:
-    """Name -> yaml file of every named sweep (a later directory's file of a name wins)."""
-    extra = [Path(p) for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
-    dirs: dict[Path, Path] = {}  # each directory once, where it first comes
-    for directory in (sweeps_dir(), Path.cwd() / "sweeps", *extra):
-        if directory.is_dir():
-            dirs.setdefault(directory.resolve(), directory)
-    return {path.stem: path for directory in dirs.values() for path in sorted(directory.glob("*.yaml"))}
-
-
 def register_sweeps() -> None:
     """Store each named sweep in Hydra's ConfigStore as `sweep=<name>` (package _global_)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
+    extra = [Path(p) for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
+    dirs: dict[Path, Path] = {}  # each directory once, where it first comes
+    for directory in (sweeps_dir(), Path.cwd() / "sweeps", *extra):
+        if directory.is_dir():
+            dirs.setdefault(directory.resolve(), directory)
+    found = {path.stem: path for directory in dirs.values() for path in sorted(directory.glob("*.yaml"))}
     store = ConfigStore.instance()
-    for name, path in find_sweeps().items():
+    for name, path in found.items():  # a later directory's file of a name wins
         try:
             node = OmegaConf.load(path)
         except Exception as err:  # a broken user file must not break every other command

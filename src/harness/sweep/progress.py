@@ -1,7 +1,5 @@
-"""The sweep this process runs (`current()`; None in a submitit job or a single run): its
-directory and sweep.log, progress lines, comparison settings, the `verdict` that sets the
-exit status, and `end_early`. docs/architecture.md (the sweep's data flow) says the rest.
-"""
+"""The sweep this process runs (`current()`; None in a submitit job or a single run): its directory and
+sweep.log, progress lines, comparison settings, the `verdict` that sets the exit status, and `end_early`."""
 
 from __future__ import annotations
 
@@ -14,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import terminal
-from harness.measured import MAIN_PHASES, USABLE, duration, is_finite_number
+from harness.config.overrides import REPEAT_KEYS
+from harness.config.sweep_keys import swept_keys_of
+from harness.errors import HarnessError
+from harness.judge import TOLERANCE
+from harness.launch.signals import restore_sigterm, stop_sweep_on_sigterm
+from harness.measured import MAIN_PHASES, USABLE, cautions, duration, is_finite_number
 
 log = logging.getLogger(__name__)
 SWEEP_LOG = "sweep.log"  # what the sweep printed: progress, table, the jobs' warnings
@@ -22,8 +25,6 @@ SWEEP_LOG = "sweep.log"  # what the sweep printed: progress, table, the jobs' wa
 
 def job_outcome(output_dir: Path) -> tuple[str, str]:
     """(status, 'ok: train 1,234.5 ex/s (between steps 3%) contended, inference ...')."""
-    from harness.errors import HarnessError
-    from harness.measured import cautions
     from harness.result.store import load_result
 
     try:
@@ -39,9 +40,7 @@ def job_outcome(output_dir: Path) -> tuple[str, str]:
             waited = f" (between steps {wait:.0%})" if is_finite_number(wait) else ""
             marks = "".join(f" {caution}" for caution in cautions(result.flags, phase))
             figures.append(f"{phase} {rate:,.1f} ex/s{waited}{marks}")
-    text = result.status
-    if figures:
-        text += ": " + ", ".join(figures)
+    text = result.status + (": " + ", ".join(figures) if figures else "")
     if result.status != "ok" and result.reason:
         text += f"{'; ' if figures else ': '}{result.reason[:400]} (see {output_dir}/)"
     return result.status, text
@@ -50,8 +49,7 @@ def job_outcome(output_dir: Path) -> tuple[str, str]:
 class Progress:
     """Counts the jobs of one sweep and says where it stands."""
 
-    def __init__(self, total: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, total: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.total = total  # the jobs of the sweep, every round included, once announced
         self.clock = clock
         self.started = clock()
@@ -64,24 +62,21 @@ class Progress:
     def _clock(self) -> str:
         text = f"elapsed {duration(self.clock() - self.started)}"
         left = (self.total or 0) - len(self.durations)
-        if self.durations and left > 0:
-            # the mean job so far: rough where jobs differ (batch sizes), so "~"
-            eta = sum(self.durations) / len(self.durations) * left
-            text += f", ETA ~{duration(eta)}"
+        if self.durations and left > 0:  # the mean job so far: rough where jobs differ, so "~"
+            text += f", ETA ~{duration(sum(self.durations) / len(self.durations) * left)}"
         return text
 
     def starting(self, number: int, label: str, note: str = "running") -> None:
         log.info("%s %s: %s (%s)", self._job(number), label, note, self._clock())
 
-    def finished(self, number: int, label: str, output_dir: Path, seconds: float) -> str:
-        """One line for a finished job (an error when it measured nothing); its status."""
+    def finished(self, number: int, label: str, output_dir: Path, seconds: float) -> None:
+        """One line for a finished job (an error when it measured nothing)."""
         self.durations.append(seconds)
         status, outcome = job_outcome(output_dir)
         self.statuses.append(status)
         level = {"ok": logging.INFO, "partial": logging.WARNING}.get(status, logging.ERROR)
         log.log(level, "%s %s: %s [%s; %s]", self._job(number), label, outcome,
                 duration(seconds), self._clock())
-        return status
 
     def summary(self) -> str:
         counts = ", ".join(f"{self.statuses.count(s)} {s}" for s in dict.fromkeys(self.statuses))
@@ -91,13 +86,13 @@ class Progress:
 
 @dataclass(frozen=True)
 class TableSettings:
-    """How the sweep's comparison is made (hydra.callbacks.sweep_report)."""
+    """How the sweep's comparison is made (hydra.callbacks.sweep_report; harness.sweep.table.build)."""
 
     rows: str | None = None
     baseline: str | None = None
     plot: bool = True
-    repeat_keys: tuple[str, ...] | None = None  # None: harness.sweep.table.REPEAT_KEYS
-    tolerance: float | None = None  # the verdicts' threshold (sweep.decide_within); None: TOLERANCE
+    repeat_keys: tuple[str, ...] = REPEAT_KEYS
+    tolerance: float = TOLERANCE  # the verdicts' threshold (sweep.decide_within)
 
 
 @dataclass(frozen=True)
@@ -117,8 +112,7 @@ def verdict_of(statuses: list[str]) -> Verdict:
     if "invalid" not in statuses:
         return Verdict(1, f"all {len(statuses)} jobs of the sweep failed (see comparison.md)")
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
-    return Verdict(1, f"no job of the sweep measured what it was asked ({counts};"
-                      " see comparison.md)")
+    return Verdict(1, f"no job of the sweep measured what it was asked ({counts}; see comparison.md)")
 
 
 @dataclass
@@ -164,24 +158,19 @@ class SweepInProgress:
 
     def end_early(self, interrupted: bool) -> None:
         """Stopped early (`interrupted`: Ctrl-C or SIGTERM, else an error): the finished jobs' table."""
-        if not self._stop():
+        if not self._stop() or self.table is None:
             return
         settings, self.table = self.table, None
-        if settings is None:
-            return
         if not any(p.is_dir() and p.name != ".submitit" for p in self.directory.glob("*")):
             return  # stopped before its first job: no table to write
         statuses = self._write_table(settings)
         done = sum(status not in ("interrupted", "missing") for status in statuses)
-        log.warning("the sweep %s: %s in %s. Rebuild the table once the rest have run:"
-                    " harness-report %s", "was interrupted" if interrupted else "stopped early",
-                    f"the table shows the {done} job(s) that finished" if done
-                    else "no job finished", self.directory, self.directory)
+        log.warning("the sweep %s: %s in %s. Rebuild the table once the rest have run: harness-report %s",
+                    "was interrupted" if interrupted else "stopped early", f"the table shows the {done}"
+                    " job(s) that finished" if done else "no job finished", self.directory, self.directory)
 
     def _stop(self) -> bool:
         """Whether it ran until now."""
-        from harness.launch.signals import restore_sigterm
-
         if not self.running:
             return False
         # Hydra skips on_job_end for a job that raised SystemExit: what follows is the sweep's
@@ -197,8 +186,7 @@ class SweepInProgress:
             comparison = report_sweep(self.directory, **vars(settings))
             return [job.status for job in comparison.jobs]
         except Exception as err:  # the jobs' own results are safe on disk: say so, go on
-            from harness.errors import HarnessError
-            from harness.sweep.collect import collect
+            from harness.result.jobs import collect
 
             log.warning("could not build the sweep comparison: %s. Rebuild it with:"
                         " harness-report %s", err, self.directory)
@@ -218,9 +206,6 @@ def current() -> SweepInProgress | None:
 
 def sweep_of(config: Any) -> SweepInProgress:
     """The sweep of this multirun's `config`, started by the first callback that asks."""
-    from harness.config.sweep_keys import swept_keys_of
-    from harness.launch.signals import stop_sweep_on_sigterm
-
     global _current
     directory = Path(str(config.hydra.sweep.dir))
     sweep = current()

@@ -9,57 +9,15 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
 
-from harness.config.checks import PositiveInt, PositiveNumber, check, read_fields
+from harness.config.knobs import MIN_ROUNDS, SweepSettings
 from harness.errors import HarnessError
-from harness.judge import TOLERANCE
+from harness.measured import USABLE
+from harness.sweep.gate import decisions
+from harness.sweep.progress import TableSettings
 
 log = logging.getLogger(__name__)
-AUTO = "auto"
-MIN_ROUNDS = 6  # the pairs a paired 95 % interval needs (harness.judge.signed_rank_cut)
 SAMPLE_S = 0.5  # how long the other processes' CPU use is read before the first job
-
-
-@dataclass(frozen=True)
-class SweepSettings:
-    """The `sweep:` settings, each checked against its hint."""
-
-    max_rounds: Annotated[int, f">= {MIN_ROUNDS}"] = 30
-    max_minutes: PositiveNumber | None = 15
-    decide_within: Annotated[float, "> 0", "< 1"] = TOLERANCE
-    threads: Literal["auto"] | PositiveInt | None = AUTO
-
-    @classmethod
-    def read(cls, config: Any) -> SweepSettings:
-        from omegaconf import DictConfig, OmegaConf
-
-        node = config.get("sweep")
-        raw = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else None
-        return read_fields(cls, raw, "sweep.", "conf/config.yaml")
-
-
-def repeat_of(config: Any, typed: Any = None) -> int | str:
-    """`repeat` of a sweep: `typed` (the command line's), else the config's; AUTO or N >= 1."""
-    value = typed if typed is not None else config.get("repeat", 1)
-    if str(value).strip().lower() == AUTO:
-        return AUTO
-    return check("repeat", value, PositiveInt, "3", "a positive integer, or auto in a sweep")
-
-
-def free_cpus(sample_s: float = SAMPLE_S) -> tuple[float, int] | None:
-    """(CPUs free of other processes' load over `sample_s`, CPUs this process may use)."""
-    from harness.contention import CpuWindow
-
-    window = CpuWindow()
-    window.open()
-    time.sleep(sample_s)
-    window.close()
-    found = window.figures(above=1.0)
-    if not found or not found.get("cpus") or found.get("other_cpu_share") is None:
-        return None
-    cpus = found["cpus"]
-    return cpus * (1 - found["other_cpu_share"]), int(cpus)
 
 
 def job_threads(setting: int | str | None, here: bool) -> tuple[int | None, str]:
@@ -73,15 +31,20 @@ def job_threads(setting: int | str | None, here: bool) -> tuple[int | None, str]
                       " default thread count")
     import torch
 
+    from harness.contention import CpuWindow
+
     default = torch.get_num_threads()
-    found = free_cpus()
-    if found is None:
+    window = CpuWindow()  # the CPUs this process may use, and the other processes' load on them
+    window.open()
+    time.sleep(SAMPLE_S)
+    window.close()
+    found = window.figures(above=1.0)
+    if not found or not found.get("cpus") or found.get("other_cpu_share") is None:
         return None, "sweep.threads=auto: the CPUs' load is not readable here; torch's default"
-    free, cpus = found
+    free, cpus = found["cpus"] * (1 - found["other_cpu_share"]), int(found["cpus"])
     threads = max(1, min(default, math.floor(free + 0.25)))
-    busy = cpus - free
     return threads, (f"every job at {threads} torch thread(s) (sweep.threads=auto): {cpus} CPUs,"
-                     f" {busy:.1f} of them busy with other processes; torch's default would be"
+                     f" {cpus - free:.1f} of them busy with other processes; torch's default would be"
                      f" {default}" + (" and oversubscribe them" if default > threads else ""))
 
 
@@ -91,33 +54,34 @@ class Rounds:
 
     settings: SweepSettings
     sweep_dir: Path
-    table: Any  # harness.sweep.progress.TableSettings, or None: the defaults
+    table: TableSettings | None  # None: its defaults
     started: float = 0.0
     done: int = 0
 
     def go_on(self) -> bool:
-        """After a round: whether another is due (a comparison undecided, no cap reached)."""
+        """After a round: whether another is due: something measured, a comparison (or, with no
+        variant, the sweep's fastest point) undecided, and no cap reached."""
         self.done += 1
-        if self.done < MIN_ROUNDS:
-            return True
-        after = f"after {self.done} rounds"
+        after = f"after {self.done} round{'s' if self.done > 1 else ''}"
         try:
             undecided = self.undecided()
         except HarnessError as err:  # no job measured anything: more rounds would not either
             log.warning("%s: nothing to decide (%s); no more rounds", after, err)
             return False
+        if undecided is None:
+            log.warning("%s: no job measured its point; no more rounds", after)
+            return False
+        if self.done < MIN_ROUNDS:
+            return True
         if not undecided:
             log.info("%s: every comparison is decided", after)
             return False
-        said = "; ".join(undecided[:3]) + (f"; and {len(undecided) - 3} more"
-                                            if len(undecided) > 3 else "")
-        cap = self._cap()
-        if cap:
+        said = "; ".join(undecided[:3]) + (f"; and {len(undecided) - 3} more" if len(undecided) > 3 else "")
+        if cap := self._cap():
             log.warning("%s: %d comparison(s) still undecided at the cap (%s): %s", after,
                         len(undecided), cap, said)
             return False
-        log.info("%s: %d comparison(s) undecided, one more round: %s", after, len(undecided),
-                 said)
+        log.info("%s: %d comparison(s) undecided, one more round: %s", after, len(undecided), said)
         return True
 
     def _cap(self) -> str | None:
@@ -128,41 +92,20 @@ class Rounds:
             return f"sweep.max_minutes={self.settings.max_minutes:g}"
         return None
 
-    def undecided(self) -> list[str]:
-        """What more rounds could still decide, each as its line: a failure is final."""
-        from harness.sweep.collect import collect
-        from harness.sweep.gate import decisions
-        from harness.sweep.table import REPEAT_KEYS, build
+    def undecided(self) -> list[str] | None:
+        """What more rounds could still decide, each as its line (a failure is final); None
+        when no job of the sweep measured its point."""
+        from harness.result.jobs import collect
+        from harness.sweep.table import build
 
-        table = self.table
-        comparison = build(collect(self.sweep_dir), rows=table.rows if table else None,
-                           baseline=table.baseline if table else None,
-                           repeat_keys=(table.repeat_keys if table and table.repeat_keys
-                                        is not None else REPEAT_KEYS),
-                           tolerance=self.settings.decide_within)
+        table = self.table or TableSettings()
+        comparison = build(collect(self.sweep_dir), rows=table.rows, baseline=table.baseline,
+                           repeat_keys=table.repeat_keys, tolerance=self.settings.decide_within)
+        if not any(job.status in USABLE for job in comparison.jobs):
+            return None
         found = list(decisions(comparison))
         if found:
-            return [d.line.removeprefix("undecided: ") for d in found
-                    if not d.decided and not d.final]
-        return fastest_undecided(comparison)  # no variant: the sweep's fastest point decides
-
-
-def fastest_undecided(comparison: Any) -> list[str]:
-    """Per phase, why the sweep's fastest point is not decided yet; a plateau (every tie the
-    judge reads `same`) is decided: no round would tell its points apart."""
-    from harness.judge import fastest, judge
-    from harness.measured import MAIN_PHASES, USABLE
-
-    found = []
-    frame = comparison.points
-    for phase in MAIN_PHASES:
-        usable = frame[frame["status"].isin(USABLE)]
-        bands = {k: b for k, b in usable[f"{phase}_band"].items() if b is not None}
-        best = fastest(bands, comparison.tolerance)
-        if best is None or best.decided or len(bands) < 2:
-            continue
-        plateau = all(verdict is not None and verdict.kind == "same" for verdict in (
-            judge(bands[k], best.band, comparison.tolerance) for k in best.ties))
-        if not (plateau and best.ties and all(b.between_runs for b in bands.values())):
-            found.append(f"fastest ({phase}): {best.why}")
-    return found
+            return [d.line.removeprefix("undecided: ") for d in found if not d.decided and not d.final]
+        # no variant: the sweep's fastest point decides; a plateau (every tie the same) is settled
+        return [f"fastest ({phase}): {best['why']}"
+                for phase, best in comparison.fastest.items() if not best["settled"]]

@@ -13,22 +13,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.config.overrides import ROUND_KEY, parse_overrides
+from harness.config.overrides import AUTOTUNE_STAGE, REPEAT_KEYS, parse_overrides
 from harness.config.sweep_keys import short_setting
 from harness.errors import ConfigError, HarnessError
-from harness.judge import TOLERANCE, band_of, fastest, job_noise, judge, paired
-from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, sample_of, summarize
-from harness.sweep.collect import Collection, JobResult
+from harness.judge import TOLERANCE, Evidence, Verdict, band_of, compare, fastest, job_noise, judge_sizes
+from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, peak_memory, sample_of, summarize
+from harness.result.jobs import Collection, JobResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT = "(default)"
-ROW_PREFERENCE = ("batch_size",)
 # Keys that never make rows or variants: they say how a run was launched, not what ran.
 NOT_AXES = ("sweep",)
-# Keys whose values are repeats of one point, not variants (`seed=0,1,2`: three samples each).
-REPEAT_KEYS = ("seed", ROUND_KEY)
 # Where a sweep's `rows`, `baseline` and `repeat_keys` are set; harness-report's --rows...
 SETTINGS_KEY = "hydra.callbacks.sweep_report"
 
@@ -56,25 +53,16 @@ METRICS: tuple[Metric, ...] = (
            "training: FLOPs of a step (diagnose preset) / seconds per iteration", True, False),
     Metric("train_mfu", "share",
            "training: FLOP/s / the device's dense peak (null without a peak)", True, False),
-    Metric("peak_memory_bytes", "bytes",
-           "peak device memory allocated by torch (CUDA); on a CPU the training phase's peak"
-           " resident set minus the resident set at its start (peak RSS increase), else, for"
-           " results without it, the process's peak resident set during the job", False),
-)
+    Metric("peak_memory_bytes", "bytes", "peak device memory allocated by torch (CUDA); on a CPU the training"
+           " phase's peak resident set minus the resident set at its start (peak RSS increase), else, for"
+           " results without it, the process's peak resident set during the job", False))
 METRIC_NAMES = tuple(m.name for m in METRICS)
 # speed-up column -> the metric it divides (variant / baseline, same row)
-RATIOS = {
-    "train_speedup": "train_examples_per_second",
-    "inference_speedup": "inference_examples_per_second",
-    "memory_ratio": "peak_memory_bytes",
-}
-# the columns of each ratio: <ratio><suffix> (add_ratios)
-# _pairs: the rounds' pairs a paired verdict stands on; _unpaired: pairs it left out
-RATIO_SUFFIXES = ("", "_min", "_max", "_within_spread", "_thin", "_verdict", "_verdict_reason",
-                  "_pairs", "_unpaired")
-
-# Where a point's peak_memory_bytes comes from (`memory_source`), in the order looked for.
-DEVICE_MEMORY, RSS_INCREASE, PROCESS_RSS = "device allocated", "peak RSS increase", "process RSS"
+RATIOS = {"train_speedup": "train_examples_per_second", "inference_speedup": "inference_examples_per_second",
+          "memory_ratio": "peak_memory_bytes"}
+# the columns of each ratio: <ratio><suffix> (add_ratios), all from the judge's Verdict: its ratio and
+# interval, kind and reason; _pairs: the rounds' pairs a paired verdict stands on; _unpaired: those left out
+RATIO_SUFFIXES = ("", "_min", "_max", "_thin", "_verdict", "_verdict_reason", "_pairs", "_unpaired")
 
 # Memory headroom (`largest_batches`): the share kept free; when its line is noise or stretched too far.
 KEEP_FREE = 0.10
@@ -105,6 +93,8 @@ class Comparison:
     noise: dict[str, float] = field(default_factory=dict)  # phase -> job-to-job noise (log sd)
     fastest: dict[str, dict[str, Any]] = field(default_factory=dict)  # see fastest_points
     tolerance: float = TOLERANCE  # the verdicts' threshold (sweep.decide_within)
+    # (row, variant) -> ratio (RATIOS) -> the judge's verdict against the row's baseline
+    verdicts: dict[tuple[str, str], dict[str, Verdict]] = field(default_factory=dict)
 
     @property
     def status_counts(self) -> dict[str, int]:
@@ -152,9 +142,7 @@ def sort_key(value: str) -> tuple[int, float, str]:
 
 
 def variant_label(keys: Sequence[str], settings: Mapping[str, str]) -> str:
-    if not keys:
-        return "all"
-    return ", ".join(f"{k}={settings.get(k, DEFAULT)}" for k in keys)
+    return ", ".join(f"{k}={settings.get(k, DEFAULT)}" for k in keys) or "all"
 
 
 def parse_variant_spec(spec: str, prefix: str = "") -> dict[str, str]:
@@ -164,12 +152,6 @@ def parse_variant_spec(spec: str, prefix: str = "") -> dict[str, str]:
         raise ConfigError(f"{prefix}baseline", spec, "key=value pairs separated by commas",
                           f"{prefix}baseline='precision=fp32,compile=false'")
     return parse_overrides(parts)
-
-
-def choose_row_key(axes: list[str], rows: str | None) -> str | None:
-    """`rows`, else batch_size if swept, else the first of two or more swept keys."""
-    fallback = axes[0] if len(axes) > 1 else None
-    return rows or next((k for k in ROW_PREFERENCE if k in axes), fallback)
 
 
 def _repeat_keys_name(prefix: str) -> str:
@@ -188,32 +170,29 @@ def check_repeat_keys(value: Any, prefix: str = f"{SETTINGS_KEY}.") -> tuple[str
     return tuple(value)
 
 
-def _pooled_error(prefix: str, setting: str, value: str, key: str,
-                  axes: list[str]) -> ConfigError:
+def _pooled_error(prefix: str, setting: str, value: str, key: str, axes: list[str]) -> ConfigError:
     keys = _repeat_keys_name(prefix)
     instead = f"{prefix}{setting}={axes[0]}" if setting == "rows" and axes else f"drop {key}"
-    return ConfigError(f"{prefix}{setting}", value,
-                       f"a swept key that is not a repeat key ({key} is in {keys}: its values"
-                       " are samples of each point, not rows or variants)",
+    return ConfigError(f"{prefix}{setting}", value, f"a swept key that is not a repeat key ({key} is in"
+                       f" {keys}: its values are samples of each point, not rows or variants)",
                        f"{instead}, or leave {key} out of {keys}")
 
 
 def check_settings(rows: str | None, baseline: str | None, swept: Mapping[str, Sequence[str]],
                    prefix: str = f"{SETTINGS_KEY}.",
-                   repeat_keys: Sequence[str] = REPEAT_KEYS) -> None:
-    """Raise a ConfigError naming `<prefix>rows` or `<prefix>baseline` when it matches no swept key."""
+                   repeat_keys: Sequence[str] = REPEAT_KEYS) -> tuple[str | None, list[str]]:
+    """The row key and the column keys of a sweep over `swept`; a ConfigError naming `<prefix>rows`
+    or `<prefix>baseline` when it matches no swept key."""
     axes = [k for k in swept if k not in NOT_AXES and k not in repeat_keys]
     if rows is not None and rows not in axes:
         if rows in swept and rows in repeat_keys:
             raise _pooled_error(prefix, "rows", rows, rows, axes)
-        raise ConfigError(f"{prefix}rows", rows,
-                          f"a swept key (swept: {', '.join(axes) or 'nothing'})",
+        raise ConfigError(f"{prefix}rows", rows, f"a swept key (swept: {', '.join(axes) or 'nothing'})",
                           f"{prefix}rows={axes[0]}" if axes else f"drop {prefix}rows")
-    if not baseline:
-        return
-    row_key = choose_row_key(axes, rows)
+    # `rows`, else batch_size if swept, else the first of two or more swept keys
+    row_key = rows or ("batch_size" if "batch_size" in axes else axes[0] if len(axes) > 1 else None)
     columns = [k for k in axes if k != row_key]
-    for key, value in parse_variant_spec(baseline, prefix).items():
+    for key, value in parse_variant_spec(baseline, prefix).items() if baseline else ():
         if key in swept and key in repeat_keys:
             raise _pooled_error(prefix, "baseline", baseline, key, axes)
         if key not in columns:
@@ -224,49 +203,26 @@ def check_settings(rows: str | None, baseline: str | None, swept: Mapping[str, S
         if value not in swept[key]:
             variants = [variant_label(columns, dict(zip(columns, combo, strict=True)))
                         for combo in itertools.product(*(swept[k] for k in columns))]
-            raise ConfigError(f"{prefix}baseline", baseline,
-                              f"one of the swept values of {key}: {', '.join(swept[key])}"
-                              f" (variants: {'; '.join(variants)})",
+            raise ConfigError(f"{prefix}baseline", baseline, f"one of the swept values of {key}:"
+                              f" {', '.join(swept[key])} (variants: {'; '.join(variants)})",
                               f"{prefix}baseline='{key}={swept[key][0]}'")
-
-
-def _choose_baseline(spec: str | None, variants: list[str],
-                     settings_of: dict[str, dict[str, str]]) -> str:
-    if not spec:
-        return variants[0]
-    wanted = parse_variant_spec(spec)
-    for label in variants:
-        if all(settings_of[label].get(k, DEFAULT) == v for k, v in wanted.items()):
-            return label
-    raise HarnessError(f"baseline={spec!r} matches no variant that ran in this sweep. Fix: choose"
-                       f" one of: {'; '.join(variants)}")  # each value ran, not this combination
-
-
-def swept_and_fixed(jobs: list[JobResult]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Keys whose value differs between jobs with their values (first seen first); the rest."""
-    keys = dict.fromkeys(key for job in jobs for key in job.settings)
-    values = {key: list(dict.fromkeys(job.settings.get(key, DEFAULT) for job in jobs))
-              for key in keys}
-    swept = {key: seen for key, seen in values.items() if len(seen) > 1}
-    fixed = {key: seen[0] for key, seen in values.items() if len(seen) == 1}
-    return swept, fixed
+    return row_key, columns
 
 
 def build(collection: Collection, rows: str | None = None, baseline: str | None = None,
           settings_prefix: str = f"{SETTINGS_KEY}.",
           repeat_keys: Sequence[str] = REPEAT_KEYS, tolerance: float = TOLERANCE) -> Comparison:
-    """The collected jobs as rows x variants, jobs differing only in `repeat_keys` pooled;
-    verdicts at `tolerance`."""
+    """The jobs as rows x variants, those differing only in `repeat_keys` pooled; verdicts at `tolerance`."""
     import pandas as pd
 
     jobs = collection.jobs
-    swept, fixed = swept_and_fixed(jobs)
-    check_settings(rows, baseline, swept, settings_prefix, repeat_keys)
-    axes = [k for k in swept if k not in NOT_AXES and k not in repeat_keys]
-    pooled = {k: sorted(values, key=sort_key) for k, values in swept.items()
-              if k in repeat_keys}
-    row_key = choose_row_key(axes, rows)
-    variant_keys = [k for k in axes if k != row_key]
+    keys = dict.fromkeys(key for job in jobs for key in job.settings)
+    values = {key: list(dict.fromkeys(job.settings.get(key, DEFAULT) for job in jobs)) for key in keys}
+    # swept: the keys whose value differs between jobs, with their values (first seen first)
+    swept = {key: seen for key, seen in values.items() if len(seen) > 1}
+    fixed = {key: seen[0] for key, seen in values.items() if len(seen) == 1}
+    row_key, variant_keys = check_settings(rows, baseline, swept, settings_prefix, repeat_keys)
+    pooled = {k: sorted(seen, key=sort_key) for k, seen in swept.items() if k in repeat_keys}
 
     groups: dict[tuple[str, str], list[JobResult]] = {}
     settings_of: dict[str, dict[str, str]] = {}
@@ -276,7 +232,12 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
         groups.setdefault((row, label), []).append(job)
         settings_of.setdefault(label, job.settings)
     variants = list(settings_of)
-    chosen = _choose_baseline(baseline, variants, settings_of)
+    wanted = parse_variant_spec(baseline) if baseline else {}
+    chosen = next((v for v in variants
+                   if all(settings_of[v].get(k, DEFAULT) == x for k, x in wanted.items())), None)
+    if chosen is None:  # each value ran (check_settings), not this combination
+        raise HarnessError(f"baseline={baseline!r} matches no variant that ran in this sweep. Fix:"
+                           f" choose one of: {'; '.join(variants)}")
     row_values = sorted({str(row) for row, _ in groups}, key=sort_key)
 
     records = []
@@ -290,29 +251,18 @@ def build(collection: Collection, rows: str | None = None, baseline: str | None 
             f"{len({m.settings.get(k, DEFAULT) for m in members})} {k}s" for k in pooled) or None
         records.append(record)
     frame = pd.DataFrame.from_records(records)  # in row, then sweep order
-    noise = add_bands(frame)
-    add_ratios(frame, chosen, tolerance)
-    add_best(frame, tolerance)
+    noise = add_figures(frame)
+    verdicts = add_ratios(frame, chosen, tolerance, noise)
+    # an autotune sweep's points pool stages minutes apart: its verdict (autotune.report) names the best
+    searched = any(AUTOTUNE_STAGE in parse_overrides(job.overrides) for job in jobs)
+    add_best(frame, tolerance, noise, decide=not searched)
     comparison = Comparison(
-        root=collection.root,
-        row_key=row_key,
-        variant_keys=variant_keys,
-        fixed=fixed,
-        variants=variants,
-        baseline=chosen,
-        rows=row_values,
-        points=frame,
-        jobs=jobs,
-        problems=list(collection.problems),
-        context=_context(jobs),
-        variant_settings=settings_of,
-        repeat_keys=pooled,
-        repeat_settings=tuple(repeat_keys),
-        tolerance=tolerance,
-    )
+        root=collection.root, row_key=row_key, variant_keys=variant_keys, fixed=fixed, variants=variants,
+        baseline=chosen, rows=row_values, points=frame, jobs=jobs, problems=list(collection.problems),
+        context=_context(jobs), variant_settings=settings_of, repeat_keys=pooled,
+        repeat_settings=tuple(repeat_keys), noise=noise, tolerance=tolerance, verdicts=verdicts)
     comparison.headroom = largest_batches(comparison)
-    comparison.noise = noise
-    comparison.fastest = fastest_points(comparison)
+    comparison.fastest = {} if searched else fastest_points(comparison)
     return comparison
 
 
@@ -326,20 +276,6 @@ def _context(jobs: list[JobResult]) -> dict[str, Any]:
     return {}
 
 
-def peak_memory(figures: dict[str, Any]) -> tuple[float | None, str | None, float | None]:
-    """(bytes, memory_source, the resident set at an RSS increase's start): the first source found."""
-    device = figures.get("peak_device_allocated_bytes")
-    if is_finite_number(device):
-        return float(device), DEVICE_MEMORY, None
-    for phase in MAIN_PHASES:
-        increase = figures.get(f"{phase}_peak_rss_increase_bytes")
-        if is_finite_number(increase):
-            start = figures.get(f"{phase}_rss_start_bytes")
-            return float(increase), RSS_INCREASE, float(start) if is_finite_number(start) else None
-    rss = figures.get("peak_rss_bytes")
-    return (float(rss), PROCESS_RSS, None) if is_finite_number(rss) else (None, None, None)
-
-
 def _sample(figures: dict[str, Any]) -> dict[str, Any]:
     values = {name: figures.get(name) for name in METRIC_NAMES}
     values["peak_memory_bytes"], _, values["memory_start_bytes"] = peak_memory(figures)
@@ -350,11 +286,13 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
     """The pooled figures of the jobs of one (row, variant), with status and phase notes."""
     usable = [j for j in jobs if j.status in USABLE]
     first = usable[0] if usable else jobs[0]
+    figures = [s for j in usable for s in j.samples]
+    samples = [_sample(s) for s in figures]
     status = "partial" if any(j.status == "partial" for j in usable) else first.status
     record: dict[str, Any] = {"jobs": " ".join(j.name for j in jobs), "status": status,
-                              "reason": None if usable else first.reason}
-    samples = [_sample(s) for j in usable for s in j.samples]
-    record["samples"] = len(samples)
+                              "reason": None if usable else first.reason, "samples": len(samples)}
+    record["memory_samples"] = [s["peak_memory_bytes"] for s in samples
+                                if is_finite_number(s["peak_memory_bytes"])]
     value, low, high = summarize(samples) if samples else ({}, {}, {})
     for name in METRIC_NAMES:
         record[name] = value.get(name) if is_finite_number(value.get(name)) else None
@@ -363,23 +301,26 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
     start = value.get("memory_start_bytes")
     record["memory_start_bytes"] = start if is_finite_number(start) else None
     flags = {f for j in usable if j.result for f in j.result.flags}
+    # a round's one job: its sample, to pair with the other points' of the same round (a round
+    # with two jobs of the point, e.g. seeds pooled too, pairs nothing)
+    in_rounds = [j for j in usable if j.result and j.result.sweep_round is not None]
+    by_round = {j.result.sweep_round: j for j in in_rounds if len(j.samples) == 1}
+    by_round = by_round if len(by_round) == len(in_rounds) else {}
     for phase in MAIN_PHASES:  # a job's flags hold for each of its repeats
-        samples = [found for job in usable for figures in job.samples
-                   if (found := sample_of(figures, job.result.flags if job.result else [], phase))]
-        record[f"{phase}_samples"] = samples
-        # a round's one job: its sample, to pair with the other points' of the same round (a
-        # round with two jobs of the point, e.g. seeds pooled too, pairs nothing)
-        in_rounds = [j for j in usable if j.result and j.result.sweep_round is not None]
-        by_round = {j.result.sweep_round: j for j in in_rounds if len(j.samples) == 1}
+        found = [one for job in usable for f in job.samples
+                 if (one := sample_of(f, job.result.flags if job.result else [], phase))]
         paired_up = {r: sample_of(j.samples[0], j.result.flags, phase) for r, j in by_round.items()}
-        record[f"{phase}_rounds"] = ({r: found for r, found in paired_up.items() if found}
-                                     if len(by_round) == len(in_rounds) else {})
-        record[f"{phase}_contended"] = any(s.contended for s in samples)
-        record[f"{phase}_noisy"] = any(s.noisy for s in samples)
+        per_step = [f[f"{phase}_examples_per_second"] * f[f"{phase}_seconds_per_iteration"]
+                    for f in figures if is_finite_number(f.get(f"{phase}_examples_per_second"))
+                    and is_finite_number(f.get(f"{phase}_seconds_per_iteration"))]
+        record[f"{phase}_samples"] = found
+        record[f"{phase}_rounds"] = {r: s for r, s in paired_up.items() if s}
+        record[f"{phase}_examples_per_step"] = statistics.median(per_step) if per_step else None
+        record[f"{phase}_contended"] = any(s.contended for s in found)
+        record[f"{phase}_noisy"] = any(s.noisy for s in found)
     for phase in PHASES:
         record[f"{phase}_thin"] = f"thin:{phase}" in flags
-        errors = [j.result.phase_errors[phase] for j in usable
-                  if j.result and phase in j.result.phase_errors]
+        errors = [j.result.phase_errors[phase] for j in usable if j.result and phase in j.result.phase_errors]
         record[f"{phase}_error"] = errors[0] if errors else None
     bounds = [j.result.diagnosis.bound_by for j in usable if j.result and j.result.diagnosis]
     record["bound_by"] = majority(bounds)
@@ -389,15 +330,28 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
     return record
 
 
-def add_bands(frame: pd.DataFrame) -> dict[str, float]:
-    """Add `<phase>_band` and `_counted` (widened by the phase's job noise); return that noise."""
+def add_figures(frame: pd.DataFrame) -> dict[str, float]:
+    """Per phase: `<phase>_band`, `_evidence` (the band and the rounds' samples) and `_counted`,
+    the band widened by the phase's job noise; the point's examples/s and s/it are the band's
+    figure (its range the band's), the one figure every verdict is about. Returns the noise."""
     noise = {}
     for phase in MAIN_PHASES:
         samples = frame[f"{phase}_samples"]
         noise[phase] = job_noise([[s.figure for s in found if s.counted] for found in samples])
         bands = [band_of(found, noise[phase]) for found in samples]
         frame[f"{phase}_band"] = pd_objects(bands, frame.index)
+        frame[f"{phase}_evidence"] = pd_objects(
+            [Evidence(b, r) for b, r in zip(bands, frame[f"{phase}_rounds"], strict=True)], frame.index)
         frame[f"{phase}_counted"] = [b.counted if b else 0 for b in bands]
+        rate, time = f"{phase}_examples_per_second", f"{phase}_seconds_per_iteration"
+        for at, band, per_step in zip(frame.index, bands, frame[f"{phase}_examples_per_step"], strict=True):
+            if band is None or not band.value:
+                continue
+            low, high = (band.low, band.high) if band.known else (None, None)
+            frame.loc[at, [rate, f"{rate}_min", f"{rate}_max"]] = [band.value, low, high]
+            if is_finite_number(per_step):
+                frame.loc[at, [time, f"{time}_min", f"{time}_max"]] = [
+                    per_step / band.value, high and per_step / high, low and per_step / low]
     return noise
 
 
@@ -410,64 +364,54 @@ def pd_objects(values: list[Any], index: Any) -> Any:
 
 def majority(bounds: list[str]) -> str | None:
     """The bound most samples name; a tie names both in first-seen order ("compute/host")."""
-    if not bounds:
-        return None
     counts = Counter(bounds)
-    top = max(counts.values())
-    return "/".join(dict.fromkeys(b for b in bounds if counts[b] == top))
+    top = max(counts.values(), default=0)
+    return "/".join(dict.fromkeys(b for b in bounds if counts[b] == top)) or None
 
 
-def add_ratios(frame: pd.DataFrame, baseline: str, tolerance: float = TOLERANCE) -> None:
-    """Each ratio's columns (RATIO_SUFFIXES), the speed-ups' verdicts from harness.judge: paired
-    through the rounds where enough rounds ran, else from the two points' bands."""
+def add_ratios(frame: pd.DataFrame, baseline: str, tolerance: float,
+               noise: dict[str, float]) -> dict[tuple[str, str], dict[str, Verdict]]:
+    """Each ratio's columns (RATIO_SUFFIXES) from the judge's verdict of the point against its
+    row's baseline: speed through the rounds' pairs where those decide, else the two bands
+    (harness.judge.compare); peak memory by judge_sizes. Returns the verdicts by (row, variant)."""
     base = frame[frame["variant"] == baseline].set_index("row")
-    for ratio, metric in RATIOS.items():
-        phase = metric.split("_", 1)[0]
-        rows = []
-        for _, p in frame.iterrows():
-            rows.append(found := dict.fromkeys(RATIO_SUFFIXES))
-            ref = base.loc[p["row"]] if p["row"] in base.index else None
-            if ref is None or not (is_finite_number(p[metric]) and is_finite_number(ref[metric])
-                                   and ref[metric] > 0):
-                continue
-            found[""] = p[metric] / ref[metric]
-            if (p["samples"] > 1 or ref["samples"] > 1) and p["variant"] != baseline:
-                found["_min"], found["_max"], found["_within_spread"] = ratio_range(p, ref, metric)
-            if phase in PHASES:
-                found["_thin"] = bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
-            if phase not in MAIN_PHASES or p["variant"] == baseline:
-                continue
-            rounds = ref[f"{phase}_rounds"]
-            verdict = paired([(rounds[r], s) for r, s in sorted(p[f"{phase}_rounds"].items())
-                              if r in rounds], tolerance)
-            if verdict is None:
-                verdict = judge(ref[f"{phase}_band"], p[f"{phase}_band"], tolerance)
-            if verdict is None:
-                continue
-            found["_verdict"], found["_verdict_reason"] = verdict.kind, verdict.reason
-            found["_pairs"] = verdict.pairs
-            found["_unpaired"] = verdict.unpaired if verdict.pairs else None
-            if verdict.pairs:  # the pairs' estimate and interval replace the samples' range
-                found[""], found["_min"], found["_max"] = verdict.ratio, verdict.low, verdict.high
-                found["_within_spread"] = verdict.low <= 1.0 <= verdict.high
+    verdicts: dict[tuple[str, str], dict[str, Verdict]] = {}
+    columns = {ratio: [] for ratio in RATIOS}
+    for _, p in frame.iterrows():
+        ref = base.loc[p["row"]] if p["row"] in base.index and p["variant"] != baseline else None
+        for ratio, metric in RATIOS.items():
+            phase = metric.split("_", 1)[0]
+            verdict = None
+            if ref is not None and ref["status"] in USABLE and p["status"] in USABLE:
+                verdict = (judge_sizes(ref["memory_samples"], p["memory_samples"], tolerance)
+                           if phase not in MAIN_PHASES else
+                           compare(ref[f"{phase}_evidence"], p[f"{phase}_evidence"], tolerance, noise[phase]))
+            if verdict is not None:
+                verdicts.setdefault((str(p["row"]), p["variant"]), {})[ratio] = verdict
+            found = dict.fromkeys(RATIO_SUFFIXES)
+            found["_thin"] = (bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
+                              if ref is not None and phase in PHASES else None)
+            if p["variant"] == baseline and is_finite_number(p[metric]):
+                found[""] = 1.0  # the baseline against itself
+            if verdict is not None:
+                found.update({"": verdict.ratio, "_min": verdict.low, "_max": verdict.high,
+                              "_verdict": verdict.kind, "_verdict_reason": verdict.reason,
+                              "_pairs": verdict.pairs,
+                              "_unpaired": verdict.unpaired if verdict.pairs else None})
+            columns[ratio].append(found)
+    for ratio, found in columns.items():
         for suffix in RATIO_SUFFIXES:
-            frame[f"{ratio}{suffix}"] = pd_objects([found[suffix] for found in rows], frame.index)
+            frame[f"{ratio}{suffix}"] = pd_objects([f[suffix] for f in found], frame.index)
+    return verdicts
 
 
-def ratio_range(side: Any, base: Any, metric: str) -> tuple[float, float, bool]:
-    """side/base over their <metric>_min.._max: (lowest, highest, whether 1.0 lies between)."""
-    low = side[f"{metric}_min"] / base[f"{metric}_max"]
-    high = side[f"{metric}_max"] / base[f"{metric}_min"]
-    return low, high, bool(low <= 1.0 <= high)
-
-
-def add_best(frame: pd.DataFrame, tolerance: float = TOLERANCE) -> None:
-    """`<phase>_best`: True for the row's fastest variant, where harness.judge.fastest decides."""
+def add_best(frame: pd.DataFrame, tolerance: float, noise: dict[str, float], decide: bool) -> None:
+    """`<phase>_best`: True for a row's fastest variant where harness.judge.fastest decides (and `decide`)."""
     for phase in MAIN_PHASES:
         best = [False] * len(frame)
         for _, group in _usable(frame, phase).groupby("row", sort=False):
-            if len(group) > 1:
-                found = fastest(dict(group[f"{phase}_band"].items()), tolerance)
+            if len(group) > 1 and decide:
+                found = fastest(dict(group[f"{phase}_evidence"].items()), tolerance, noise=noise[phase])
                 if found is not None and found.decided:
                     best[frame.index.get_loc(found.key)] = True
         frame[f"{phase}_best"] = pd_objects(best, frame.index)
@@ -483,16 +427,15 @@ def fastest_points(comparison: Comparison) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     frame = comparison.points
     for phase in MAIN_PHASES:
-        best = fastest(dict(_usable(frame, phase)[f"{phase}_band"].items()), comparison.tolerance)
+        best = fastest(dict(_usable(frame, phase)[f"{phase}_evidence"].items()),
+                       comparison.tolerance, noise=comparison.noise.get(phase, 0.0))
         if best is None:
             continue
-        found[phase] = {"point": comparison.point_label(frame.loc[best.key]),
-                        "row": str(frame.loc[best.key, "row"]),
-                        "variant": frame.loc[best.key, "variant"],
-                        "examples_per_second": best.band.value, "low": best.band.low,
-                        "high": best.band.high, "decided": best.decided,
-                        "ties": [comparison.point_label(frame.loc[k]) for k in best.ties],
-                        "why": best.why}
+        at = frame.loc[best.key]
+        found[phase] = {"point": comparison.point_label(at), "row": str(at["row"]), "variant": at["variant"],
+                        "examples_per_second": best.band.value, "low": best.band.low, "high": best.band.high,
+                        "decided": best.decided, "settled": best.settled,
+                        "ties": [comparison.point_label(frame.loc[k]) for k in best.ties], "why": best.why}
     return found
 
 
@@ -508,8 +451,7 @@ def largest_batches(comparison: Comparison) -> dict[str, dict[str, Any]]:
         pairs = [(float(r["row"]), float(r["peak_memory_bytes"])) for _, r in rows.iterrows()
                  if is_finite_number(r["peak_memory_bytes"]) and str(r["row"]).isdigit()]
         try:
-            per_example, fixed = statistics.linear_regression([x for x, _ in pairs],
-                                                              [y for _, y in pairs])
+            per_example, fixed = statistics.linear_regression([x for x, _ in pairs], [y for _, y in pairs])
         except statistics.StatisticsError:  # under two points, or one batch size
             continue
         # the widest min..max of a point's samples (0 when each ran once)
@@ -526,8 +468,7 @@ def largest_batches(comparison: Comparison) -> dict[str, dict[str, Any]]:
         fixed += start
         fits = max(int(((1 - KEEP_FREE) * capacity - fixed) // per_example), 0)
         cap = MAX_EXTRAPOLATION * sizes[-1]
-        found[label] = {"bytes_per_example": per_example, "fixed_bytes": fixed,
-                        "start_bytes": start,
+        found[label] = {"bytes_per_example": per_example, "fixed_bytes": fixed, "start_bytes": start,
                         "largest_batch_size": min(fits, cap), "at_least": fits > cap,
                         "capacity_bytes": capacity, "measured_batch_sizes": sizes}
     return found

@@ -5,47 +5,45 @@ a failing store turns tracking off for the rest of the run (docs/tracking.md).""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import time
 from argparse import Namespace
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
+from pydantic import Field, StringConstraints
 from typing_extensions import override
 
-from harness.config.checks import parsed_number
 from harness.config.overrides import as_typed
-from harness.errors import ConfigError, HarnessError
-from harness.launch.code_dir import SWEEP_ENV
+from harness.errors import HarnessError
+from harness.launch.code_dir import sweep_dir
 from harness.tracking.store_access import MAX_PARAM_CHARS, now_ms, probe, short_reason
 from harness.tracking.store_ops import flatten
 from harness.tracking.tracker import sweep_info, tracker_for
 
 _NOT_A_METRIC_CHAR = re.compile(r"[^a-zA-Z0-9_/. -]+")
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+# ${oc.env:...} gives strings: these numbers are parsed from one (the constructor converts).
+Number = Annotated[float, Field(strict=False, ge=0)]
+Count = Annotated[int, Field(strict=False, ge=0)]
 
 
 def _from_hydra_job() -> tuple[str, str | None, bool]:
     """(run name, the sweep's parent run id, whether in a sweep) of the current Hydra job."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     from harness.config.sweep_keys import run_name
 
     if not HydraConfig.initialized():
         return "harness", None, False
-    job = HydraConfig.get()
-    overrides = as_typed(job.overrides.task)  # a ${...} in an override stays as written
+    overrides = as_typed(HydraConfig.get().overrides.task)  # a ${...} in an override stays as written
     # A sweep's job run again in a fresh process (code_dir) is a single run that knows its sweep.
-    sweep_dir = os.environ.get(SWEEP_ENV) or (
-        str(job.sweep.dir) if job.mode == RunMode.MULTIRUN else None)
-    if sweep_dir is None:
+    if (directory := sweep_dir()) is None:
         return ",".join(overrides) or "harness", None, False
-    sweep = sweep_info(Path(sweep_dir))
+    sweep = sweep_info(directory)
     name = run_name(overrides, sweep.get("swept_keys") or [])
     return name or "harness", sweep.get("parent_run_id"), True
 
@@ -53,48 +51,22 @@ def _from_hydra_job() -> tuple[str, str | None, bool]:
 class HarnessMLFlowLogger(Logger):
     """An MLflow logger whose failures never end the run."""
 
-    def __init__(
-        self,
-        tracking_uri: str = "sqlite:///mlflow.db",
-        experiment_name: str = "harness",
-        run_name: str | None = None,
-        artifact_location: str | None = None,
-        parent_run_id: str | None = None,
-        log_artifacts: bool = True,
-        trace_size_cap_mb: float = 100,
-        flush_every_s: float = 10,
-        probe_timeout_s: float = 3,
-        http_timeout_s: int | str = 10,
-        http_max_retries: int | str = 2,
-        tags: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, tracking_uri: Name = "sqlite:///mlflow.db", experiment_name: Name = "harness",
+                 run_name: str | None = None, artifact_location: str | None = None,
+                 parent_run_id: str | None = None, log_artifacts: bool = True,
+                 trace_size_cap_mb: Number = 100, flush_every_s: Number = 10,
+                 probe_timeout_s: Annotated[Number, Field(gt=0)] = 3,
+                 http_timeout_s: Annotated[Count, Field(gt=0)] = 10, http_max_retries: Count = 2,
+                 tags: dict[str, Any] | None = None) -> None:
         super().__init__()
         if importlib.util.find_spec("mlflow") is None:
             raise HarnessError("logger=mlflow needs the mlflow package."
                                " Fix: pip install 'mlflow>=3', or run with logger=none")
-        if not isinstance(tracking_uri, str) or not tracking_uri.strip():
-            raise ConfigError(
-                "logger.tracking_uri", tracking_uri, "an MLflow tracking URI",
-                "logger.tracking_uri=sqlite:///mlflow.db (or http://host:5000)",
-            )
-        if not isinstance(experiment_name, str) or not experiment_name.strip():
-            raise ConfigError("logger.experiment_name", experiment_name, "a non-empty name",
-                              "logger.experiment_name=harness")
-        self.trace_size_cap_mb = parsed_number(
-            "logger.trace_size_cap_mb", trace_size_cap_mb, allow_zero=True)
-        self.flush_every_s = parsed_number(
-            "logger.flush_every_s", flush_every_s, allow_zero=True)
-        probe_timeout_s = parsed_number("logger.probe_timeout_s", probe_timeout_s)
-        self.http = (
-            parsed_number("logger.http_timeout_s", http_timeout_s, integer=True),
-            parsed_number("logger.http_max_retries", http_max_retries,
-                          integer=True, allow_zero=True),
-        )
+        self.trace_size_cap_mb, self.flush_every_s = float(trace_size_cap_mb), float(flush_every_s)
+        self.http = (int(http_timeout_s), int(http_max_retries))
         default_name, sweep_parent, self.in_sweep = _from_hydra_job()
-        self.tracking_uri = tracking_uri
-        self.experiment_name = experiment_name
-        self.run_name = run_name or default_name
-        self.parent_run_id = parent_run_id or sweep_parent
+        self.tracking_uri, self.experiment_name = tracking_uri, experiment_name
+        self.run_name, self.parent_run_id = run_name or default_name, parent_run_id or sweep_parent
         self.log_artifacts = bool(log_artifacts)
         self.client: Any = None
         self.experiment_id: str | None = None
@@ -106,7 +78,7 @@ class HarnessMLFlowLogger(Logger):
         if rank_zero_only.rank != 0:
             return
         try:  # the tracker started with the job (run.job): MLflow is imported by now
-            probe(tracking_uri, probe_timeout_s)
+            probe(tracking_uri, float(probe_timeout_s))
             self.client = tracker_for(self.tracking_uri, self.http)
             self.experiment_id, self.run_id = self.client.start_run(
                 self.experiment_name, artifact_location, self.parent_run_id, self.run_name,
@@ -158,11 +130,8 @@ class HarnessMLFlowLogger(Logger):
         if not self.active:
             return
         timestamp_ms = now_ms()
-        for key, value in metrics.items():
-            if isinstance(value, str):
-                continue
-            self._pending.append(
-                (_NOT_A_METRIC_CHAR.sub("", key), float(value), timestamp_ms, step or 0))
+        self._pending += [(_NOT_A_METRIC_CHAR.sub("", key), float(value), timestamp_ms, step or 0)
+                          for key, value in metrics.items() if not isinstance(value, str)]
         if self.flush_every_s == 0:  # asked for: a store write per step, inside the step
             self.flush()
 
@@ -175,8 +144,7 @@ class HarnessMLFlowLogger(Logger):
         if not self.active or not self._pending:
             return
         pending, self._pending = self._pending, []
-        self._write(f"per-step metrics from step {min(m[3] for m in pending)} on",
-                    metrics=pending)
+        self._write(f"per-step metrics from step {min(m[3] for m in pending)} on", metrics=pending)
         self._last_flush = time.monotonic()
 
     def _write(self, what: str, **batch: Any) -> None:
@@ -188,8 +156,7 @@ class HarnessMLFlowLogger(Logger):
 
     @override
     def save(self) -> None:
-        # Lightning calls this after every log_metrics: buffered, the flush comes between steps.
-        return None
+        """Lightning calls this after every log_metrics: buffered, the flush comes between steps."""
 
     @override
     @rank_zero_only

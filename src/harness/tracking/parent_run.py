@@ -32,10 +32,9 @@ class ParentRunCallback(Callback):
             probe(tracking_uri, float(settings.probe_timeout_s))
             _create_parent(config, settings, sweep_dir)
         except Exception as err:
-            log.warning(
-                "MLflow tracking at %s failed (%s); the sweep has no parent run and its jobs"
-                " try on their own. Upload the sweep later with: %s", tracking_uri,
-                short_reason(err), upload_hint(sweep_dir, tracking_uri))
+            log.warning("MLflow tracking at %s failed (%s); the sweep has no parent run and its jobs try"
+                        " on their own. Upload the sweep later with: %s", tracking_uri, short_reason(err),
+                        upload_hint(sweep_dir, tracking_uri))
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -64,8 +63,7 @@ def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None,
             return  # closed already (the end was interrupted after it)
         client.log_sweep(parent_run_id, sweep_dir, status)
         client.check(parent_run_id)
-        show(where_to_look(shown_uri or tracking_uri, experiment_id, parent_run_id,
-                           what="sweep run"))
+        show(where_to_look(shown_uri or tracking_uri, experiment_id, parent_run_id, what="sweep run"))
     except Exception as err:
         log.warning("MLflow: the sweep's comparison files were not logged to parent run %s"
                     " (%s); they are in %s", parent_run_id, short_reason(err), sweep_dir)
@@ -85,9 +83,7 @@ def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) ->
     experiment_id, run_id = client.start_run(
         str(settings.experiment_name), settings.get("artifact_location"), None,
         sweep_run_name(swept, parse_overrides(task).get("sweep")),
-        {"sweep_dir": str(sweep_dir.resolve()), "sweep_overrides": " ".join(task),
-         "harness.kind": "sweep"})
+        {"sweep_dir": str(sweep_dir.resolve()), "sweep_overrides": " ".join(task), "harness.kind": "sweep"})
     client.log_batch(run_id, params=list(sweep_params(task, swept).items()), step="params")
     write_json(sweep_dir / PARENT_FILE, {"parent_run_id": run_id, "experiment_id": experiment_id,
-                                         "tracking_uri": absolute_uri(uri),
-                                         "swept_keys": list(swept)})
+                                         "tracking_uri": absolute_uri(uri), "swept_keys": list(swept)})

@@ -39,8 +39,7 @@ def ui_link(base: str, experiment_id: str | None, run_id: str | None = None) -> 
     return f"{base.rstrip('/')}/{route}?{TRAINING_VIEW}"
 
 
-def where_to_look(uri: str, experiment_id: str | None, run_id: str | None,
-                  what: str = "run") -> str:
+def where_to_look(uri: str, experiment_id: str | None, run_id: str | None, what: str = "run") -> str:
     """One line telling the user where the run is and the link that opens it."""
     if is_http(uri):
         return f"mlflow: {what} {ui_link(uri, experiment_id, run_id)}"
@@ -61,9 +60,8 @@ def log_finished_run(cfg: Any, result: RunResult, run_dir: Path, logger: Any) ->
 
     if not isinstance(logger, HarnessMLFlowLogger) or logger.run_id is None and not logger.failure:
         return
-    tracking = Tracking(tracking_uri=absolute_uri(logger.tracking_uri),
-                        experiment_id=logger.experiment_id, run_id=logger.run_id,
-                        parent_run_id=logger.parent_run_id)
+    tracking = Tracking(tracking_uri=absolute_uri(logger.tracking_uri), experiment_id=logger.experiment_id,
+                        run_id=logger.run_id, parent_run_id=logger.parent_run_id)
     failure = None
     try:
         tracking.tags = run_tags(result, Path.cwd())  # an upload later tags the run the same
@@ -108,10 +106,9 @@ def _not_all_logged(logger: Any, result: RunResult, run_dir: Path, tracking: Tra
     path = sqlite_path(logger.tracking_uri)
     failure = (f"the store is gone: {path.resolve()} no longer exists"
                if path is not None and not path.exists() else logger.failure)
-    log.warning(
-        "MLflow tracking at %s failed (%s); not logged: %s%s. Reports are on disk in %s."
-        " Upload them later with: %s", logger.tracking_uri, failure,
-        "; ".join(logger.not_logged), run, run_dir, hint)
+    log.warning("MLflow tracking at %s failed (%s); not logged: %s%s. Reports are on disk in %s. Upload"
+                " them later with: %s", logger.tracking_uri, failure, "; ".join(logger.not_logged), run,
+                run_dir, hint)
     tracking.logged, tracking.failure = False, failure
     tracking.not_logged, tracking.upload_command = list(logger.not_logged), hint
     result.tracking = tracking

@@ -65,11 +65,9 @@ def probe(uri: str, timeout_s: float) -> None:
 
         try:
             if path.exists():
-                with open(path, "r+b"):  # opened for writing, nothing written
-                    pass
+                open(path, "r+b").close()  # opened for writing, nothing written
             if path.parent.is_dir():  # sqlite writes its journal beside the database
-                with tempfile.TemporaryFile(dir=path.parent):
-                    pass
+                tempfile.TemporaryFile(dir=path.parent).close()
         except OSError as err:
             where = err.filename if isinstance(err.filename, str) else path
             raise Unreachable(f"the store is read-only ({where}: {err.strerror or err})") from None
@@ -108,11 +106,8 @@ def creation_lock(uri: str) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     # A hidden file beside the database: sqlite's own locks stay untouched.
     with open(path.parent / f".{path.name}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released as the file closes
+        yield
 
 
 class Store:
@@ -151,9 +146,8 @@ class Store:
             raise StoreError(self._unopened)
         return self._client
 
-    def start_run(self, experiment_name: str, artifact_location: str | None,
-                  parent_run_id: str | None, run_name: str, tags: dict[str, str]
-                  ) -> tuple[str, str]:
+    def start_run(self, experiment_name: str, artifact_location: str | None, parent_run_id: str | None,
+                  run_name: str, tags: dict[str, str]) -> tuple[str, str]:
         """(experiment id, run id) of a new run; a child lives in its parent's experiment, or
         the UI cannot nest it; a missing experiment is created as a model-training one."""
         client = self.client  # opened first: opening a new store takes the lock too

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.launch.outside_tool import git_commit
-from harness.measured import is_finite_number
+from harness.measured import MIB, is_finite_number, mib
+from harness.result.jobs import read_job
 from harness.result.schema import RunResult
-from harness.result.store import RESULT_FILE, load_result
+from harness.result.store import RESULT_FILE, job_dirs
 from harness.tracking.store_access import (
     MAX_PARAM_CHARS,
     MAX_TAG_CHARS,
@@ -33,9 +34,8 @@ END_STATUS = {"ok": "FINISHED", "partial": "FINISHED", "interrupted": "KILLED"}
 STEPS = ("params", "tags", "final metrics", "system metrics", "artifacts", "end status")
 RATE_COLUMNS = ("training_rate", "validation_rate", "inference_rate")
 SYSTEM_NOT_METRICS = ("timestamp_s", "t_s", "segment", "step")  # when a sample was taken
-MIB = 1024 * 1024
 SWEEP_FILES = ("comparison.md", "comparison.csv", "comparison.json", "comparison.png",
-               "multirun.yaml")
+               "multirun.yaml", "autotune.json", "scaling.json", "scaling.md", "scaling.png")
 
 
 def read_table(path: Path) -> Any:
@@ -64,22 +64,20 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def run_params(config: Mapping[str, Any], result: RunResult) -> dict[str, str]:
     """The resolved config flattened, plus the precision used and what the batches held."""
     values = flatten({k: v for k, v in config.items() if k != "hydra"})
-    for key in ("lightning_precision", "compile"):
-        if key in result.knobs:
-            values[f"knobs.{key}"] = result.knobs[key]
+    values.update({f"knobs.{key}": result.knobs[key] for key in ("lightning_precision", "compile")
+                   if key in result.knobs})
     if result.precision_used is not None:
         values["precision_used"] = result.precision_used
     if result.observed is not None:  # batch_size is the knob; these, what the batches held
-        for phase, examples in result.observed.examples_per_batch.items():
-            values[f"observed.examples_per_batch.{phase}"] = examples
+        values.update({f"observed.examples_per_batch.{phase}": examples
+                       for phase, examples in result.observed.examples_per_batch.items()})
         values["observed.examples_source"] = result.observed.examples_source
     return {key: str(value)[:MAX_PARAM_CHARS] for key, value in values.items()}
 
 
 def final_metrics(result: RunResult) -> dict[str, float]:
     """The numeric headline figures of result.json (None: not measured, left out)."""
-    figures = {key: float(value) for key, value in result.figures().items()
-               if is_finite_number(value)}
+    figures = {key: float(value) for key, value in result.figures().items() if is_finite_number(value)}
     if is_finite_number(result.duration_s):
         figures["duration_s"] = float(result.duration_s)
     return figures
@@ -89,26 +87,16 @@ def run_tags(result: RunResult, working_dir: Path) -> dict[str, str]:
     """Where and on what the run ran: git commit, host, device, versions, SLURM job."""
     device = result.device
     values: dict[str, Any] = {
-        "status": result.status,
-        "reason": result.reason,
-        "host": result.host,
-        "device_name": device.device_name if device else None,
-        "accelerator": device.accelerator if device else None,
-        "world_size": device.world_size if device else None,
-        "model": result.model,
-        "data": result.data,
+        "status": result.status, "reason": result.reason, "host": result.host,
+        **({"device_name": device.device_name, "accelerator": device.accelerator,
+            "world_size": device.world_size} if device else {}),
+        "model": result.model, "data": result.data,
         **{f"{name}_version": version for name, version in result.versions.items()},
-        "working_dir": str(working_dir),
-    }
+        "working_dir": str(working_dir)}
     commit, dirty = git_commit(working_dir)
-    if commit:
-        values["git_commit"] = commit
-        values["git_dirty"] = dirty
-        # The UI's "Source" column reads this one.
-        values["mlflow.source.git.commit"] = commit
-    for variable in SLURM_VARIABLES:
-        if os.environ.get(variable):
-            values[variable.lower()] = os.environ[variable]
+    if commit:  # mlflow.source.git.commit: what the UI's "Source" column reads
+        values.update({"git_commit": commit, "git_dirty": dirty, "mlflow.source.git.commit": commit})
+    values.update({name.lower(): os.environ[name] for name in SLURM_VARIABLES if os.environ.get(name)})
     for caution in ("contended", "noisy"):  # figures the sweep table will not read as precise
         phases = [f.split(":", 1)[1] for f in result.flags if f.startswith(f"{caution}:")]
         if phases:
@@ -118,16 +106,13 @@ def run_tags(result: RunResult, working_dir: Path) -> dict[str, str]:
 
 class StoreOps(Store):
     def log_batch(self, run_id: str, metrics: Sequence[MetricRow] = (),
-                  params: Sequence[tuple[str, str]] = (), tags: Sequence[tuple[str, str]] = ()
-                  ) -> None:
+                  params: Sequence[tuple[str, str]] = (), tags: Sequence[tuple[str, str]] = ()) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
-        for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(run_id, params=[
-                Param(k, v) for k, v in params[start:start + MAX_PARAMS_PER_BATCH]])
-        for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(run_id, metrics=[
-                Metric(*m) for m in metrics[start:start + MAX_METRICS_PER_BATCH]])
+        for key, entity, rows, size in (("params", Param, params, MAX_PARAMS_PER_BATCH),
+                                        ("metrics", Metric, metrics, MAX_METRICS_PER_BATCH)):
+            for start in range(0, len(rows), size):
+                self.client.log_batch(run_id, **{key: [entity(*row) for row in rows[start:start + size]]})
         if tags:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags])
 
@@ -160,8 +145,7 @@ class StoreOps(Store):
             self.log_batch(run_id, tags=list(tags.items()))
             step.append("final metrics")
             logged_ms = now_ms()
-            self.log_batch(run_id, metrics=[(k, v, logged_ms, 0) for k, v in
-                                            final_metrics(result).items()])
+            self.log_batch(run_id, metrics=[(k, v, logged_ms, 0) for k, v in final_metrics(result).items()])
             step.append("system metrics")
             self.log_batch(run_id, metrics=_system_series(run_dir / "reports" / "system.csv"))
             step.append("artifacts")
@@ -182,7 +166,7 @@ class StoreOps(Store):
             relative = path.relative_to(run_dir)
             size = path.stat().st_size
             if "trace" in path.name.lower() and size > trace_cap_mb * MIB:
-                skipped.append(f"{relative} ({size / MIB:.0f} MiB)")
+                skipped.append(f"{relative} ({mib(size)} MiB)")
                 continue
             self.client.log_artifact(run_id, str(path), str(relative.parent))
             if path.suffix == ".csv":  # as a table too: the UI compares it across runs
@@ -198,7 +182,6 @@ class StoreOps(Store):
 
     def log_sweep(self, parent_run_id: str, sweep_dir: Path, status: str = "FINISHED") -> None:
         """A sweep's parent run: its files, figures, description, job counts and end status."""
-        from harness.errors import HarnessError
         from harness.tracking.sweep_summary import NOTE_TAG, best_and_baseline, note
 
         sweep_dir, tags = Path(sweep_dir), {}
@@ -209,18 +192,13 @@ class StoreOps(Store):
             self._log_table(parent_run_id, sweep_dir / "comparison.csv", "tables/comparison.json")
             if (sweep_dir / "comparison.json").is_file():
                 comparison = json.loads((sweep_dir / "comparison.json").read_text())
-                metrics, tags = best_and_baseline(comparison)
+                metrics, tags = best_and_baseline(comparison, sweep_dir)
                 tags["baseline"] = str(comparison.get("baseline"))
                 logged_ms = now_ms()
                 self.log_batch(parent_run_id, metrics=[(k, v, logged_ms, 0) for k, v in metrics.items()])
             if (sweep_dir / "comparison.md").is_file():
                 tags[NOTE_TAG] = note((sweep_dir / "comparison.md").read_text())
-            statuses = []
-            for path in sorted(sweep_dir.glob(f"*/{RESULT_FILE}")):
-                try:
-                    statuses.append(load_result(path).status)
-                except HarnessError:
-                    statuses.append("unreadable")
+            statuses = [read_job(job_dir)[0].status for job_dir in job_dirs(sweep_dir)]
             tags.update({f"jobs_{s}": str(statuses.count(s)) for s in sorted(set(statuses))})
             tags["jobs"] = str(len(statuses))
             self.log_batch(parent_run_id, tags=list(tags.items()))
@@ -234,10 +212,8 @@ def _system_series(csv_path: Path) -> list[MetricRow]:
     frame = read_table(csv_path)
     if frame is None:
         return []
-    if "timestamp_s" in frame:
-        stamps = (frame["timestamp_s"] * 1000).astype("int64").tolist()
-    else:
-        stamps = [now_ms()] * len(frame)
+    stamps = ((frame["timestamp_s"] * 1000).astype("int64").tolist() if "timestamp_s" in frame
+              else [now_ms()] * len(frame))
     return [(f"system/{column}", float(value), stamp, index)
             for column in frame.select_dtypes("number").columns if column not in SYSTEM_NOT_METRICS
             for index, (value, stamp) in enumerate(zip(frame[column], stamps, strict=True))

@@ -13,6 +13,7 @@ from harness.measured import is_finite_number
 from harness.tracking.store_access import MAX_PARAM_CHARS, MAX_TAG_CHARS
 
 AUTOTUNE_FILE = "autotune.json"
+SCALING_FILE = "scaling.json"
 NOTE_TAG = "mlflow.note.content"  # the run's Description box in the UI (markdown)
 
 
@@ -26,62 +27,80 @@ def sweep_params(overrides: list[str], swept: dict[str, list[str]]) -> dict[str,
 
 def best_and_baseline(comparison: dict[str, Any], sweep_dir: Path | None = None
                       ) -> tuple[dict[str, float], dict[str, str]]:
-    """(metrics, tags): per phase the judge's fastest point with its band, its row's baseline and
-    the speed-up over it (docs/tracking.md); an autotune sweep's best is autotune.json's."""
+    """(metrics, tags) of the parent run (docs/tracking.md): an autotune sweep's are its verdict
+    (autotune.json: the winner, its speed-up over the default and that interval); else, per phase,
+    the table's fastest point (harness.judge's figure and band, marked unproven where undecided),
+    its row's baseline and the judge's verdict of the speed-up over it."""
+    autotune = Path(sweep_dir) / AUTOTUNE_FILE if sweep_dir is not None else None
+    if autotune is not None and autotune.is_file():
+        params, metrics, tags = tracking_summary(json.loads(autotune.read_text()))
+        return metrics, {**tags, **params}  # params of the parent run are set when it starts
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
+    scaling = Path(sweep_dir) / SCALING_FILE if sweep_dir is not None else None
+    if scaling is not None and scaling.is_file():
+        metrics, tags = scaling_summary(json.loads(scaling.read_text()))
     points = comparison.get("points") or []
     row_key = comparison.get("row_key")
     for phase, found in (comparison.get("fastest") or {}).items():
         rate, ratio = f"{phase}_examples_per_second", f"{phase}_speedup"
+        metrics[f"best_{rate}"] = float(found["examples_per_second"])
+        metrics.update({f"best_{rate}_{end}": float(found[end]) for end in ("low", "high")
+                        if is_finite_number(found.get(end))})
+        tags[f"best_{phase}"] = found["point"] + ("" if found["decided"] else f" (unproven: {found['why']})")
         best = next((p for p in points if p["variant"] == found.get("variant") and (
             row_key is None or str(p.get(row_key)) == found.get("row"))), {})
-        metrics[f"best_{rate}"] = float(best.get(rate) or found["examples_per_second"])
-        for end in ("low", "high"):
-            if is_finite_number(found.get(end)):
-                metrics[f"best_{rate}_{end}"] = float(found[end])
-        tags[f"best_{phase}"] = found["point"] + ("" if found["decided"] else
-                                                  f" (unproven: {found['why']})")
         base = next((p for p in points if p.get("baseline")
                      and (row_key is None or p.get(row_key) == best.get(row_key))), None)
         if base is None or not is_finite_number(base.get(rate)):
             continue
         metrics[f"baseline_{rate}"] = float(base[rate])
-        if is_finite_number(best.get(ratio)):
-            metrics[f"best_{ratio}"] = float(best[ratio])
-        low, high = best.get(f"{ratio}_min"), best.get(f"{ratio}_max")
-        if is_finite_number(low) and is_finite_number(high):
-            metrics[f"best_{ratio}_min"], metrics[f"best_{ratio}_max"] = float(low), float(high)
-            verdict = best.get(f"{ratio}_verdict")  # on the counted samples, where known
-            within = verdict != "real" if verdict else best.get(f"{ratio}_within_spread")
-            tags[f"best_{ratio}_noise"] = ("within noise: the samples overlap" if within
-                                           else "beyond noise: the samples do not overlap")
-        elif best is not base:
-            tags[f"best_{ratio}_noise"] = "unknown: each point ran once (repeat=N measures it)"
-    autotune = Path(sweep_dir or ".") / AUTOTUNE_FILE
-    if sweep_dir is not None and autotune.is_file():
-        params, metrics_, tags_ = tracking_summary(json.loads(autotune.read_text()))
-        metrics.update(metrics_)
-        tags.update({**tags_, **params})  # params of the parent run are set when it starts
+        metrics.update({f"best_{ratio}{end}": float(best[f"{ratio}{end}"]) for end in ("", "_min", "_max")
+                        if is_finite_number(best.get(f"{ratio}{end}"))})
+        if best.get(f"{ratio}_verdict"):
+            tags[f"best_{ratio}_verdict"] = str(best[f"{ratio}_verdict"])
     return metrics, tags
 
 
-def tracking_summary(body: dict[str, Any]) -> tuple[dict[str, str], dict[str, float],
-                                                     dict[str, str]]:
-    """autotune.json as the sweep's parent run records it: (params, metrics, tags)."""
+def scaling_summary(body: dict[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
+    """scaling.json as the parent run's metrics, one per world size (`scaling_speedup_4ranks`),
+    and a tag naming each world size's late rank."""
+    metrics: dict[str, float] = {}
+    tags = {"scaling.mode": str(body.get("mode"))}
+    for point in body.get("points", []):
+        n = point["world_size"]
+        for key in ("examples_per_second", "speedup", "efficiency", "serial_fraction"):
+            if is_finite_number(point.get(key)):
+                metrics[f"scaling_{key}_{n}ranks"] = float(point[key])
+        for key, ends in (("speedup", point.get("speedup_ci")), ("efficiency", point.get("efficiency_ci"))):
+            if ends:
+                metrics[f"scaling_{key}_min_{n}ranks"], metrics[f"scaling_{key}_max_{n}ranks"] = ends
+        if point.get("straggler"):
+            late = point["straggler"]
+            tags[f"scaling.straggler_{n}ranks"] = (f"rank {late['rank']} ({late['node']}),"
+                                                   f" {late['wait_s']:.4f} s, {late['late_in']}")
+    return metrics, tags
+
+
+def tracking_summary(body: dict[str, Any]) -> tuple[dict[str, str], dict[str, float], dict[str, str]]:
+    """autotune.json as the sweep's parent run records it: (params, metrics, tags), the
+    best_<phase>_* names of any sweep's parent run carrying autotune's own figures."""
     from harness.autotune.verdict import line
 
     params = {f"autotune.best.{k}": v for k, v in (body.get("best") or {}).items()}
     params["autotune.objective"] = str(body["objective"])
     speedup = body.get("speedup") or {}
-    winner = ((body.get("confirm") or {}).get("winner") or {}).get("examples_per_second")
+    confirm = body.get("confirm") or {}
     phase = {"training": "train", "inference": "inference"}.get(body["objective"], "both")
-    found = {"autotune_speedup": speedup.get("value"), "autotune_speedup_min": speedup.get("low"),
-             "autotune_speedup_max": speedup.get("high"), "autotune_jobs": body["jobs"],
+    found = {"autotune_jobs": body["jobs"],
              "autotune_points": body["points_tried"], "autotune_grid_points": body["grid_points"],
              "autotune_job_seconds": body["job_seconds"], "autotune_noise": body["noise"],
              "autotune_largest_batch_that_fits": body["largest_batch_that_fits"],
-             f"best_{phase}_examples_per_second": winner}
+             f"best_{phase}_examples_per_second": (confirm.get("winner") or {}).get("examples_per_second"),
+             f"baseline_{phase}_examples_per_second": (confirm.get("default") or {}).get(
+                 "examples_per_second"),
+             f"best_{phase}_speedup": speedup.get("value"), f"best_{phase}_speedup_min": speedup.get("low"),
+             f"best_{phase}_speedup_max": speedup.get("high")}
     metrics = {k: float(v) for k, v in found.items() if is_finite_number(v)}
     tags = {"autotune.verdict": line(body)[:MAX_TAG_CHARS], "autotune.status": str(body["status"])}
     if body.get("command"):

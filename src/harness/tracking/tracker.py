@@ -36,30 +36,25 @@ class Tracker:
     """StoreOps' methods; any other name is MlflowClient's, waited for (a user's
     `trainer.logger.experiment.log_param`)."""
 
-    def __init__(self, uri: str, http_timeout_s: int, http_max_retries: int) -> None:
+    def __init__(self, uri: str, http: tuple[int, int]) -> None:
         self.uri, self.key = uri, absolute_uri(uri)
         # runs whose calls were sent and not checked yet: what to do if one of them failed
         self._unconfirmed: dict[str, Callable[[StoreError], None]] = {}
-        # MLflow's log lines and Python warnings come back with the answers (_ask).
-        env = {**os.environ, "MLFLOW_CONFIGURE_LOGGING": "false"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "harness.tracking.tracker_process"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        self._send("open", (uri, (http_timeout_s, http_max_retries)))
+        # MLflow's log lines and Python warnings come back with the answers.
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.tracking.tracker_process"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env={**os.environ, "MLFLOW_CONFIGURE_LOGGING": "false"})
+        self._send("open", (uri, http))  # (http timeout s, max retries)
 
-    def _send(self, method: str, args: tuple, kwargs: dict | None = None,
-              step: str | None = None) -> None:
+    def _send(self, method: str, args: tuple, kwargs: dict | None = None, step: str | None = None,
+              asked: bool = False) -> Any:
         try:
-            write_message(self.process.stdin, (method, args, kwargs or {}, step, False))
-        except (OSError, ValueError) as err:  # ValueError: the pipe was closed here
-            raise StoreError(f"the tracker process has ended ({type(err).__name__})", step) from None
-
-    def _ask(self, method: str, args: tuple, kwargs: dict | None = None) -> Any:
-        try:
-            write_message(self.process.stdin, (method, args, kwargs or {}, None, True))
+            write_message(self.process.stdin, (method, args, kwargs or {}, step, asked))
+            if not asked:
+                return None
             ok, value, logs = pickle.load(self.process.stdout)
-        except (OSError, ValueError, EOFError, pickle.UnpicklingError) as err:
-            raise StoreError(f"the tracker process has ended ({type(err).__name__})") from None
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError) as err:  # ValueError: pipe closed
+            raise StoreError(f"the tracker process has ended ({type(err).__name__})", step) from None
         for name, level, message in logs:  # logged here, where the job logs its own lines
             logging.getLogger(name).log(level, "%s", message)
         if not ok:
@@ -71,18 +66,18 @@ class Tracker:
             raise AttributeError(name)
         if name in SENT:  # `step` names the part of the run a failure is reported as
             return lambda *args, step=None, **kwargs: self._send(name, args, kwargs, step)
-        return lambda *args, **kwargs: self._ask(name, args, kwargs)
+        return lambda *args, **kwargs: self._send(name, args, kwargs, asked=True)
 
     def start_run(self, *args: Any) -> tuple[str, str]:
         """StoreOps.start_run; calls run in order, so earlier runs' calls are confirmed now."""
         try:
-            return self._ask("start_run", args)
+            return self._send("start_run", args, asked=True)
         finally:
             self.confirm()
 
     def check(self, run_id: str) -> None:
         """Wait until every call so far is done; raise the first of `run_id`'s that failed."""
-        failure = self._ask("sync", ([run_id],)).get(run_id)
+        failure = self._send("sync", ([run_id],), asked=True).get(run_id)
         if failure is not None:
             raise StoreError(*failure)
 
@@ -96,15 +91,14 @@ class Tracker:
         pending, self._unconfirmed = self._unconfirmed, {}
         try:
             failures = {run_id: StoreError(*failure) for run_id, failure in
-                        self._ask("sync", (list(pending),)).items()}
+                        self._send("sync", (list(pending),), asked=True).items()}
         except StoreError as err:  # nothing is known of what went in
             failures = dict.fromkeys(pending, err)
         for run_id, err in failures.items():
             try:
                 pending[run_id](err)
             except Exception as report_err:  # noqa: BLE001 - the other runs are still told
-                log.warning("MLflow: the failure of run %s could not be recorded (%s)", run_id,
-                            report_err)
+                log.warning("MLflow: the failure of run %s could not be recorded (%s)", run_id, report_err)
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """No more calls; a tracker still busy after `wait_s` finishes on its own, never killed."""
@@ -130,16 +124,14 @@ def tracker_for(uri: str, http: tuple[int, int]) -> Tracker:
     if current is not None:
         atexit.unregister(current.close)
         current.close()
-    _tracker = Tracker(uri, *http)
+    _tracker = Tracker(uri, http)
     atexit.register(_tracker.close)
     return _tracker
 
 
 def mlflow_settings(cfg: DictConfig) -> DictConfig | None:
     node = cfg.get("logger")
-    if isinstance(node, DictConfig) and node.get("_target_") == LOGGER_TARGET:
-        return node
-    return None
+    return node if isinstance(node, DictConfig) and node.get("_target_") == LOGGER_TARGET else None
 
 
 def http_settings(settings: DictConfig) -> tuple[int, int]:
@@ -161,8 +153,7 @@ def start_tracker(cfg: DictConfig) -> None:
 
 def sweep_info(sweep_dir: Path) -> dict[str, Any]:
     """What the sweep's parent run left for its jobs in PARENT_FILE ({} if none)."""
-    path = sweep_dir / PARENT_FILE
     try:
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return json.loads((sweep_dir / PARENT_FILE).read_text())
     except (OSError, ValueError):
         return {}

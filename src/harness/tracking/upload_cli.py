@@ -11,30 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.result.jobs import collect
 from harness.result.schema import RunResult
-from harness.result.store import RESULT_FILE, load_result
+from harness.result.store import RESULT_FILE
 from harness.terminal import show, use_console
 from harness.tracking import run_logging, store_access
 
 log = logging.getLogger(__name__)
 
 DEFAULT_URI = "sqlite:///mlflow.db"
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=run_logging.UPLOAD_COMMAND,
-        description="Log harness run directories (result.json, reports/) into MLflow.",
-    )
-    parser.add_argument("path", type=Path, help="a run directory or a sweep directory")
-    parser.add_argument("--tracking-uri", help="where to log (default: the URI in result.json,"
-                        f" else $MLFLOW_TRACKING_URI, else {DEFAULT_URI})")
-    parser.add_argument("--experiment", default="harness", help="experiment name (default: harness)")
-    parser.add_argument("--parent-run-id", default=None,
-                        help="make the uploaded run(s) children of this run")
-    parser.add_argument("--trace-size-cap-mb", type=float, default=100,
-                        help="profiler traces bigger than this stay on disk (default: 100)")
-    return parser
 
 
 def _fail(message: str) -> int:
@@ -44,28 +29,33 @@ def _fail(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     use_console(prefix=run_logging.UPLOAD_COMMAND)
-    args = _parser().parse_args(argv)
+    parser = argparse.ArgumentParser(prog=run_logging.UPLOAD_COMMAND, description="Log harness run"
+                                     " directories (result.json, reports/) into MLflow.")
+    parser.add_argument("path", type=Path, help="a run directory or a sweep directory")
+    parser.add_argument("--tracking-uri", help="where to log (default: the URI in result.json,"
+                        f" else $MLFLOW_TRACKING_URI, else {DEFAULT_URI})")
+    parser.add_argument("--experiment", default="harness", help="experiment name (default: harness)")
+    parser.add_argument("--parent-run-id", help="make the uploaded run(s) children of this run")
+    parser.add_argument("--trace-size-cap-mb", type=float, default=100,
+                        help="profiler traces bigger than this stay on disk (default: 100)")
+    args = parser.parse_args(argv)
     path: Path = args.path.resolve()
     sweep_dir = None if (path / RESULT_FILE).is_file() else path
-    run_dirs = sorted(p.parent for p in path.glob(f"*/{RESULT_FILE}")) if sweep_dir else [path]
-    if not run_dirs:
-        return _fail(f"no {RESULT_FILE} in {path} or its subfolders."
-                     " Fix: pass a run directory (outputs/DATE/TIME) or a sweep directory")
-    results, problems = {}, 0
-    for run_dir in run_dirs:
-        try:
-            results[run_dir] = load_result(run_dir)
-        except HarnessError as err:
-            log.warning("%s; not uploaded", err)
-            problems += 1
+    try:
+        jobs = collect(path).jobs
+    except HarnessError as err:
+        return _fail(str(err))
+    results = {job.path: job.result for job in jobs if job.result is not None}
+    problems = [job for job in jobs if job.status == "unreadable"]
+    for job in problems:
+        log.warning("%s: %s; not uploaded", job.path, job.reason)
     if not results:
         return _fail(f"nothing to upload from {path}: no readable {RESULT_FILE}")
     first = next(iter(results.values()))
     recorded = first.tracking.tracking_uri if first.tracking else None
     uri = args.tracking_uri or recorded or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     try:
-        summary = upload(uri, results, sweep_dir, args.experiment,
-                         args.parent_run_id, args.trace_size_cap_mb)
+        summary = upload(uri, results, sweep_dir, args.experiment, args.parent_run_id, args.trace_size_cap_mb)
     except store_access.Unreachable as err:
         return _fail(f"{err}. Fix: start the server, or pass --tracking-uri")
     except Exception as err:
@@ -113,9 +103,7 @@ def _config(run_dir: Path) -> dict[str, Any]:
     hydra_node = OmegaConf.load(hydra_file).get("hydra") if hydra_file.is_file() else None
     # The job's ${hydra:...} interpolations read Hydra's own config, saved beside it.
     OmegaConf.register_new_resolver(
-        "hydra", lambda key: OmegaConf.select(hydra_node, key) if hydra_node else None,
-        replace=True,
-    )
+        "hydra", lambda key: OmegaConf.select(hydra_node, key) if hydra_node else None, replace=True)
     try:
         return OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # an interpolation that only resolves inside the job: keep it as text

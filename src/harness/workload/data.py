@@ -5,6 +5,7 @@ on the CPU, the common trap where the DataLoader, not the model, sets the pace."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 import lightning.pytorch as pl
 import numpy as np
@@ -12,19 +13,15 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from harness.config.checks import positive_int
-from harness.errors import ConfigError
+from harness.config.checks import NonNegativeInt, PositiveInt
 from harness.instrument.annotate import annotate
-
-GENERATE_ON = ("device", "cpu")
 
 
 class DeviceBatches:
     """An iterable of (inputs, targets) batches drawn on `device`, the same each epoch."""
 
-    def __init__(
-        self, batches: int, batch_size: int, seq_len: int, dim: int, device: torch.device, seed: int
-    ) -> None:
+    def __init__(self, batches: int, batch_size: int, seq_len: int, dim: int, device: torch.device,
+                 seed: int) -> None:
         self.batches = batches
         self.shape = (batch_size, seq_len, dim)
         self.device = device
@@ -56,44 +53,22 @@ class NumpyExamples(Dataset):
     @annotate("workload.make_example")
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = np.random.default_rng(self.seed + index)
-        x = rng.normal(loc=0.0, scale=1.0, size=self.shape).astype(np.float32)
-        y = rng.normal(loc=0.0, scale=1.0, size=self.shape).astype(np.float32)
+        x, y = (rng.normal(loc=0.0, scale=1.0, size=self.shape).astype(np.float32) for _ in range(2))
         return torch.from_numpy(x), torch.from_numpy(y)
 
 
 class SyntheticDataModule(pl.LightningDataModule):
     """Random (inputs, targets) token batches of shape (batch_size, seq_len, dim)."""
 
-    def __init__(
-        self,
-        batch_size: int = 32,
-        seq_len: int = 64,
-        dim: int = 128,
-        train_batches: int = 64,
-        val_batches: int = 16,
-        predict_batches: int = 32,
-        generate_on: str = "device",
-        num_workers: int = 0,
-        pin_memory: bool = False,
-    ) -> None:
+    def __init__(self, batch_size: PositiveInt = 32, seq_len: PositiveInt = 64, dim: PositiveInt = 128,
+                 train_batches: PositiveInt = 64, val_batches: PositiveInt = 16,
+                 predict_batches: PositiveInt = 32, generate_on: Literal["device", "cpu"] = "device",
+                 num_workers: NonNegativeInt = 0, pin_memory: bool = False) -> None:
         super().__init__()
-        if generate_on not in GENERATE_ON:
-            raise ConfigError("data.generate_on", generate_on, "device or cpu", "data.generate_on=device")
-        for key, value in (
-            ("train_batches", train_batches),
-            ("val_batches", val_batches),
-            ("predict_batches", predict_batches),
-            ("seq_len", seq_len),
-            ("dim", dim),
-        ):
-            positive_int(f"data.{key}", value)
-        self.batch_size = batch_size
-        self.seq_len = seq_len
-        self.dim = dim
+        self.batch_size, self.seq_len, self.dim = batch_size, seq_len, dim
         self.counts = {"train": train_batches, "val": val_batches, "predict": predict_batches}
         self.generate_on = generate_on
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
+        self.num_workers, self.pin_memory = num_workers, pin_memory
 
     def _loader(self, split: str, seed: int) -> DeviceBatches | DataLoader:
         batches = self.counts[split]
@@ -101,12 +76,8 @@ class SyntheticDataModule(pl.LightningDataModule):
             device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
             return DeviceBatches(batches, self.batch_size, self.seq_len, self.dim, device, seed)
         dataset = NumpyExamples(batches * self.batch_size, self.seq_len, self.dim, seed)
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-        )
+        return DataLoader(dataset, batch_size=self.batch_size, num_workers=self.num_workers,
+                          pin_memory=self.pin_memory)
 
     @override
     def train_dataloader(self) -> DeviceBatches | DataLoader:

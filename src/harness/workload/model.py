@@ -3,14 +3,16 @@ the plain nn.Module that `compile=true` compiles."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import lightning.pytorch as pl
 import torch
+from annotated_types import Ge, Le, MultipleOf
 from torch import nn
 from torch.nn import functional as F
 from typing_extensions import override
 
+from harness.config.checks import PositiveInt, PositiveNumber
 from harness.instrument.annotate import annotate
 
 
@@ -19,8 +21,6 @@ class Attention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, dropout: float) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"model.dim={dim} must be divisible by model.num_heads={num_heads}")
         self.num_heads = num_heads
         self.scale = (dim // num_heads) ** -0.5
         self.qkv = nn.Linear(dim, 3 * dim)
@@ -46,12 +46,8 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(dim)
         self.attn = Attention(dim, num_heads, dropout)
         self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(
-            nn.Linear(dim, mlp_ratio * dim),
-            nn.GELU(),
-            nn.Dropout(dropout),
-            nn.Linear(mlp_ratio * dim, dim),
-        )
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Dropout(dropout),
+                                 nn.Linear(mlp_ratio * dim, dim))
 
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,19 +58,19 @@ class Block(nn.Module):
 class TransformerModule(pl.LightningModule):
     """Regresses random targets from random tokens: a fixed, repeatable amount of work."""
 
-    def __init__(
-        self,
-        dim: int = 128,
-        depth: int = 2,
-        num_heads: int = 4,
-        mlp_ratio: int = 4,
-        dropout: float = 0.0,
-        lr: float = 1e-3,
-    ) -> None:
+    def __init__(self, dim: PositiveInt = 128, depth: PositiveInt = 2, num_heads: PositiveInt = 4,
+                 mlp_ratio: PositiveInt = 4, dropout: Annotated[float, Ge(0), Le(1)] = 0.0,
+                 lr: PositiveNumber = 1e-3) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(*(Block(dim, num_heads, mlp_ratio, dropout) for _ in range(depth)))
         self.lr = lr
+
+    @staticmethod
+    def argument_rules(dim: int = 128, num_heads: int = 4, **_: Any) -> dict[str, tuple[Any, str]]:
+        """What config.arguments checks across arguments: dim splits into num_heads heads."""
+        near = num_heads * max(1, round(dim / num_heads))
+        return {"dim": (Annotated[int, MultipleOf(num_heads)], f"{near} (a multiple of num_heads)")}
 
     @override
     @annotate("workload.forward")
@@ -91,9 +87,8 @@ class TransformerModule(pl.LightningModule):
             super().backward(loss, *args, **kwargs)
 
     @override
-    def optimizer_step(
-        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
-    ) -> None:
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any,
+                       optimizer_closure: Any = None) -> None:
         # The closure (training_step and backward) runs first, leaving the update alone in its
         # range; the precision plugins (fp16's grad scaler) still see a finished backward.
         loss = optimizer_closure() if optimizer_closure is not None else None

@@ -39,19 +39,23 @@ class RoundsSweeper(BasicSweeper):
     _fresh = False  # code_dir: each job in a fresh process
 
     def split_arguments(self, overrides: list[Any], max_batch_size: int | None) -> list[Any]:
-        from harness.sweep.rounds import AUTO, MIN_ROUNDS, Rounds, SweepSettings, job_threads
+        from harness.config.knobs import AUTO, MIN_ROUNDS, SweepSettings
+        from harness.sweep.rounds import Rounds, job_threads
 
-        batches = BasicSweeper.split_arguments(overrides, None)
-        grid = [job for batch in batches for job in batch]
+        grid = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
         settings = SweepSettings.read(self.config)
         launcher = str(self.config.hydra.launcher.get("_target_", "")).lower()
         threads, why = job_threads(settings.threads, here="slurm" not in launcher)
+        ranks = (_most_ranks_per_node(grid, self.config.trainer.get("devices"))
+                 if self.config.get("scaling", {}).get("mode") else 1)
+        if threads is not None and ranks > 1:  # a scaling study: every rank alike, none shares
+            threads = max(1, threads // ranks)
+            why += f"; a scaling study: {threads} a rank, its largest point {ranks} ranks a node"
         log.info("%s", why)
         if threads is not None:  # every job the same: a comparison's two sides alike
             grid = [[*job, f"++sweep.threads={threads}"] for job in grid]
         self._grid = grid
-        self._fresh = bool(self.config.get("code_dir")
-                           or any("code_dir=" in o for job in grid for o in job))
+        self._fresh = bool(self.config.get("code_dir") or any("code_dir=" in o for job in grid for o in job))
         if self._fresh:
             log.info("code_dir: each job runs in a fresh Python process that imports its"
                      " code_dir first, and pays that start once more than in one process")
@@ -63,11 +67,10 @@ class RoundsSweeper(BasicSweeper):
             sweep = current()
             self._auto = Rounds(settings, Path(str(self.config.hydra.sweep.dir)),
                                 sweep.table if sweep is not None else None, time.time())
-            log.info("repeat=auto: rounds of the %d point(s) until every comparison is decided"
-                     " within or beyond %s (sweep.decide_within), at least %d, at most %d"
-                     " rounds%s", len(grid), f"{settings.decide_within:.0%}", MIN_ROUNDS,
-                     settings.max_rounds, f" or {settings.max_minutes:g} minutes"
-                     if settings.max_minutes else "")
+            log.info("repeat=auto: rounds of the %d point(s) until every comparison is decided within or"
+                     " beyond %s (sweep.decide_within), at least %d, at most %d rounds%s", len(grid),
+                     f"{settings.decide_within:.0%}", MIN_ROUNDS, settings.max_rounds,
+                     f" or {settings.max_minutes:g} minutes" if settings.max_minutes else "")
             return self._batches(one_round(grid, 0))
         return self._batches(in_rounds(grid, rounds) if rounds > 1 else grid)
 
@@ -95,26 +98,26 @@ class RoundsSweeper(BasicSweeper):
         """After the first batch: what a fresh process cost its jobs (fresh_process_s)."""
         import statistics
 
-        from harness.errors import HarnessError
-        from harness.result.store import job_dirs, load_result
+        from harness.result.jobs import read_job
+        from harness.result.store import job_dirs
 
-        costs = []
-        for job_dir in job_dirs(Path(str(self.config.hydra.sweep.dir))):
-            try:
-                cost = load_result(job_dir).fresh_process_s
-            except (HarnessError, OSError):
-                continue
-            if cost is not None:
-                costs.append(cost)
+        results = [read_job(d)[0].result for d in job_dirs(Path(str(self.config.hydra.sweep.dir)))]
+        costs = [r.fresh_process_s for r in results if r is not None and r.fresh_process_s is not None]
         if costs:
             log.info("code_dir: a fresh process took %.1f s per job to start (median of %d;"
                      " fresh_process_s in result.json)", statistics.median(costs), len(costs))
 
     def _rounds(self, overrides: list[Any]) -> int | str:
         """`repeat` of this sweep: from the command line, else the config; 1 when swept."""
-        from harness.sweep.rounds import repeat_of
+        from harness.config.knobs import repeat_of
 
         typed = next((o for o in overrides if o.get_key_element() == "repeat"), None)
         if typed is not None and typed.is_sweep_override():
             return 1  # repeat=1,3 is a sweep over repeat itself
         return repeat_of(self.config, typed.value() if typed is not None else None)
+
+
+def _most_ranks_per_node(grid: list[list[str]], configured: object) -> int:
+    """The largest trainer.devices (ranks on one node) of the grid's jobs or the config."""
+    found = [int(d) for job in grid if (d := parse_overrides(job).get("trainer.devices", "")).isdigit()]
+    return max([*found, configured if isinstance(configured, int) else 1])

@@ -30,23 +30,24 @@ if TYPE_CHECKING:
 
 # A job process resolves its config's ${unique_dir:...} (from the cache the config carries).
 register_resolver()
+log = logging.getLogger(__name__)
 _INIT_KEYS = {"submitit_folder", "max_num_timeout"}
+# srun ends a job's tasks this long after the first of them ended (srun --wait, through its
+# variable; one set where harness is started wins): a hung rank, whose peers gave up at the
+# process group's timeout, does not hold the job, and the sweep, until its time limit. Rank 0's
+# reports, written after the other ranks exit, take far less.
+SRUN_WAIT = 'export SLURM_WAIT="${SLURM_WAIT:-300}"'
 
 # sbatch's message -> the hydra.launcher key to change
-_FIXES = (
-    ("partition", "hydra.launcher.partition=<a partition listed by `sinfo -s`>"),
-    ("processors", "lower hydra.launcher.cpus_per_task or the tasks per node (= trainer.devices);"
-                   " `sinfo -o '%P %c'` shows the CPUs of a node"),
-    ("gres", "drop hydra.launcher.gpus_per_node / gres, or use a partition with GPUs"),
-    ("memory", "lower hydra.launcher.mem_gb (`sinfo -o '%P %m'` shows a node's memory in MB)"),
-    ("time limit", "lower hydra.launcher.timeout_min"),
-    ("account", "set hydra.launcher.account to an account you belong to"),
-    ("qos", "set hydra.launcher.qos to a QOS your account may use"),
-    ("node count", "lower hydra.launcher.nodes (= trainer.num_nodes)"),
-)
-
-
-log = logging.getLogger(__name__)
+_FIXES = (("partition", "hydra.launcher.partition=<a partition listed by `sinfo -s`>"),
+          ("processors", "lower hydra.launcher.cpus_per_task or the tasks per node (= trainer.devices);"
+                         " `sinfo -o '%P %c'` shows the CPUs of a node"),
+          ("gres", "drop hydra.launcher.gpus_per_node / gres, or use a partition with GPUs"),
+          ("memory", "lower hydra.launcher.mem_gb (`sinfo -o '%P %m'` shows a node's memory in MB)"),
+          ("time limit", "lower hydra.launcher.timeout_min"),
+          ("account", "set hydra.launcher.account to an account you belong to"),
+          ("qos", "set hydra.launcher.qos to a QOS your account may use"),
+          ("node count", "lower hydra.launcher.nodes (= trainer.num_nodes)"))
 
 
 def one_line(text: str) -> str:
@@ -60,28 +61,19 @@ def one_line(text: str) -> str:
 
 
 def fix_for(message: str) -> str:
-    lowered = message.lower()
-    for needle, fix in _FIXES:
-        if needle in lowered:
-            return fix
-    return "check the settings with `harness -m hydra/launcher=slurm --cfg hydra -p hydra.launcher`"
+    return next((fix for needle, fix in _FIXES if needle in message.lower()),
+                "check the settings with `harness -m hydra/launcher=slurm --cfg hydra -p hydra.launcher`")
 
 
 class _Job:
-    def __init__(self, idx: int, overrides: Sequence[str], config: DictConfig) -> None:
-        self.idx = idx
-        self.overrides = list(overrides)
-        self.config = config
-        self.output_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
-        self.number = idx + 1
-        self.label = ""
-        self.name = f"job {self.number}"
-
-    def name_by(self, swept: list[str], total: int | None) -> None:
+    def __init__(self, idx: int, overrides: Sequence[str], config: DictConfig, swept: list[str],
+                 total: int) -> None:
         from harness.config.sweep_keys import job_label
 
+        self.idx, self.number, self.overrides, self.config = idx, idx + 1, list(overrides), config
+        self.output_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
         self.label = job_label(filter_overrides(self.overrides), swept)
-        self.name = f"job {self.number}{f'/{total}' if total else ''} {self.label}".strip()
+        self.name = f"job {self.number}/{total} {self.label}".strip()
 
     def record_failure(self, reason: str) -> None:
         from harness.result.schema import RunResult
@@ -92,31 +84,15 @@ class _Job:
         write_result(self.output_dir, RunResult(
             status="failed", reason=reason, overrides=filter_overrides(self.overrides)))
 
-    def say_how_it_ended(self, progress: Progress, seconds: float | None = None) -> None:
-        from harness.errors import HarnessError
-        from harness.result.store import load_result
-
-        if seconds is None:
-            try:
-                seconds = load_result(self.output_dir).duration_s or 0.0
-            except HarnessError:
-                seconds = 0.0
-        progress.finished(self.number, self.label, self.output_dir, seconds)
-
-    def stand_in(self, progress: Progress) -> JobReturn:
+    def stand_in(self, progress: Progress, seconds: float = 0.0) -> JobReturn:
         """What Hydra gets for a job that did not run, said ended: completed, so the sweep goes on."""
-        self.say_how_it_ended(progress, 0.0)
-        ret = JobReturn(overrides=self.overrides, cfg=self.config, hydra_cfg=self.config,
-                        working_dir=str(self.output_dir), task_name="harness",
-                        status=JobStatus.COMPLETED)
-        ret.return_value = None
-        return ret
+        progress.finished(self.number, self.label, self.output_dir, seconds)
+        return JobReturn(overrides=self.overrides, cfg=self.config, hydra_cfg=self.config,
+                         working_dir=str(self.output_dir), task_name="harness", status=JobStatus.COMPLETED)
 
 
 class _HarnessMixin(BaseSubmititLauncher):
-    def launch(
-        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
-    ) -> Sequence[JobReturn]:
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         from harness.config.sweep_keys import swept_keys_of
@@ -127,34 +103,26 @@ class _HarnessMixin(BaseSubmititLauncher):
                  " %s/.submitit/", self._EXECUTOR, len(job_overrides), sweep_dir, sweep_dir)
         returns: dict[int, JobReturn] = {}
         groups: dict[str, tuple[dict[str, Any], list[_Job]]] = {}
-        jobs = [self._prepare(initial_job_idx + n, o) for n, o in enumerate(job_overrides)]
-        swept = swept_keys_of(self.config)
-        for job in jobs:
-            job.name_by(swept, progress.total or len(job_overrides))
+        swept, total = swept_keys_of(self.config), progress.total or len(job_overrides)
+        for idx, overrides in enumerate(job_overrides, initial_job_idx):
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(config.hydra.job):
+                config.hydra.job.num = idx
+            job = _Job(idx, overrides, config, swept, total)
             params = self._job_params(job)
             if params is None:
                 returns[job.idx] = job.stand_in(progress)
-                continue
-            key = json.dumps(params, sort_keys=True, default=str)
-            groups.setdefault(key, (params, []))[1].append(job)
+            else:
+                key = json.dumps(params, sort_keys=True, default=str)
+                groups.setdefault(key, (params, []))[1].append(job)
 
         # One array per group of jobs with the same resources, one group after another: never
         # more jobs at once than `array_parallelism` (timings stay comparable).
         for params, jobs in groups.values():
-            handles = self._submit(params, jobs, progress)
-            if handles is None:
-                for job in jobs:
-                    returns[job.idx] = job.stand_in(progress)
-                continue
+            handles = self._submit(params, jobs, progress) or [None] * len(jobs)
             for job, handle in zip(jobs, handles, strict=True):
                 returns[job.idx] = self._collect(job, handle, progress)
         return [returns[idx] for idx in sorted(returns)]
-
-    def _prepare(self, idx: int, overrides: Sequence[str]) -> _Job:
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        with open_dict(config.hydra.job):
-            config.hydra.job.num = idx
-        return _Job(idx, overrides, config)
 
     def _job_params(self, job: _Job) -> dict[str, Any] | None:
         """This job's launcher settings, resolved against its own config; None if unusable."""
@@ -166,6 +134,8 @@ class _HarnessMixin(BaseSubmititLauncher):
             job.record_failure(f"hydra.launcher settings of {job.name}: {one_line(str(err))}")
             return None
         params.pop("_target_", None)
+        if self._EXECUTOR == "slurm":
+            params["setup"] = [SRUN_WAIT, *(params.get("setup") or [])]
         trainer = job.config.get("trainer") or {}
         if self._EXECUTOR == "slurm" and (mismatch := launcher_mismatch(
                 params.get("tasks_per_node"), params.get("nodes"), trainer.get("devices"),
@@ -174,8 +144,7 @@ class _HarnessMixin(BaseSubmititLauncher):
             return None
         return params
 
-    def _submit(self, params: dict[str, Any], jobs: list[_Job],
-                progress: Progress) -> list[Any] | None:
+    def _submit(self, params: dict[str, Any], jobs: list[_Job], progress: Progress) -> list[Any] | None:
         """Submit `jobs` as one array with `params`; None if the cluster refuses."""
         import submitit
 
@@ -184,19 +153,14 @@ class _HarnessMixin(BaseSubmititLauncher):
             init[f"{self._EXECUTOR}_max_num_timeout"] = params["max_num_timeout"]
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{
-            (k if k in base else f"{self._EXECUTOR}_{k}"): v
-            for k, v in params.items() if k not in _INIT_KEYS
-        })
-        job_params = [
-            (job.overrides, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}",
-             Singleton.get_state())
-            for job in jobs
-        ]
+        executor.update_parameters(**{(k if k in base else f"{self._EXECUTOR}_{k}"): v
+                                      for k, v in params.items() if k not in _INIT_KEYS})
+        job_args = zip(*[(job.overrides, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}",
+                          Singleton.get_state()) for job in jobs], strict=True)
         captured = io.StringIO()  # submitit prints sbatch's stderr itself; we say it once
         try:
             with contextlib.redirect_stderr(captured):
-                handles = executor.map_array(self, *zip(*job_params, strict=True))
+                handles = executor.map_array(self, *job_args)
         except Exception as err:
             message = one_line(str(err) or captured.getvalue())
             reason = f"sbatch rejected the job: {message}. Fix: {fix_for(message)}"
@@ -204,20 +168,30 @@ class _HarnessMixin(BaseSubmititLauncher):
                 job.record_failure(reason)
             return None
         for job, handle in zip(jobs, handles, strict=True):
-            progress.starting(job.number, job.label,
-                              f"submitted as {self._EXECUTOR} job {handle.job_id}")
+            progress.starting(job.number, job.label, f"submitted as {self._EXECUTOR} job {handle.job_id}")
         return handles
 
     def _collect(self, job: _Job, handle: Any, progress: Progress) -> JobReturn:
-        try:
-            ret = handle.results()[0]
-            job.say_how_it_ended(progress)
-            return ret
+        """The job's JobReturn once it ended (a stand-in when it was not submitted, `handle` None)."""
+        from harness.errors import HarnessError
+        from harness.result.store import load_result
+
+        if handle is None:
+            return job.stand_in(progress)
+        try:  # rank 0's: it writes result.json (another rank lost, or hung, has no result)
+            ret = handle.task(0).result()
         except Exception as err:
             state = getattr(handle, "state", "?")
             job.record_failure(f"{self._EXECUTOR} job {handle.job_id} ended without a result"
                                f" (state {state}): {one_line(str(err))}")
-            return job.stand_in(progress)
+            ret = None
+        seconds = 0.0
+        with contextlib.suppress(HarnessError):
+            seconds = load_result(job.output_dir).duration_s or 0.0
+        if ret is None:
+            return job.stand_in(progress, seconds)
+        progress.finished(job.number, job.label, job.output_dir, seconds)
+        return ret
 
 
 class HarnessSlurmLauncher(_HarnessMixin, SlurmLauncher):

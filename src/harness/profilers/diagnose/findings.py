@@ -90,51 +90,41 @@ def phase_findings(phase: str, figures: dict[str, Any], context: dict[str, Any])
         return found
     bound = bound_by(part)
     name = phase_word(phase)
-    loader, model = figures.get("loader_examples_per_second"), figures.get(
-        "model_examples_per_second")
+    loader, model = figures.get("loader_examples_per_second"), figures.get("model_examples_per_second")
     on_gpu = context.get("accelerator") == "cuda"
 
     def notable(share: str) -> bool:
         return part[share] >= MIN_SHARE or bound == share
 
     if notable("data"):
-        found.append(_finding(
-            "data-bound", part["data"],
-            f"{_share(figures, 'data')} of each {name} step waits for the next batch; the loader"
-            f" alone delivers {_rate(loader)}, the model alone {_rate(model)}",
-            _data_fix(context.get("loader", {}), on_gpu)))
+        found.append(_finding("data-bound", part["data"], f"{_share(figures, 'data')} of each {name} step"
+                              f" waits for the next batch; the loader alone delivers {_rate(loader)}, the"
+                              f" model alone {_rate(model)}", _data_fix(context.get("loader", {}), on_gpu)))
     if notable("host"):
         found.append(_finding(
-            "host-bound", part["host"],
-            f"{_share(figures, 'host')} of each {name} step is outside the model and the data:"
-            " Lightning's loop, callbacks, logging, host-side launch overhead (the model alone"
-            f" runs {_rate(model)})",
-            "a larger batch amortises it; compile=true"
+            "host-bound", part["host"], f"{_share(figures, 'host')} of each {name} step is outside the model"
+            " and the data: Lightning's loop, callbacks, logging, host-side launch overhead (the model alone"
+            f" runs {_rate(model)})", "a larger batch amortises it; compile=true"
             + (" (compile=reduce-overhead adds CUDA graphs)" if on_gpu else "")
             + "; profiler=simple shows which hook or callback takes the time"))
     if notable("communication"):
         found.append(_finding(
-            "communication-bound", part["communication"],
-            f"{_share(figures, 'communication')} of each {name} step is collectives not hidden"
-            " behind compute",
-            "a larger batch per rank, gradient accumulation, fewer ranks per node, or"
-            " DDP's bucket_cap_mb and gradient_as_bucket_view"))
+            "communication-bound", part["communication"], f"{_share(figures, 'communication')} of each"
+            f" {name} step is collectives not hidden behind compute", "a larger batch per rank, gradient"
+            " accumulation, fewer ranks per node, or DDP's bucket_cap_mb and gradient_as_bucket_view"))
     mfu = figures.get("mfu")
     if notable("compute"):
         if on_gpu and mfu is not None and mfu < 0.3:
             found.append(_finding(
-                "low-mfu", part["compute"],
-                f"{_share(figures, 'compute')} of each {name} step is the model's own compute, at"
-                f" {_pct(mfu)} MFU of the device's {figures.get('peak_tflops')} TFLOP/s",
+                "low-mfu", part["compute"], f"{_share(figures, 'compute')} of each {name} step is the model's"
+                f" own compute, at {_pct(mfu)} MFU of the device's {figures.get('peak_tflops')} TFLOP/s",
                 "bf16 precision, a larger batch, compile=true, fused kernels (e.g."
                 " scaled_dot_product_attention)"))
         else:
             found.append(_finding(
-                "compute-bound", part["compute"],
-                f"{_share(figures, 'compute')} of each {name} step is the model's own compute"
-                f" ({_work(phase)})",
-                "less work per example (precision=bf16, compile=true)"
-                + ("" if on_gpu else ", or a GPU")))
+                "compute-bound", part["compute"], f"{_share(figures, 'compute')} of each {name} step is the"
+                f" model's own compute ({_work(phase)})",
+                "less work per example (precision=bf16, compile=true)" + ("" if on_gpu else ", or a GPU")))
     return found
 
 
@@ -149,21 +139,18 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
     if context.get("precision_note"):
         found.append(_finding("precision", None, context["precision_note"],
                              "ask for the precision the device runs (bf16 on CPUs)"))
-    breaks = context.get("graph_breaks")
-    if breaks:
-        found.append(_finding(
-            "graph-breaks", None, f"compile met {breaks} graph break(s): parts of the model run"
-            " uncompiled", "TORCH_LOGS=graph_breaks harness ... shows where; torch._dynamo."
-            "explain(model)(batch) lists why"))
+    if breaks := context.get("graph_breaks"):
+        found.append(_finding("graph-breaks", None, f"compile met {breaks} graph break(s): parts of the model"
+                              " run uncompiled", "TORCH_LOGS=graph_breaks harness ... shows where;"
+                              " torch._dynamo.explain(model)(batch) lists why"))
     used, total = context.get("peak_device_reserved_bytes"), context.get("device_memory_bytes")
     if used and total:
         share = used / total
         if share < 0.4:
             found.append(_finding(
                 "memory-headroom", None, f"the peak uses {used / 2**30:.1f} GiB of the device's"
-                f" {total / 2**30:.0f} GiB ({_pct(share)})",
-                f"room for a batch about {max(1.0, 0.85 / share):.0f}x as large (sweep"
-                " batch_size to find the largest that fits)"))
+                f" {total / 2**30:.0f} GiB ({_pct(share)})", f"room for a batch about"
+                f" {max(1.0, 0.85 / share):.0f}x as large (sweep batch_size to find the largest that fits)"))
         elif share > 0.9:
             found.append(_finding(
                 "memory-limit", None, f"the peak uses {_pct(share)} of the device's memory",
@@ -171,18 +158,17 @@ def run_findings(context: dict[str, Any]) -> list[Finding]:
     flagged = _flagged(context.get("flags", []))
     for phase in flagged.get("contended", []):
         found.append(_finding(
-            "contended", None, f"other processes took the machine while {phase_word(phase)} was"
-            f" measured ({contention_said(context.get('contention', {}).get(phase, {}))}): its"
-            " figures and shares measure the machine as much as the run", CONTENDED_FIX))
-    thin = flagged.get("thin", [])
-    if thin:
+            "contended", None, f"other processes took the machine while {phase_word(phase)} was measured"
+            f" ({contention_said(context.get('contention', {}).get(phase, {}))}): its figures and shares"
+            " measure the machine as much as the run", CONTENDED_FIX))
+    if thin := flagged.get("thin"):
         found.append(_finding(
             "thin", None, f"few measured steps in {', '.join(thin)}: the figures are rough",
             "more batches (data.*_batches / trainer.limit_*_batches) or fewer warm-up steps"))
     for phase in flagged.get("noisy", []):
         said = context.get("noise_said", {}).get(phase) or ["see reports/speed.json"]
-        found.append(_finding("noisy", None, f"{phase_word(phase)} step times vary: "
-                              + "; ".join(said), NOISY_FIX))
+        found.append(_finding("noisy", None, f"{phase_word(phase)} step times vary: " + "; ".join(said),
+                              NOISY_FIX))
     return found
 
 
@@ -229,29 +215,24 @@ def _verdict(bound: str, phase: dict[str, Any], phase_name: str) -> str:
     loader, model = phase.get("loader_examples_per_second"), phase.get("model_examples_per_second")
     name = phase_word(phase_name)
     if bound == "data":
-        return (f"bound by data loading: {_share(phase, 'data')} of each {name} step waits for"
-                f" the next batch; the loader alone delivers {_rate(loader)}, the model alone"
-                f" {_rate(model)}")
+        return (f"bound by data loading: {_share(phase, 'data')} of each {name} step waits for the next"
+                f" batch; the loader alone delivers {_rate(loader)}, the model alone {_rate(model)}")
     if bound == "compute":
         mfu = phase.get("mfu")
-        tail = (f"; MFU {_pct(mfu)} of {phase.get('peak_tflops')} TFLOP/s" if mfu is not None
-                else "")
+        tail = f"; MFU {_pct(mfu)} of {phase.get('peak_tflops')} TFLOP/s" if mfu is not None else ""
         return (f"bound by the model's compute: {_share(phase, 'compute')} of each {name} step"
                 f" is {_work(phase_name)} (the model alone: {_rate(model)}){tail}")
     if bound == "host":
-        return (f"bound by the host: {_share(phase, 'host')} of each {name} step is Lightning's"
-                " loop, callbacks, logging and launch overhead (the model alone runs"
-                f" {_rate(model)})")
+        return (f"bound by the host: {_share(phase, 'host')} of each {name} step is Lightning's loop,"
+                f" callbacks, logging and launch overhead (the model alone runs {_rate(model)})")
     if bound == "communication":
         return (f"bound by communication: {_share(phase, 'communication')} of each {name} step"
                 " is collectives not hidden behind compute")
     gap = noise_beats_gap(phase)
     if gap:
         first, second = gap
-        return (f"no verdict: noisy: the {name} step varies by {_pct(phase['step_noise'])}"
-                f" (1.4826 x MAD / median of its steps), more than the gap between {first}"
-                f" ({_pct(phase['shares'][first])}) and {second}"
-                f" ({_pct(phase['shares'][second])}). Next: rerun on a quieter machine (the"
-                " run's contention figures say who else ran) or with more steps; repeat=3"
-                " shows the spread")
+        return (f"no verdict: noisy: the {name} step varies by {_pct(phase['step_noise'])} (1.4826 x MAD"
+                f" / median of its steps), more than the gap between {first} ({_pct(phase['shares'][first])})"
+                f" and {second} ({_pct(phase['shares'][second])}). Next: rerun on a quieter machine (the"
+                " run's contention figures say who else ran) or with more steps; repeat=3 shows the spread")
     return "no verdict: " + (phase.get("note") or f"the {name} step was not measured")

@@ -1,8 +1,7 @@
 """The device's dense peak FLOP/s for the data type its matmuls run in: the denominator of MFU.
 
 Lightning's `get_available_flops` table, and here only what it lacks or gives otherwise: the
-vendors' dense rates (no 2:4 sparsity), at boost clock, FP32 accumulation.
-"""
+vendors' dense rates (no 2:4 sparsity), at boost clock, FP32 accumulation."""
 
 from __future__ import annotations
 
@@ -19,15 +18,11 @@ _NOT_IN_LIGHTNING: tuple[tuple[str, dict[str, float]], ...] = (
     (r"\bB200\b", {"fp64": 37, "fp32": 75, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500}),
     # Lightning matches an H200 only by "sxm1"/"nvl1", which torch's names lack, and gives
     # sparse figures: NVIDIA H200 and GH200 Grace Hopper datasheets, sparse halved.
-    (r"\bGH200\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
-                    "fp8": 1978.9}),
-    (r"\bH200 NVL\b", {"fp64": 60, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5,
-                       "fp8": 1670.5}),
-    (r"\bH200\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
-                   "fp8": 1978.9}),
+    (r"\bGH200\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
+    (r"\bH200 NVL\b", {"fp64": 60, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5}),
+    (r"\bH200\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
     # Lightning's "h100 nvl" is a card pair's: NVIDIA H100 NVL brief, one card, sparse halved.
-    (r"\bH100 NVL\b", {"fp64": 60, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5,
-                       "fp8": 1670.5}),
+    (r"\bH100 NVL\b", {"fp64": 60, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5}),
     # Lightning has no fp8 and lists FP64 without tensor cores: NVIDIA H100 datasheet, FP64
     # Tensor Core and FP8 (sparse halved). An H100 named by its HBM2e memory is the PCIe card.
     (r"\bH100\b.*\b(PCIe|HBM2e)\b", {"fp64": 51.2, "fp8": 1513}),
@@ -36,8 +31,7 @@ _NOT_IN_LIGHTNING: tuple[tuple[str, dict[str, float]], ...] = (
     (r"\bH800\b.*\b(PCIe|HBM2e)\b", {"fp64": 51.2, "fp32": 51.2, "tf32": 378,
                                       "bf16": 756, "fp16": 756, "fp8": 1513}),
     # H800: an H100 SXM with slower NVLink, not in Lightning (NVIDIA H800 datasheet).
-    (r"\bH800\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4,
-                   "fp8": 1978.9}),
+    (r"\bH800\b", {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}),
     # NVIDIA A100 datasheet, FP64 Tensor Core; A800 (not in Lightning): A800 datasheet.
     (r"\bA100\b", {"fp64": 19.5}),
     (r"\bA800\b", {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}),
@@ -53,25 +47,19 @@ _NOT_IN_LIGHTNING: tuple[tuple[str, dict[str, float]], ...] = (
     (r"\bL40\b", {"fp32": 90.5, "tf32": 90.5, "bf16": 181, "fp16": 181, "fp8": 362}),
     (r"\bL4\b", {"fp8": 242.5}),
     # Not in Lightning: NVIDIA RTX 6000 Ada Generation datasheet, sparse halved.
-    (r"\bRTX 6000 Ada\b", {"fp32": 91.1, "tf32": 182.1, "bf16": 364.2, "fp16": 364.2,
-                           "fp8": 728.5}),
+    (r"\bRTX 6000 Ada\b", {"fp32": 91.1, "tf32": 182.1, "bf16": 364.2, "fp16": 364.2, "fp8": 728.5}),
     # Lightning gives bf16/fp16 at the FP32 rate: Ada and GA102 whitepapers, FP32 accumulation.
     (r"\bRTX 4090\b", {"bf16": 165.2, "fp16": 165.2, "fp8": 330.3}),
     (r"\bRTX 3090\b", {"bf16": 71, "fp16": 71}),
 )
 # Lightning's precision -> the data type its matmuls run in.
 DTYPE_OF_PRECISION = {
-    "64-true": "fp64", "32-true": "fp32", "32": "fp32",
-    "16-mixed": "fp16", "16-true": "fp16", "bf16-mixed": "bf16", "bf16-true": "bf16",
-    "transformer-engine": "fp8",
-}
+    "64-true": "fp64", "32-true": "fp32", "32": "fp32", "16-mixed": "fp16", "16-true": "fp16",
+    "bf16-mixed": "bf16", "bf16-true": "bf16", "transformer-engine": "fp8"}
 # The same data types as Lightning's table keys them (it has no fp8).
 _LIGHTNING_KEY: dict[str, torch.dtype | str] = {
-    "fp64": torch.float64, "fp32": torch.float32, "tf32": "tfloat32",
-    "bf16": torch.bfloat16, "fp16": torch.float16,
-}
-
-
+    "fp64": torch.float64, "fp32": torch.float32, "tf32": "tfloat32", "bf16": torch.bfloat16,
+    "fp16": torch.float16}
 MIG_SLICES = 7  # compute slices of a MIG-capable GPU (A100, H100, H200, B200)
 
 
@@ -102,8 +90,7 @@ def dense_peak_tflops(device: torch.device, dtype: str | None) -> tuple[float | 
     return peak * share, f"{source}, x {share * MIG_SLICES:.0f}/{MIG_SLICES} for the MIG slice"
 
 
-def _whole_gpu_peak(device: torch.device, name: str, dtype: str
-                    ) -> tuple[float | None, str | None]:
+def _whole_gpu_peak(device: torch.device, name: str, dtype: str) -> tuple[float | None, str | None]:
     ours = next((peaks for pattern, peaks in _NOT_IN_LIGHTNING
                  if re.search(pattern, name, flags=re.IGNORECASE)), {})
     if dtype in ours:

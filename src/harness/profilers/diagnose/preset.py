@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import psutil
 import torch
-from lightning.pytorch.profilers import PyTorchProfiler
+from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from harness import memory_peaks
-from harness.config.checks import non_negative_int, one_of, positive_int, positive_number
+from harness.config.checks import NonNegativeInt, PositiveInt, PositiveNumber
 from harness.errors import first_line
 from harness.measured import MAIN_PHASES
-from harness.profilers.all_ranks import gather
 from harness.profilers.diagnose import findings as rules
 from harness.profilers.diagnose import speed_of_light
-from harness.profilers.diagnose.communication import CommWindow
 from harness.profilers.diagnose.peak_flops import dense_peak_tflops, matmul_dtype
 from harness.profilers.flops import CONVENTION
-from harness.profilers.preset import RunShared, StepWindow, WindowPreset
+from harness.profilers.preset import Preset, RunShared
+from harness.profilers.rank_timer import breakdown
 from harness.profilers.speed_flags import phase_word, robust_cv
 from harness.reports.files import write_json, write_text
 from harness.result.schema import Diagnosis, RunResult
@@ -35,26 +34,21 @@ STATE = ("model, optimizer and RNG states copied before and restored after; thei
          " out of the run's peaks")
 
 
-class DiagnosePreset(WindowPreset):
-    """Writes reports/diagnosis.{json,md}; its window is the communication window (DDP)."""
+class DiagnosePreset(Preset, Callback):
+    """Writes reports/diagnosis.{json,md}; a multi-process run's communication is each rank's
+    time blocked in collectives (harness.profilers.rank_timer, the one timer of ranks)."""
 
-    def __init__(self, steps: int = 3, warmup: int = 0, when: str = "end", flops: bool = True,
-                 peak_tflops: float | None = None, communication_steps: int = 2) -> None:
-        self.steps = positive_int("profiler.diagnose.steps", steps, 3)
-        self.warmup = non_negative_int("profiler.diagnose.warmup", warmup, 0)
-        self.when = one_of("profiler.diagnose.when", when, WHEN)
-        self.count_flops = bool(flops)
-        self.peak_tflops = None if peak_tflops is None else positive_number(
-            "profiler.diagnose.peak_tflops", peak_tflops, 989.4, "a number of TFLOP/s > 0")
-        self.communication_steps = positive_int("profiler.diagnose.communication_steps",
-                                                communication_steps, 2)
+    needs_rank_timer = True
+
+    def __init__(self, steps: PositiveInt = 3, warmup: NonNegativeInt = 0, when: Literal[WHEN] = "end",
+                 flops: bool = True, peak_tflops: PositiveNumber | None = None) -> None:
+        self.steps, self.warmup, self.when = steps, warmup, when
+        self.count_flops, self.peak_tflops = flops, peak_tflops
         self.shared = RunShared()  # alone until linked: no step timer, no warm-up to use
         self.passes: dict[str, dict[str, speed_of_light.PassResult]] = {}
         self.ended_by: BaseException | None = None  # what ended the fit early (on_exception)
         self.cost_s = 0.0
         self.notes: list[str] = []
-        self.comm = CommWindow()  # recording over `window`, where setup opens one
-        self.comm_by_rank: list[dict[str, float]] = []
         self.device: torch.device | None = None
         self.convolutions = False  # the module has convolution layers (setup)
         self.context: dict[str, Any] = {}
@@ -67,30 +61,7 @@ class DiagnosePreset(WindowPreset):
             isinstance(m, CONVOLUTIONS) for m in pl_module.modules())
         self.context.update(accelerator=self.device.type, world_size=trainer.world_size)
         if self.device.type == "cuda":
-            self.context["device_memory_bytes"] = torch.cuda.get_device_properties(
-                self.device).total_memory
-        if trainer.world_size > 1 and self.window is None and stage == "fit":
-            if isinstance(trainer.profiler, PyTorchProfiler):
-                self.notes.append("communication not split: the pytorch/memory preset holds"
-                                  " the torch profiler (run diagnose without it)")
-            else:
-                self.window = StepWindow(self.comm_start(self.shared.timed_from_step),
-                                         self.communication_steps)
-
-    def comm_start(self, timed_from_step: int | None) -> int:
-        """The third step (DDP builds its buckets before), or earlier to end within warm-up."""
-        if timed_from_step is None:
-            return 2
-        start = min(2, max(0, timed_from_step - self.communication_steps - 1))
-        if start < 2:
-            self.notes.append(f"the communication window starts at step {start}: DDP rebuilds"
-                              " its gradient buckets in the second step, which may be in it")
-        if start + self.communication_steps + 1 > timed_from_step:
-            self.notes.append(
-                f"the communication window (from step {start}, {self.communication_steps} steps)"
-                " reaches into the speed preset's measured steps: profiler.speed.warmup_steps >="
-                f" {self.communication_steps + 1} keeps it out")
-        return start
+            self.context["device_memory_bytes"] = torch.cuda.get_device_properties(self.device).total_memory
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -98,67 +69,41 @@ class DiagnosePreset(WindowPreset):
             self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
 
     @override
-    def window_opens(self, trainer: pl.Trainer) -> None:
-        self.comm.start(trainer.strategy.root_device)
-
-    @override
-    def window_closed(self) -> None:
-        self.comm.stop()
-
-    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.when == "end":
             self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
-        if self.window is not None:  # every rank's window figures (every rank calls gather)
-            mine = self.comm.finish()  # a run shorter than the window: what it recorded
-            if self.comm.note:
-                self.notes.append(self.comm.note)
-            self.comm_by_rank = [figures or {} for figures in gather(mine)]
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
-        self.comm.stop()  # a torch profiler left running would outlive the run
         self.ended_by = exception
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phase_passes("inference", trainer, pl_module, trainer.predict_dataloaders)
 
-    def _phase_passes(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
-                      loader: Any) -> None:
+    def _phase_passes(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule, loader: Any) -> None:
         if phase in self.passes:
             return
-        device = trainer.strategy.root_device
         started = time.perf_counter()
-        failed: str | None = None
-        with memory_peaks.excluded(device) as excluded:
+        with memory_peaks.excluded(trainer.strategy.root_device) as excluded:
             if not excluded:
                 self.notes.append("the passes' memory counts in peak_rss_bytes (no"
                                   " /proc/self/clear_refs here)")
             # a failed pass costs the verdict, never the run (nor, under DDP, the collectives)
-            try:
-                found = self._passes(phase, trainer, module, loader)
+            try:  # restored so that with when=start the run sees the data order it would without it
+                with speed_of_light.rng_restored():
+                    loader_pass, batch = speed_of_light.loader_alone(trainer, loader, self.steps, self.warmup)
+                    if isinstance(loader, torch.utils.data.DataLoader) and "loader" not in self.context:
+                        self.context["loader"] = {"num_workers": loader.num_workers,
+                                                  "pin_memory": loader.pin_memory}
+                    found = {"loader": loader_pass, "model": self._model_pass(phase, trainer, module, batch)}
             except Exception as err:  # noqa: BLE001 - any failure of the pass, said below
                 failed = f"the {phase} passes failed: {first_line(err)[:200]}"
-        if failed is not None:
-            self.notes.append(f"{failed}; the run's own figures stand")
-            found = {part: speed_of_light.PassResult(None, 0, None, failed)
-                     for part in ("loader", "model")}
+                self.notes.append(f"{failed}; the run's own figures stand")
+                found = dict.fromkeys(("loader", "model"), speed_of_light.PassResult(None, 0, None, failed))
         self.passes[phase] = found
         self.cost_s += time.perf_counter() - started
-
-    def _passes(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
-                loader: Any) -> dict[str, speed_of_light.PassResult]:
-        # restored so that with when=start the run sees the data order it would without it
-        with speed_of_light.rng_restored():
-            loader_pass, batch = speed_of_light.loader_alone(trainer, loader, self.steps,
-                                                             self.warmup)
-            if isinstance(loader, torch.utils.data.DataLoader) and "loader" not in self.context:
-                self.context["loader"] = {"num_workers": loader.num_workers,
-                                          "pin_memory": loader.pin_memory}
-            return {"loader": loader_pass,
-                    "model": self._model_pass(phase, trainer, module, batch)}
 
     def _model_pass(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
                     batch: Any) -> speed_of_light.PassResult:
@@ -166,12 +111,10 @@ class DiagnosePreset(WindowPreset):
             return speed_of_light.PassResult(None, 0, None, "model-alone pass: no batch (the"
                                              " loader pass was skipped or got none)")
         training = phase == "train"
-        refused = speed_of_light.copy_refused(
-            trainer.strategy, module, list(trainer.optimizers) if training else [],
-            psutil.virtual_memory().available)
+        refused = speed_of_light.copy_refused(trainer.strategy, module, list(trainer.optimizers) if training
+                                              else [], psutil.virtual_memory().available)
         if refused:
-            return speed_of_light.PassResult(None, 0, None,
-                                             f"model-alone pass skipped: {refused}")
+            return speed_of_light.PassResult(None, 0, None, f"model-alone pass skipped: {refused}")
         if training:
             if not module.automatic_optimization:
                 self.notes.append("manual optimization: the model-alone pass runs"
@@ -191,8 +134,7 @@ class DiagnosePreset(WindowPreset):
                              self.convolutions and torch.backends.cudnn.allow_tf32)
         return dense_peak_tflops(self.device, dtype)
 
-    def phase_figures(self, phase: str, metrics: dict[str, Any], peak: float | None
-                      ) -> dict[str, Any]:
+    def phase_figures(self, phase: str, metrics: dict[str, Any], peak: float | None) -> dict[str, Any]:
         """Shares, rates, FLOPs and MFU of a phase that ran its passes; `peak`: dense TFLOP/s.
         The step is the median, never shorter than the loader's pace (docs/presets/diagnose.md)."""
         loader, model = self.passes[phase]["loader"], self.passes[phase]["model"]
@@ -210,9 +152,9 @@ class DiagnosePreset(WindowPreset):
             paced = min(mean, loader.step_s)
             if paced > median:
                 step_s, between_s = paced, between_s + paced - median
-        exposed = [(r["communication_s"] - r["overlap_s"]) / r["window_s"]
-                   for r in self.comm_by_rank if r.get("window_s")]
-        comm = max(exposed, default=0.0) * step_s if step_s and phase == "train" else 0.0
+        # each rank's time blocked in collectives a batch: the most any rank lost to them
+        comm = max((r["comm_s"] + r["straggler_wait_s"] for r in self._ranks()), default=0.0) / per
+        comm = comm if step_s and phase == "train" else 0.0
         noise = robust_cv(_step_figures(phase, metrics))
         notes = list(dict.fromkeys(n for n in (loader.note, model.note) if n))  # once each
         # Without the model alone the step cannot be split: its compute would read as host.
@@ -228,21 +170,14 @@ class DiagnosePreset(WindowPreset):
                   for factor in (max(1 - noise, 0.05), 1 + noise)] if part and noise else []
         world = self.context.get("world_size", 1)
         flop_per_s = model.flops / step_s if model.flops and step_s else None
-        return {
-            "shares": part,
-            "share_ranges": _ranges(ends) if part else None,
-            "noise_ranges": _ranges(spread) if part else None,
-            "step_noise": noise,
-            "loader_step_s": loader.step_s,
-            "loader_examples_per_second": loader.examples_per_second(world),
-            "model_step_s": model.step_s,
-            "model_examples_per_second": model.examples_per_second(world),
-            "flops_per_step": model.flops,
-            "flop_per_s": flop_per_s,
-            "peak_tflops": peak,
-            "mfu": flop_per_s / (peak * 1e12) if flop_per_s and peak else None,
-            "note": "; ".join(notes) or None,
-        }
+        return {"shares": part, "share_ranges": _ranges(ends) if part else None,
+                "noise_ranges": _ranges(spread) if part else None, "step_noise": noise,
+                "loader_step_s": loader.step_s,
+                "loader_examples_per_second": loader.examples_per_second(world),
+                "model_step_s": model.step_s, "model_examples_per_second": model.examples_per_second(world),
+                "flops_per_step": model.flops, "flop_per_s": flop_per_s, "peak_tflops": peak,
+                "mfu": flop_per_s / (peak * 1e12) if flop_per_s and peak else None,
+                "note": "; ".join(notes) or None}
 
     @override
     def diagnose(self, reports_dir: Path, result: RunResult) -> Diagnosis:
@@ -263,28 +198,31 @@ class DiagnosePreset(WindowPreset):
         self.context.update(
             precision_note=result.precision_note, flags=list(result.flags),
             graph_breaks=metrics.get("graph_breaks"),
-            peak_device_reserved_bytes=metrics.get("peak_device_reserved_bytes"),
-            contention=contention,
+            peak_device_reserved_bytes=metrics.get("peak_device_reserved_bytes"), contention=contention,
             noise_said={phase: self._noise_said(phase, metrics) for phase in MAIN_PHASES})
         ranked = rules.ranked([f for phase, figures in phases.items()
                                for f in rules.phase_findings(phase, figures, self.context)],
                               rules.run_findings(self.context))
-        contended = (rules.contention_said(contention[main])
-                     if f"contended:{main}" in result.flags else None)
+        contended = (rules.contention_said(contention[main]) if f"contended:{main}" in result.flags else None)
         diagnosis = Diagnosis.model_validate({
-            "bound_by": bound,
-            "verdict": rules.verdict(bound, main_figures, main, contended),
+            "bound_by": bound, "verdict": rules.verdict(bound, main_figures, main, contended),
             **{f"{phase}_{key}": value for phase, figures in phases.items()
                for key, value in _flat(figures).items()},
-            "peak_source": peak_source if peak else None,
-            "flop_convention": CONVENTION,
-            "communication_by_rank": self.comm_by_rank or None,
-            "findings": ranked,
-            "passes": {"when": self.when, "steps": self.steps, "warmup": self.warmup,
-                       "cost_s": self.cost_s, "state": STATE, "notes": self.notes},
+            "peak_source": peak_source if peak else None, "flop_convention": CONVENTION,
+            "communication_by_rank": self._ranks() or None, "findings": ranked,
+            "passes": {"when": self.when, "steps": self.steps, "warmup": self.warmup, "cost_s": self.cost_s,
+                       "state": STATE, "notes": self.notes},
         })
         self._write(reports_dir, diagnosis)
         return diagnosis
+
+    def _ranks(self) -> list[dict[str, Any]]:
+        """Each rank's parts of an optimizer step (multi-process runs; [] otherwise)."""
+        timer = self.shared.rank_timer
+        if timer is None or len(timer.ranks) < 2:
+            return []
+        found = breakdown(timer.ranks, self.shared.timed_from_step or 0, 1.0)
+        return found.ranks if found is not None else []
 
     def _why_no_passes(self, phase: str) -> str:
         name = phase_word(phase)
@@ -297,16 +235,14 @@ class DiagnosePreset(WindowPreset):
 
     def _noise_said(self, phase: str, metrics: dict[str, Any]) -> list[str]:
         cautions = self.shared.cautions
-        return [] if cautions is None else cautions.noise_said(
-            cautions.noise(_step_figures(phase, metrics)))
+        return [] if cautions is None else cautions.noise_said(cautions.noise(_step_figures(phase, metrics)))
 
     def _write(self, reports_dir: Path, diagnosis: Diagnosis) -> None:
         found = diagnosis.model_dump(mode="json")
         write_json(reports_dir / "diagnosis.json", {"report": "diagnose", "doc": DOC, **found})
         lines = ["# Diagnosis", "", f"**{diagnosis.verdict}**", ""]
         for n, finding in enumerate(diagnosis.findings, 1):
-            lines += [f"{n}. **{finding.kind}**: {finding.message}.",
-                      f"   Next: {finding.next_step}.", ""]
+            lines += [f"{n}. **{finding.kind}**: {finding.message}.", f"   Next: {finding.next_step}.", ""]
         lines += [f"FLOPs: {CONVENTION}. Passes cost {self.cost_s:.2f} s ({STATE})."]
         write_text(reports_dir / "diagnosis.md", "\n".join(lines) + "\n")
 
@@ -328,10 +264,6 @@ def _ranges(ends: list[dict[str, float] | None]) -> dict[str, list[float]] | Non
 
 def _flat(figures: dict[str, Any]) -> dict[str, Any]:
     """`shares` and `share_ranges` spread into <bound>_share(_range) keys; no noise_ranges."""
-    out = {k: v for k, v in figures.items()
-           if k not in ("shares", "share_ranges", "noise_ranges")}
-    for bound, share in (figures.get("shares") or {}).items():
-        out[f"{bound}_share"] = share
-    for bound, ends in (figures.get("share_ranges") or {}).items():
-        out[f"{bound}_share_range"] = ends
-    return out
+    return {**{k: v for k, v in figures.items() if k not in ("shares", "share_ranges", "noise_ranges")},
+            **{f"{bound}_share": share for bound, share in (figures.get("shares") or {}).items()},
+            **{f"{bound}_share_range": ends for bound, ends in (figures.get("share_ranges") or {}).items()}}

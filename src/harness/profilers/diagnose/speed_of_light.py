@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy
 import torch
+from lightning.fabric.utilities.apply_func import apply_to_collection
 
 from harness.errors import first_line
 from harness.profilers.flops import count_flops
@@ -36,24 +37,8 @@ class PassResult:
         return self.examples / self.step_s * ranks
 
 
-def _timed(step: Callable[[], Any], device: torch.device, steps: int, warmup: int) -> list[float]:
-    times = []
-    for index in range(warmup + steps):
-        start = now(device)
-        step()
-        if index >= warmup:
-            times.append(now(device) - start)
-    return times
-
-
 def _cpu_copy(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _cpu_copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu_copy(v) for v in value)
-    return value
+    return apply_to_collection(value, torch.Tensor, lambda t: t.detach().to("cpu", copy=True))
 
 
 @contextlib.contextmanager
@@ -82,8 +67,7 @@ def copy_refused(strategy: Any, module: torch.nn.Module, optimizers: list[Any],
     """Why the model-alone pass must not copy the state it restores afterwards, or None."""
     sharded = [c.__name__ for c in type(strategy).__mro__ if c.__name__ in SHARDED]
     if sharded:
-        return (f"under {sharded[0]} copying the state would gather every shard on every"
-                " rank")
+        return f"under {sharded[0]} copying the state would gather every shard on every rank"
     tensors = [*module.parameters(), *module.buffers()]
     for optimizer in optimizers:
         tensors += [v for state in optimizer.state.values() for v in state.values()
@@ -96,8 +80,7 @@ def copy_refused(strategy: Any, module: torch.nn.Module, optimizers: list[Any],
 
 
 @contextlib.contextmanager
-def state_restored(module: torch.nn.Module, optimizers: list[Any],
-                   precision: Any = None) -> Iterator[None]:
+def state_restored(module: torch.nn.Module, optimizers: list[Any], precision: Any = None) -> Iterator[None]:
     """Model, optimizer, precision-plugin and RNG states copied to the host, then put back into
     the run's own tensors (load_state_dict would build a second copy on the device first)."""
     model_state = _cpu_copy(module.state_dict())
@@ -193,8 +176,7 @@ def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[Pa
             break
     drained, timed = min(fetched, drain), max(fetched - drain, 0)
     if not timed:
-        notes.append(f"loader pass: the loader ran out after {drained} batches, before any was"
-                     " timed")
+        notes.append(f"loader pass: the loader ran out after {drained} batches, before any was timed")
     elif timed < wanted:
         notes.append(f"loader pass: the loader ran out after {timed} of {wanted} timed batches")
     examples = count_examples(first) if first is not None else None
@@ -245,8 +227,7 @@ def training_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None
         module.backward(scaler.scale(loss) if scaler is not None else loss)
         if scaler is not None and not optimizer.defaults.get("fused"):
             scaler.unscale_(optimizer)  # before clipping; a fused optimizer unscales itself
-        module.configure_gradient_clipping(optimizer,
-                                           gradient_clip_val=trainer.gradient_clip_val,
+        module.configure_gradient_clipping(optimizer, gradient_clip_val=trainer.gradient_clip_val,
                                            gradient_clip_algorithm=trainer.gradient_clip_algorithm)
         if scaler is not None:
             scaler.step(optimizer)
@@ -268,8 +249,7 @@ def predict_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]
     return step
 
 
-def step_flops(trainer: Any, module: Any, batch: Any, training: bool
-               ) -> tuple[int | None, str | None]:
+def step_flops(trainer: Any, module: Any, batch: Any, training: bool) -> tuple[int | None, str | None]:
     """(FLOPs of one training or predict step on `batch`, why not counted)."""
     if not training:
         return count_flops(module, predict_step_fn(trainer, module, batch))
@@ -294,8 +274,13 @@ def model_alone(trainer: Any, module: Any, step: Callable[[], Any], batch: Any, 
         module.train(training)
         if flops:
             counted, note = step_flops(trainer, module, batch, training)
+        times: list[float] = []
         try:
-            times = _timed(step, device, steps, warmup)
+            for index in range(warmup + steps):
+                start = now(device)
+                step()
+                if index >= warmup:
+                    times.append(now(device) - start)
         except Exception as err:
             return PassResult(None, 0, count_examples(batch),
                               f"model-alone pass failed: {first_line(err)}", counted)

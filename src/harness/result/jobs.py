@@ -1,6 +1,6 @@
-"""Read a sweep (or a single run) back from disk: one JobResult per job directory, from its
-result.json, else .hydra/overrides.yaml, whichever launcher ran it, even while some still run.
-"""
+"""The one reader of job directories: a sweep (or a single run) back from disk, one JobResult
+per job directory, from its result.json, else .hydra/overrides.yaml, whichever launcher ran it,
+even while some still run. The table, autotune, MLflow upload and the sweepers all read here."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.autotune.job import SET_BY_AUTOTUNE
-from harness.config.overrides import AUTOTUNE_STAGE, MEASUREMENT_KEYS, parse_overrides
+from harness.config.overrides import AUTOTUNE_STAGE, MEASUREMENT_KEYS, SET_BY_AUTOTUNE, parse_overrides
 from harness.errors import HarnessError
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, hydra_overrides, job_dirs, load_result
@@ -26,6 +25,7 @@ class JobResult:
     status: str  # ok | failed | oom | interrupted (from result.json), missing | unreadable
     reason: str | None
     settings: dict[str, str]  # key -> value as overridden on the command line / by the sweep
+    overrides: list[str] = field(default_factory=list)  # as the job ran: result.json's, else Hydra's
     figures: dict[str, Any] = field(default_factory=dict)  # RunResult.figures(): every number
     samples: list[dict[str, Any]] = field(default_factory=list)  # one figures dict per repeat
     result: RunResult | None = None  # the whole result.json, when it could be read
@@ -55,30 +55,28 @@ def settings_of(overrides: list[str]) -> dict[str, str]:
     return {k: v for k, v in settings.items() if k not in how}
 
 
-def _overrides_from_hydra(job_dir: Path) -> dict[str, str]:
-    return settings_of(hydra_overrides(job_dir) or [])
-
-
 def read_job(job_dir: Path) -> tuple[JobResult, str | None]:
     """The job in `job_dir`, and a problem message when its result.json cannot be used."""
     result_path = job_dir / RESULT_FILE
+    overrides = hydra_overrides(job_dir) or []
     if not result_path.is_file():
         reason = "no result.json (job still running, killed, or crashed before writing it)"
-        return JobResult(job_dir, "missing", reason, _overrides_from_hydra(job_dir)), None
+        return JobResult(job_dir, "missing", reason, settings_of(overrides), overrides), None
     try:
         result = load_result(result_path)
     except HarnessError as err:
         # err names the file and what is wrong: "<path>: truncated: the JSON ends early"
         what = str(err).removeprefix(f"{result_path}: ")
-        reason = f"result.json unreadable: {what}"
         problem = f"{result_path}: unreadable ({what}); the job is shown as 'unreadable'"
-        return JobResult(job_dir, "unreadable", reason, _overrides_from_hydra(job_dir)), problem
-    settings = settings_of(result.overrides) if result.overrides else _overrides_from_hydra(job_dir)
+        reason = f"result.json unreadable: {what}"
+        return JobResult(job_dir, "unreadable", reason, settings_of(overrides), overrides), problem
+    overrides = list(result.overrides) or overrides
     figures = result.figures()
     # Per repeat, its own speed figures over the whole job's (repeat=N diagnoses once, on the pool).
     per_repeat = result.repeats.per_repeat if result.repeats is not None else None
     samples = [{**figures, **run} for run in per_repeat] if per_repeat else [figures]
-    return JobResult(job_dir, result.status, result.reason, settings, figures, samples, result), None
+    return JobResult(job_dir, result.status, result.reason, settings_of(overrides), overrides, figures,
+                     samples, result), None
 
 
 def collect(root: Path) -> Collection:
@@ -91,15 +89,12 @@ def collect(root: Path) -> Collection:
     found = [root] if (root / RESULT_FILE).is_file() else job_dirs(root)
     if not found:
         if (root / MULTIRUN_FILE).is_file():
-            raise HarnessError(
-                f"{root} is a sweep directory with no jobs in it yet (multirun.yaml but no job"
-                " directories). Fix: wait for the first job to start, or check the launcher's log"
-            )
-        raise HarnessError(
-            f"{root} is not a sweep or run directory: no result.json and no .hydra/ job"
-            " directories inside it. Fix: pass the directory `harness -m` printed"
-            " (multirun/DATE/TIME) or a run's output directory"
-        )
+            raise HarnessError(f"{root} is a sweep directory with no jobs in it yet (multirun.yaml but no"
+                               " job directories). Fix: wait for the first job to start, or check the"
+                               " launcher's log")
+        raise HarnessError(f"{root} is not a sweep or run directory: no result.json and no .hydra/ job"
+                           " directories inside it. Fix: pass the directory `harness -m` printed"
+                           " (multirun/DATE/TIME) or a run's output directory")
     read = [read_job(job_dir) for job_dir in found]
     problems = [_mixed_sweeps(root, found), *(problem for _, problem in read)]
     return Collection(root, [job for job, _ in read], [p for p in problems if p])
