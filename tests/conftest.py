@@ -110,8 +110,10 @@ def harness_console():
     use_console()
 
 
-# Skips CI accepts: hardware or outside tools that `pip install -e '.[test]'` cannot bring.
-ACCEPTED_SKIPS = ("CUDA", "Nsight Systems", "SLURM", "local SLURM", "nvtx package is installed")
+# Skips CI accepts: hardware or outside tools that `pip install -e '.[test]'` cannot bring, and
+# the long fault tests HARNESS_FULL=1 opts into (a shorter test of the same behaviour runs in CI).
+ACCEPTED_SKIPS = ("CUDA", "Nsight Systems", "SLURM", "local SLURM", "nvtx package is installed",
+                  "HARNESS_FULL=1 runs it")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -108,7 +108,7 @@ def _as_main_process() -> None:
     multiprocessing.process._parent_process = None
 
 
-def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int,
+def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int, status: int,
            new_session: bool) -> None:
     """Become `harness argv[1:]` started in `cwd` with `env`, stdout and stderr the pipes
     `out` and `err` (pipes, as subprocess gives: a limit on file sizes does not apply to
@@ -146,6 +146,7 @@ def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: in
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError):
                 stream.flush()
+        os.write(status, str(code).encode())
         os._exit(code)
 
 
@@ -174,15 +175,16 @@ class ForkedRun:
         if differ := read_at_start(env):
             raise ValueError(f"{', '.join(differ)} would keep the fork server's value in a "
                              "forked run: start the real command (run_harness(fresh=True))")
-        (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+        (out_r, out_w), (err_r, err_w), (self._status, status_w) = os.pipe(), os.pipe(), os.pipe()
+        os.set_blocking(self._status, False)
         self._process = _context.Process(
             target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out_w), _Fd(err_w),
-                                        new_session))
+                                 _Fd(status_w), new_session))
         try:
             self._process.start()
         finally:
-            os.close(out_w)
-            os.close(err_w)
+            for fd in (out_w, err_w, status_w):
+                os.close(fd)
         self._drains = (_Drain(out_r), _Drain(err_r))
         for drain in self._drains:
             drain.start()
@@ -193,7 +195,14 @@ class ForkedRun:
     def poll(self) -> int | None:
         if self.returncode is None and not self._process.is_alive():
             self._process.join()
-            self.returncode = self._process.exitcode
+            # the status the run wrote as it ended: multiprocessing's own reads 255 whenever
+            # the fork server that relays it is gone
+            try:
+                said = os.read(self._status, 16)
+            except BlockingIOError:  # killed by a signal: it wrote none
+                said = b""
+            os.close(self._status)
+            self.returncode = int(said) if said else self._process.exitcode
         return self.returncode
 
     def send_signal(self, signum: int) -> None:

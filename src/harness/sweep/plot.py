@@ -39,7 +39,8 @@ def title(comparison: Comparison) -> str:
             steps.append(f"{phase} {found[0]}" + (f"-{found[-1]}" if len(found) > 1 else ""))
     first = f"{name}{f' ({keys})' if keys else ''}: {device}, {when}" + (
         f"; measured steps per job: {', '.join(steps)}" if steps else "")
-    bars = ("points: median of each point's samples; bars: their min..max" if comparison.repeated
+    bars = ("points: median of each point's samples; bars: its band (the table's ±), the judge's"
+            " interval under a ratio" if comparison.repeated
             else "each point ran once: no spread known, no error bars (repeat=N measures it)")
     if len(comparison.variants) > 1:
         bars = f"baseline: {comparison.baseline}; {bars}"
