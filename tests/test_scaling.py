@@ -57,16 +57,18 @@ def test_weak_scaling_with_a_late_backward_reads_the_planted_arithmetic(tmp_path
 
 @pytest.mark.slow
 def test_strong_scaling_holds_the_global_batch_and_names_nobody(tmp_path):
-    """Strong: 32 examples an optimizer step, 0.00625 s of forward each (micro-batches of 8,
-    accumulated 4, 2, 1 times): 0.2 s on one rank, 0.1 + 0.05 s on 2, 0.05 + 0.05 s on 4."""
+    """Strong: 32 examples an optimizer step, 0.0125 s of forward each (micro-batches of 8,
+    accumulated 4, 2, 1 times) and a hook of 0.1 s: 0.4 s on one rank, 0.2 + 0.1 s on 2,
+    0.1 + 0.1 s on 4. Steps this long keep 4 ranks' own CPU work on 2 cores (a few ms a step,
+    more beside other processes) well inside the 10 %."""
     points = _study(tmp_path, "scaling.mode=strong", "global_batch_size=32",
-                    "+model.example_s=0.00625", "+data.batches=24")
-    for n, step_s in ((2, 0.15), (4, 0.10)):
+                    "+model.example_s=0.0125", "+model.comm_s=0.1", "+data.batches=24")
+    for n, step_s in ((2, 0.3), (4, 0.2)):
         point = points[n]
-        assert point["speedup"] == pytest.approx(0.2 / step_s, rel=0.10), point
-        assert point["efficiency"] == pytest.approx(0.2 / step_s / n, rel=0.10), point
+        assert point["speedup"] == pytest.approx(0.4 / step_s, rel=0.10), point
+        assert point["efficiency"] == pytest.approx(0.4 / step_s / n, rel=0.10), point
         assert point["straggler"] is None, point  # nobody was late
-        assert all(r["comm_s"] == pytest.approx(COMM_S, rel=0.30) for r in point["ranks"])
+        assert all(r["comm_s"] == pytest.approx(0.1, rel=0.30) for r in point["ranks"])
 
 
 @pytest.mark.slow

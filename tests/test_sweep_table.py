@@ -279,8 +279,8 @@ def test_the_plot_labels_axes_starts_at_zero_and_shows_speedups_and_spread(tmp_p
     assert [float(y) for _, y in segment] == [150.0, 160.0]
     name = fig._suptitle.get_text()
     assert name.startswith(f"{tmp_path.name}/sweep (precision): device unknown")
-    assert "baseline: precision=fp32; points: median of each point's samples; bars: their" \
-        " min..max" in name
+    assert "baseline: precision=fp32; points: median of each point's samples; bars: its band" \
+        " (the table's ±), the judge's interval under a ratio" in name
 
     single = figure(build(collect(grid(tmp_path / "once"))))
     assert "each point ran once" in single._suptitle.get_text()
