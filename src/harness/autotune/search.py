@@ -98,8 +98,8 @@ class Search(Knowledge):
         start = self.space.start()
         yield from fit(self, start)
         incumbent = self.best(self.tried())
-        if incumbent is None:
-            self.status = "infeasible"
+        if incumbent is None:  # the budget may have cut the fit before any point ran
+            self.status = "budget" if self.stop_reason else "infeasible"
             return
         alternates: list[tuple[str, str]] = []  # (key, value) swapped into the final incumbent
         incumbent = yield from screen(self, incumbent, alternates)

@@ -173,8 +173,9 @@ def line(body: dict[str, Any]) -> str:
     where = (f"in {body['jobs']} jobs ({body['points_tried']} of {body['grid_points']} points),"
              f" {duration(body['wall_seconds'])}")
     if body["best"] is None:
-        if body["status"] == "interrupted":
-            return f"autotune: interrupted {where} before any candidate was measured"
+        if body["status"] in ("interrupted", "budget"):
+            stopped = "interrupted" if body["status"] == "interrupted" else f"stopped: {body['stopped']}"
+            return f"autotune: {stopped} {where} before any candidate was measured"
         why = "; ".join(f"{k}: {v}" for k, v in body["infeasible"].items()) or "no job measured"
         untried = (" (the start point failed at every batch size tried, so no other value was:"
                    " fix that failure, or search without it)"

@@ -182,7 +182,11 @@ def _ending(output_dir: Path, rank: int, returncode: int | None, killed: bool) -
     if returncode is None:
         how = "was lost mid-run without a word (killed by an OOM killer or a preempted node, or hung?)"
     else:
-        how = f"was killed by {signal.Signals(-returncode).name} mid-run" + (
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:  # a signal the enum does not list (a real-time one)
+            name = f"signal {-returncode}"
+        how = f"was killed by {name} mid-run" + (
             " (an OOM killer or a preempted node?)" if returncode == -signal.SIGKILL else "")
     return RankEnding(rank, "failed", f"rank {rank} (node {node}) {how}", lost=True)
 

@@ -205,10 +205,11 @@ class Presets:
                                    " neither a Lightning Callback nor a Lightning Profiler")
             if isinstance(obj, Preset):
                 presets.by_name[name] = obj
-        if any(getattr(p, "needs_rank_timer", False) for p in presets.by_name.values()):
+        wanted = {getattr(p, "needs_rank_timer", None) for p in presets.by_name.values()} - {None}
+        if wanted:  # "ranks": runs of several processes only; "always": a single process too
             from harness.profilers.rank_timer import RankTimer
 
-            presets.shared.rank_timer = RankTimer()
+            presets.shared.rank_timer = RankTimer(single_process="always" in wanted)
             presets.callbacks.insert(0, presets.shared.rank_timer)
         for preset in presets.by_name.values():
             preset.link(presets.shared)

@@ -16,7 +16,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import lightning.pytorch as pl
@@ -27,6 +27,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from typing_extensions import override
 
 from harness import private_api
+from harness.profilers import step_timer
 from harness.profilers.all_ranks import gather
 
 PARTS = ("data", "forward", "backward", "optimizer")  # where a late rank's time went
@@ -99,7 +100,10 @@ def in_flight(calls: list[BucketCall], until: float) -> float:
 class RankTimer(Callback):
     """Records this rank's StepRecords over the fit; `ranks` holds every rank's after it."""
 
-    def __init__(self) -> None:
+    def __init__(self, single_process: bool = False) -> None:
+        self.single_process = single_process  # also time a run of one process (the scaling study)
+        self.on = False  # timing this fit: several ranks, or single_process
+        self.accumulation = 1  # batches an optimizer step takes
         self.steps: list[StepRecord] = []
         self.ranks: list[dict[str, Any]] = []  # per rank: its node and steps (after the fit)
         self.comm = CommTimer()
@@ -112,7 +116,10 @@ class RankTimer(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit" and trainer.world_size > 1:  # before Lightning wraps the model in DDP
+        if stage != "fit":
+            return
+        self.on = trainer.world_size > 1 or self.single_process
+        if trainer.world_size > 1:  # before Lightning wraps the model in DDP
             self._ensure, self._unpatch = private_api.route_comm_hooks(self.comm, self.hook_names.append)
 
     @override
@@ -126,16 +133,29 @@ class RankTimer(Callback):
         if self._ensure is not None:
             private_api.time_batch_broadcast(trainer, self._broadcasts.append)
             self._ensure(trainer.strategy.model)
-        self._mark = self._now(trainer)
+        self.accumulation = trainer.accumulate_grad_batches
+        self.on_train_epoch_start(trainer)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        """A step's data wait starts here, not before the loader restarted or validation ran."""
+        if self.on:
+            self._mark = self._now(trainer)
+
+    on_validation_end = on_train_epoch_start
 
     def _now(self, trainer: pl.Trainer) -> float:
         """The host clock after the device's queued work: a step's parts are the device's."""
-        if trainer.strategy.root_device.type == "cuda":
-            torch.cuda.synchronize(trainer.strategy.root_device)
-        return time.perf_counter()
+        return step_timer.now(trainer.strategy.root_device)
+
+    def measured_from(self, warmup_batches: int) -> int:
+        """The first optimizer step past the speed preset's warm-up of `warmup_batches` batches."""
+        return -(-warmup_batches // self.accumulation)
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not self.on:
+            return
         now = self._now(trainer)
         step = self._current = self._current or StepRecord()
         waited = sum(end - start for start, end in self._broadcasts if start >= self._mark)
@@ -146,6 +166,8 @@ class RankTimer(Callback):
 
     @override
     def on_before_backward(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not self.on:
+            return
         now = self._now(trainer)
         if self._current is not None:
             self._current.forward += now - self._mark
@@ -153,6 +175,8 @@ class RankTimer(Callback):
 
     @override
     def on_after_backward(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not self.on:
+            return
         now = self._now(trainer)
         step, calls = self._current, self.comm.take()
         if step is None:
@@ -170,7 +194,8 @@ class RankTimer(Callback):
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, *_: Any) -> None:
-        self._optimizer_at = self._now(trainer)
+        if self.on:
+            self._optimizer_at = self._now(trainer)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
@@ -186,9 +211,9 @@ class RankTimer(Callback):
 
     @override
     def on_train_end(self, trainer: pl.Trainer, *_: Any) -> None:
-        mine = {"node": socket.gethostname(), "steps": [asdict(s) for s in self.steps],
-                "hooks": self.hook_names}
-        self.ranks = gather(mine) if trainer.world_size > 1 else [mine]
+        if self.on:
+            self.ranks = gather({"node": socket.gethostname(), "steps": [asdict(s) for s in self.steps],
+                                 "hooks": self.hook_names})
 
 
 @dataclass
@@ -201,7 +226,6 @@ class Breakdown:
     comm: dict[str, Any] | None  # bytes_per_step, time_s, algbw/busbw_bytes_per_s, share
     step_s: float  # the median wall time of an optimizer step
     steps: int  # measured steps the medians are over
-    notes: list[str] = field(default_factory=list)
 
 
 def breakdown(ranks: list[dict[str, Any]], skip: int, late_above: float) -> Breakdown | None:

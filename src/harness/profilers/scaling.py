@@ -21,7 +21,7 @@ DOC = "docs/presets/scaling.md#output"
 class ScalingPreset(Preset, Callback):
     """Writes reports/scaling.json and result.json's `scaling` (rank 0, after the fit)."""
 
-    needs_rank_timer = True
+    needs_rank_timer = "always"  # its baseline is a single process
 
     def __init__(self, late_above: Share = 0.05) -> None:
         self.late_above = late_above
@@ -29,8 +29,10 @@ class ScalingPreset(Preset, Callback):
     @override
     def write_reports(self, reports_dir: Path) -> Report:
         timer = self.shared.rank_timer
-        found = breakdown(timer.ranks, self.shared.timed_from_step or 0, self.late_above) if (
-            timer is not None and timer.ranks) else None
+        found = None
+        if timer is not None and timer.ranks:
+            found = breakdown(timer.ranks, timer.measured_from(self.shared.timed_from_step or 0),
+                              self.late_above)
         if found is None:
             return Report()
         body: dict[str, Any] = {

@@ -10,7 +10,7 @@ from typing import Any
 from rich.markup import escape
 
 from harness.errors import HarnessError
-from harness.judge import TOLERANCE, Verdict, compare, judge_sizes
+from harness.judge import TOLERANCE, Verdict, judge, judge_sizes
 from harness.measured import USABLE, is_finite_number
 from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep.render import SAME, UNDECIDED, ByWidth, markdown, ratio_text, rich_table, value_cell
@@ -92,8 +92,8 @@ def diff(a: Comparison, b: Comparison, tolerance: float = TOLERANCE) -> Diff:
 
 def _verdict(pa: Any, pb: Any, metric: str, tolerance: float) -> Verdict | None:
     phase = metric.split("_", 1)[0]
-    if metric.endswith(SPEED_FIGURES):
-        return compare(pa[f"{phase}_evidence"], pb[f"{phase}_evidence"], tolerance)
+    if metric.endswith(SPEED_FIGURES):  # two sweeps: their rounds ran apart, so bands, not pairs
+        return judge(pa[f"{phase}_evidence"].band, pb[f"{phase}_evidence"].band, tolerance)
     if metric == "peak_memory_bytes":
         return judge_sizes(pa["memory_samples"], pb["memory_samples"], tolerance)
     return None

@@ -38,7 +38,7 @@ class DiagnosePreset(Preset, Callback):
     """Writes reports/diagnosis.{json,md}; a multi-process run's communication is each rank's
     time blocked in collectives (harness.profilers.rank_timer, the one timer of ranks)."""
 
-    needs_rank_timer = True
+    needs_rank_timer = "ranks"  # only a run of several ranks has communication to split
 
     def __init__(self, steps: PositiveInt = 3, warmup: NonNegativeInt = 0, when: Literal[WHEN] = "end",
                  flops: bool = True, peak_tflops: PositiveNumber | None = None) -> None:
@@ -221,7 +221,7 @@ class DiagnosePreset(Preset, Callback):
         timer = self.shared.rank_timer
         if timer is None or len(timer.ranks) < 2:
             return []
-        found = breakdown(timer.ranks, self.shared.timed_from_step or 0, 1.0)
+        found = breakdown(timer.ranks, timer.measured_from(self.shared.timed_from_step or 0), 1.0)
         return found.ranks if found is not None else []
 
     def _why_no_passes(self, phase: str) -> str:
