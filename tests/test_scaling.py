@@ -118,3 +118,15 @@ def test_a_wait_at_one_collective_is_not_counted_as_the_other_collectives_cost()
     found = breakdown([rank(0.005, 0.035), rank(0.025, 0.005)], skip=1, late_above=0.05)
     assert [r["comm_s"] for r in found.ranks] == pytest.approx([0.01, 0.01])
     assert [r["straggler_wait_s"] for r in found.ranks] == pytest.approx([0.03, 0.02])
+
+
+def test_a_scaling_study_refuses_another_swept_key_before_any_job(tmp_path):
+    """Each speed-up is over the smallest world's point: a second swept key would compare unlike
+    settings, so it is refused in one line, and nothing runs."""
+    done = run_harness(tmp_path, "-m", "sweep=scaling", "batch_size=16,32", "trainer.accelerator=cpu",
+                       fast=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert ("harness: error: batch_size='16,32' is not valid: expected one value in a scaling study,"
+            " which sweeps trainer.devices and trainer.num_nodes only. Fix: one scaling study per"
+            " batch_size value") in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not list(tmp_path.glob("multirun/*/*/*"))

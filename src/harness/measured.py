@@ -13,6 +13,9 @@ from typing import Any
 from harness.judge import Sample
 
 PHASES = ("train", "validation", "inference")  # what the speed preset times
+# The parts of one rank's optimizer step in the scaling study (scaling.json's ranks), as headed
+RANK_PARTS = {"compute_s": "compute", "comm_s": "comm", "data_wait_s": "data wait",
+              "straggler_wait_s": "waits for others"}
 MAIN_PHASES = ("train", "inference")  # what comparisons and diagnoses report
 PHASE_NAMES = {"train": "training", "inference": "inference"}  # a main phase as a sentence says it
 USABLE = ("ok", "partial")  # run statuses whose figures measure the asked point

@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from harness.config.checks import Share
+from harness.measured import RANK_PARTS
 from harness.profilers.preset import Preset, Report, figures_table
 from harness.profilers.rank_timer import breakdown
 from harness.reports.files import write_json
@@ -43,11 +44,9 @@ class ScalingPreset(Preset, Callback):
         }
         write_json(reports_dir / "scaling.json", {"report": "scaling", "doc": DOC, **body})
         table = figures_table(f"Where each rank's optimizer step goes (median of {found.steps},"
-                              " seconds)", ("rank", "node", "compute", "comm", "data wait",
-                                            "waits for others"), labels=2)
+                              " seconds)", ("rank", "node", *RANK_PARTS.values()), labels=2)
         for rank in found.ranks:
-            table.add_row(str(rank["rank"]), rank["node"], *(f"{rank[k]:.4f}" for k in (
-                "compute_s", "comm_s", "data_wait_s", "straggler_wait_s")))
+            table.add_row(str(rank["rank"]), rank["node"], *(f"{rank[k]:.4f}" for k in RANK_PARTS))
         late = found.straggler
         said = ("no rank late beyond the noise" if late is None else
                 f"rank {late['rank']} ({late['node']}) is late by {late['wait_s']:.4f} s a step,"

@@ -117,6 +117,21 @@ def table_settings(config: DictConfig) -> TableSettings:
     return settings
 
 
+WORLD_KEYS = ("trainer.devices", "trainer.num_nodes")
+
+
+def _check_scaling_keys(config: DictConfig, repeat_keys: Any) -> None:
+    """A scaling study (scaling.mode set) sweeps the world size alone: each point's speed-up is
+    over the smallest world's, so another swept key would compare unlike settings."""
+    if (config.get("scaling") or {}).get("mode") is None:
+        return
+    other = [k for k in swept_values_of(config) if k not in WORLD_KEYS and k not in (repeat_keys or ())]
+    if other:
+        raise ConfigError(other[0], ",".join(swept_values_of(config)[other[0]]),
+                          "one value in a scaling study, which sweeps trainer.devices and"
+                          " trainer.num_nodes only", f"one scaling study per {other[0]} value")
+
+
 class CheckCallback(Callback):
     """Refuses a sweep's bad input in one line (exit 2) before anything of it exists: its
     directory (claimed empty, and given back), sweep.log, the MLflow parent run. First in
@@ -127,8 +142,9 @@ class CheckCallback(Callback):
         try:
             # `+batchsize=1,2` would fail every job: said once, before the first.
             check_added_keys(as_typed(config.hydra.overrides.task), [k for k in config if k != "hydra"])
-            table_settings(config)
+            repeat_keys = table_settings(config).repeat_keys
             repeat_of(config)
+            _check_scaling_keys(config, repeat_keys)
             threads = swept_values_of(config).get("sweep.threads")
             if threads:  # the sweeper gives every job one count
                 raise ConfigError("sweep.threads", ",".join(threads), "one count for the whole"

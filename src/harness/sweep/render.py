@@ -296,11 +296,12 @@ def headroom_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def legend(comparison: Comparison) -> list[str]:
-    """One line per mark the tables use, then where they are explained, then the headroom."""
+def legend(comparison: Comparison, found: list[Section] | None = None) -> list[str]:
+    """One line per mark the tables (`found`, else built here) use, then where they are
+    explained, then the headroom."""
     points = comparison.points
     tolerance = f"{comparison.tolerance:.0%}"
-    used = {text for section in sections(comparison) for _, cells, _ in section.rows
+    used = {text for section in (found or sections(comparison)) for _, cells, _ in section.rows
             for variant in cells for text in variant if text}
     marks = {
         "±": "±: half the width of the point's band (its counted jobs, widened to the noise between runs),"
@@ -368,9 +369,10 @@ def markdown(header: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1
 def to_markdown(comparison: Comparison) -> str:
     out = [f"# Sweep comparison: {comparison.root.name}", ""]
     out += [f"{line}  " for line in _preamble(comparison)] + [""]
-    for section in sections(comparison):
+    found = sections(comparison)
+    for section in found:
         out += [f"## {section.title}", "", markdown(*markdown_table(section, comparison)), ""]
-    out += [f"{line}  " for line in fastest_lines(comparison) + legend(comparison)] + [""]
+    out += [f"{line}  " for line in fastest_lines(comparison) + legend(comparison, found)] + [""]
     for heading, lines in (("Failed jobs", failures(comparison)),
                            ("Problems reading the sweep", comparison.problems)):
         if lines:
@@ -458,9 +460,10 @@ def fitted_widths(header: list[str], rows: list[list[str]], width: int) -> list[
     return widths
 
 
-def terminal_tables(comparison: Comparison) -> ByWidth:
-    """The sections' tables for the terminal: variants as columns where they fit, else rows."""
-    found, single = sections(comparison), len(comparison.variants) < 2
+def terminal_tables(comparison: Comparison, found: list[Section] | None = None) -> ByWidth:
+    """The sections' tables (`found`, else built here) for the terminal: variants as columns
+    where they fit, else rows."""
+    found, single = found or sections(comparison), len(comparison.variants) < 2
     stacked = []
     for section in found:
         header, rows = terminal_table(section, comparison)
@@ -484,12 +487,13 @@ def show_tables(comparison: Comparison) -> None:
     show(f"[bold]Sweep comparison:[/bold] {comparison.root}")
     for line in _preamble(comparison):
         show(escape(line))  # a fixed `profiler=[speed]` is not markup
-    tables = terminal_tables(comparison)
+    found = sections(comparison)
+    tables = terminal_tables(comparison, found)
     if tables.wide:  # else no section has anything to show
         show(tables)
     for line in fastest_lines(comparison):
         show(f"[bold]{escape(line)}[/bold]")
-    for line in legend(comparison):
+    for line in legend(comparison, found):
         show(f"[dim]{line}[/dim]")
     for line in failures(comparison):
         show(f"[red]not ok[/red] {line}")

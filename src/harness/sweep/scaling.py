@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.judge import ONE_JOB, compare
-from harness.measured import USABLE, is_finite_number
+from harness.measured import RANK_PARTS, USABLE, is_finite_number, mib
 from harness.reports.files import write_json, write_text
 from harness.sweep.render import significant
 from harness.sweep.table import Comparison
 
 STEM = "scaling"
 DOC = "docs/scaling.md#scalingjson"
-PARTS = ("compute_s", "comm_s", "data_wait_s", "straggler_wait_s")
 
 
 def _world(point: Any, comparison: Comparison) -> tuple[int, int, int] | None:
@@ -38,7 +37,7 @@ def _median_ranks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for n in range(min(len(b["ranks"]) for b in blocks)):
         ranks = [b["ranks"][n] for b in blocks]
         found.append({"rank": n, "node": ranks[0]["node"],
-                      **{part: statistics.median(r[part] for r in ranks) for part in PARTS}})
+                      **{part: statistics.median(r[part] for r in ranks) for part in RANK_PARTS}})
     return found
 
 
@@ -128,7 +127,7 @@ def lines(body: dict[str, Any]) -> list[str]:
                          if point["contended"] else ""))
         if comm and comm.get("busbw_bytes_per_s"):
             size = comm["bytes_per_step"]
-            text += (f"; allreduce {size / 2**20:.1f} MiB a step" if size >= 2**20 else
+            text += (f"; allreduce {mib(size)} MiB a step" if size >= 2**20 else
                      f"; allreduce {size / 1024:.1f} KiB a step") + (
                 f", bus {significant(comm['busbw_bytes_per_s'] / 1e6)} MB/s,"
                 f" {comm['share']:.0%} of the step exposed")
@@ -150,9 +149,9 @@ def write(comparison: Comparison, directory: Path, mode: str) -> list[Path]:
     for point in body["points"]:
         if point["ranks"]:
             md += [f"## {point['world_size']} rank(s): seconds per optimizer step", "",
-                   "| rank | node | compute | comm | data wait | waits for others |",
-                   "| --- | --- | ---: | ---: | ---: | ---: |",
-                   *(f"| {r['rank']} | {r['node']} | " + " | ".join(f"{r[k]:.4f}" for k in PARTS)
+                   "| rank | node | " + " | ".join(RANK_PARTS.values()) + " |",
+                   "| --- | --- |" + " ---: |" * len(RANK_PARTS),
+                   *(f"| {r['rank']} | {r['node']} | " + " | ".join(f"{r[k]:.4f}" for k in RANK_PARTS)
                      + " |" for r in point["ranks"]), ""]
     written = [write_json(directory / f"{STEM}.json", body),
                write_text(directory / f"{STEM}.md", "\n".join(md))]
