@@ -90,25 +90,26 @@ def test_an_oom_on_every_rank_keeps_rank_zeros_own_reason():
 
 # tests/scaling_workload.py, a step of 0.1 s; rank 1 SIGKILLs itself in the forward of batch 3
 LOST = ("model._target_=scaling_workload.PlantedScaling", "data._target_=scaling_workload.PlantedBatches",
-        "+trainer.use_distributed_sampler=false", "trainer.accelerator=cpu", "trainer.devices=2",
+        "+trainer.use_distributed_sampler=false", "trainer.accelerator=cpu",
         "profiler.speed.warmup_steps=2", "logger=none", "trainer.enable_progress_bar=false",
         "repeat=1", "+model.kill_at_step=3", "+data.batches=12")
 
 
 @pytest.mark.slow
 def test_a_rank_killed_mid_step_fails_its_point_at_once_naming_rank_and_node(tmp_path):
-    """Issue 35: an OOM killer's SIGKILL of rank 1 mid-step (rank 0 then blocked in a collective)
-    ends the point `failed` within seconds, in one line naming the rank and its node; no process
-    of it is left, and the sweep's next point (nobody killed) runs. The scaling sweep's strategy
-    node (its bounded collective timeout) passes the config checks on the way."""
-    done = run_harness(tmp_path, "-m", "sweep=scaling", *LOST, "+model.kill_rank=1,-1",
-                       fast=False, timeout=600)
+    """Issue 35: an OOM killer's SIGKILL of rank 2 of 3 mid-step (its peers then blocked in a
+    collective) ends the point `failed` within seconds, in one line naming the rank and its node;
+    no process of it is left, and the sweep's next point (2 ranks: no rank 2 to kill) runs. The
+    scaling sweep's strategy node (its bounded collective timeout) passes the config checks on
+    the way."""
+    done = run_harness(tmp_path, "-m", "sweep=scaling", *LOST, "trainer.devices=3,2",
+                       "+model.kill_rank=2", fast=False, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]  # a sweep with a measured point
     root = sweep_dir(tmp_path)
     jobs = job_results(root)
-    lost, kept = (next(r for r in jobs.values() if f"+model.kill_rank={k}" in r["overrides"])
-                  for k in (1, -1))
-    said = f"rank 1 (node {socket.gethostname()}) was killed by SIGKILL mid-run"
+    lost, kept = (next(r for r in jobs.values() if f"trainer.devices={n}" in r["overrides"])
+                  for n in (3, 2))
+    said = f"rank 2 (node {socket.gethostname()}) was killed by SIGKILL mid-run"
     assert lost["status"] == "failed" and lost["reason"].startswith(said), lost["reason"]
     assert lost["duration_s"] < 60, lost["duration_s"]  # not gloo's 30-minute default timeout
     assert f"failed: {said}" in done.stderr  # the sweep's line for the job
