@@ -420,3 +420,13 @@ def test_a_small_budget_is_sized_before_any_job_and_spent_whole():
     with pytest.raises(ConfigError, match=r"autotune.budget.jobs=8 is not valid: expected at least"
                        r" 9 here: .*Fix: autotune.budget.jobs=9"):
         Search(space(**grid), Settings(budget=Budget(jobs=8))).budget_line()
+
+
+def test_a_default_outside_the_space_shows_its_confirm_figure():
+    """A default batch size outside the values searched runs only in the confirm stage: the
+    points table showed it with no figure ('-') though its jobs had measured it."""
+    body, *_ = run(Settings(planned_steps=300), grid={"batch_size": "16,64,128", "precision": "fp32,bf16",
+                                                      "compile": "false"})
+    default = next(p for p in body["points"] if p["candidate"] == body["default"])
+    assert default["stages"] == ["confirm"] and default["status"] == "ok"
+    assert default["figure"] is not None and default["figure"]["jobs"] >= 1

@@ -590,6 +590,39 @@ def test_the_model_pass_restores_the_optimizer_into_its_own_tensors(fail_on, had
         assert torch.equal(tensor, values[key])
 
 
+def test_the_model_pass_puts_back_what_a_step_keeps_on_its_modules():
+    """Truth: the attributes before the pass. A step that appends its loss to a list, counts in a
+    metric's tensor in place (torchmetrics' way), keeps its last output and sets a new attribute
+    leaves none of it, nor does one counting in a non-persistent buffer, drawing from a Generator
+    it keeps or calling its logger itself: the run's first real step finds them as they were."""
+    from types import SimpleNamespace
+
+    from harness.profilers.diagnose.speed_of_light import model_alone
+
+    module, optimizer = _adam_module()
+    module.outputs, module.last, module.seen = [], None, torch.zeros(())
+    module.register_buffer("examples", torch.zeros(()), persistent=False)  # in no state_dict
+    module.noise = torch.Generator().manual_seed(0)
+    counts, logged = module.seen, []
+    module.loggers = [SimpleNamespace(log_metrics=lambda *args, **kwargs: logged.append(args))]
+    x = torch.randn(16, 8)
+    adam_step = _adam_step(module, optimizer, x)
+
+    def step() -> None:
+        adam_step()
+        module.outputs.append(torch.ones(()))
+        module.seen += x.shape[0]
+        module.examples += x.shape[0]
+        module.last, module.extra = torch.rand((), generator=module.noise), 1
+        module.loggers[0].log_metrics({"loss": 1.0})  # a direct call, past self.log
+
+    assert model_alone(_pass_trainer(module, optimizer), module, step, x, 2, 0, training=True).steps == 2
+    assert module.outputs == [] and module.last is None and not hasattr(module, "extra")
+    assert module.seen is counts and counts.item() == 0 and module.examples.item() == 0
+    assert torch.equal(module.noise.get_state(), torch.Generator().manual_seed(0).get_state())
+    assert logged == []
+
+
 def test_a_pass_that_raises_anywhere_is_the_diagnosis_note_not_the_runs_error():
     """Planted: the loader pass's first batch fails to reach the device (a fake strategy
     whose transfer raises, as an OOM would). The preset's hook returns; both passes carry

@@ -186,7 +186,7 @@ def test_the_speed_preset_on_a_fake_gpu_synchronises_per_window_not_per_step(syn
     # torch's CUDA allocator figures do not exist here: memory_peaks is tested on its own
     monkeypatch.setattr(speed, "memory_peaks", SimpleNamespace(
         phase_start=lambda *args: None, phase_timed=lambda *args, **kwargs: None,
-        phase_end=lambda *args: {}))
+        phase_end=lambda *args: {}, counting=lambda phase: False))
     preset = SpeedPreset(warmup_steps=3, sync=sync, log_rates=False)
     preset.cuda = cuda
     trainer = _Trainer(SimpleNamespace(type="cuda", index=0))

@@ -97,6 +97,23 @@ def test_one_outlying_job_does_not_widen_a_band_or_the_noise():
     assert job_noise([[975, 990, 1003, 1013, 1001, 1223]]) < 0.02
 
 
+def test_jobs_of_one_noise_keep_their_spread():
+    """The outlier rule is no licence to narrow a band: points of pure noise (planted log sd
+    0.05; a sweep of four points, repeat=3) rarely get a band inside their own jobs' range, and
+    the noise between runs reads the planted sd. With "twice as far" alone a job was set aside
+    in 63 % of such points and the noise read 0.038."""
+    draw = random.Random(7)
+    narrowed, noises = 0, []
+    for _ in range(500):
+        points = [[100 * math.exp(draw.gauss(0, 0.05)) for _ in range(3)] for _ in range(4)]
+        noises.append(job_noise(points))
+        for figures in points:
+            band = band_of([Sample(f) for f in figures], noises[-1])
+            narrowed += band.low > min(figures) or band.high < max(figures)
+    assert narrowed / 2000 < 0.02
+    assert 0.045 < sorted(noises)[len(noises) // 2] < 0.055
+
+
 def test_the_paired_interval_matches_hollander_and_wolfes_worked_example():
     """Hollander & Wolfe, Nonparametric Statistical Methods, the Hamilton depression scale
     data (9 patients, X at entry, Y after the tranquilizer): the Hodges-Lehmann estimate of the
@@ -121,10 +138,10 @@ def test_a_few_pairs_decide_on_the_measured_noise_between_runs():
 
 def test_peak_memory_is_judged_by_the_same_rule_lower_is_better():
     more = judge_sizes([100.0], [120.0], 0.05)
-    assert (more.kind, more.worse, more.regression) == ("real", True, True)
+    assert (more.kind, more.worse) == ("real", True)
     assert judge_sizes([100.0], [102.0], 0.05).kind == "same"
     spread = judge_sizes([100.0, 101.0], [103.0, 109.0], 0.05)
-    assert spread.kind == "inconclusive" and not spread.regression
+    assert spread.kind == "inconclusive"
 
 
 def _evidence(*figures: float, rounds: bool = True, contended: bool = False,
@@ -142,9 +159,6 @@ def test_the_fastest_is_decided_only_beyond_every_other_and_on_the_noise_between
     once = fastest({"a": Evidence(band_of([Sample(100, 0.01)])),
                     "b": Evidence(band_of([Sample(150, 0.01)]))})
     assert once.key == "b" and not once.decided and "ran once" in once.why
-    simplest = fastest({"a": _evidence(100, 110, rounds=False),
-                        "b": _evidence(105, 112, rounds=False)}, simplest=lambda k: k)
-    assert simplest.key == "a" and simplest.ties == ("b",)
     plateau = fastest({"a": _evidence(*[100] * 6), "b": _evidence(*[100.5] * 6)})
     assert not plateau.decided and plateau.settled  # no round would tell them apart
 

@@ -4,10 +4,12 @@ over the phase's starting resident set of its planted size, whatever job of a sw
 from __future__ import annotations
 
 import ctypes
+import json
 import mmap
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import FAST, job_results, run_harness, sweep_dir
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(),
@@ -100,7 +102,8 @@ TINY = (*(o for o in COMMON if not o.startswith(("data.seq_len=", "data.dim=")))
         "data.seq_len=2", "data.dim=8", "model.depth=1", "model.num_heads=2",
         "model._target_=planted_memory.PlantedMemory")
 # The job a process runs first also reads what torch and Lightning build once on first use and
-# keep (1.4-1.7 MiB on the test machine; the library code it reads, file pages, is left out).
+# keep outside the step (1.4-1.7 MiB on the test machine; the library code it reads, file pages,
+# and what the step's own calls keep, its run alone before the phase, are left out).
 WITHIN_MIB = 2.0
 
 
@@ -140,3 +143,41 @@ def test_a_job_after_a_larger_one_reads_no_more_than_as_the_first(tmp_path):
             for n in sorted(jobs)]
     assert [batch for batch, _ in read] == [8, 16, 8]
     assert read[2][1] <= read[0][1] + 1.0, read
+
+
+def test_what_a_step_leaves_for_the_process_counts_in_no_job(tmp_path):
+    # A planted 16 MiB cache built by a process's first step at a shape and kept, as oneDNN keeps
+    # its primitives: without the step run alone before the phase, the first job read 24 MiB.
+    done = run_harness(tmp_path, "-m", *TINY, "batch_size=8", "repeat=2", "+model.cache_mib=16", fast=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    jobs = job_results(sweep_dir(tmp_path))
+    read = [jobs[n]["metrics"]["train_peak_rss_increase_bytes"] / 2**20 for n in sorted(jobs)]
+    assert len(read) == 2 and all(abs(mib - 8) <= WITHIN_MIB for mib in read), read
+
+
+def test_a_module_stepping_its_own_optimizer_runs_no_step_alone_and_says_so(tmp_path):
+    # Its optimizer.step() inside training_step counts as one of the trainer's optimizer steps:
+    # a step run alone first would count too, so none runs, and speed.json says so.
+    done = run_harness(tmp_path, "model._target_=accumulation_module.ManualOptimization", "mode=train",
+                       "profiler=[speed]", "trainer.limit_val_batches=0", "profiler.speed.warmup_steps=2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    speed = done.report("speed")
+    train = speed["phases"]["train"]
+    assert train["warmup_steps"] + train["measured_steps"] == 12  # FAST: data.train_batches=12
+    assert speed["memory_note"] == ("train: what libraries keep after their first use counts in its"
+                                    " memory (its step did not run alone first: manual optimization)")
+
+
+def test_the_step_alone_leaves_the_run_as_its_own_steps_would(tmp_path):
+    # Truth: 12 steps of 4 examples, each batch seen once, the Generator's first 12 draws in
+    # order. Run on the batch itself, the step alone left it changed for the first real step.
+    record = tmp_path / "seen.json"
+    done = run_harness(tmp_path, "model._target_=side_effects_module.SideEffects", f"+model.record={record}",
+                       "mode=train", "profiler=[speed]", "trainer.limit_val_batches=0",
+                       "profiler.speed.warmup_steps=2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.report("speed")["memory_note"] is None  # the step alone did run
+    seen = json.loads(record.read_text())
+    draws = torch.Generator().manual_seed(0)
+    assert seen == {"examples": 48, "batches_seen_twice": 0,
+                    "draws": [torch.rand((), generator=draws).item() for _ in range(12)]}

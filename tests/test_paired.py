@@ -293,3 +293,22 @@ def test_repeat_auto_stops_after_a_round_in_which_no_job_measured(tmp_path, capl
         assert rounds.go_on() is False
     assert "no job measured its point; no more rounds" in caplog.text
     assert "decided" not in caplog.text
+
+
+def test_repeat_auto_builds_the_comparison_only_once_a_round_can_end_the_sweep(tmp_path, monkeypatch):
+    """Before MIN_ROUNDS no verdict can stop the sweep: go_on reads the jobs, builds no table."""
+    from harness.config.knobs import MIN_ROUNDS, SweepSettings
+    from harness.sweep import rounds as rounds_module
+    from harness.sweep import table
+
+    for job, tag in enumerate(("a", "b")):
+        write_job(tmp_path / str(job), [f"+model.tag={tag}", "+sweep_round=0"], values=steps(100.0),
+                  sweep_round=0)
+    built = []
+    monkeypatch.setattr(table, "build", lambda *args, **kwargs: built.append(1) or build(*args, **kwargs))
+    rounds = rounds_module.Rounds(SweepSettings(), tmp_path, None)
+    for _ in range(MIN_ROUNDS - 1):
+        assert rounds.go_on() is True
+    assert built == []
+    rounds.go_on()
+    assert built == [1]

@@ -20,12 +20,12 @@ PLANTED = ("model._target_=scaling_workload.PlantedScaling",
 COMM_S, LATE_S = 0.05, 0.1
 
 
-def _study(tmp_path, *overrides: str) -> dict:
-    done = run_harness(tmp_path, "-m", "sweep=scaling", "trainer.devices=1,2,4", *PLANTED,
-                       *overrides, fast=False)
+def _study(tmp_path, *overrides: str, sizes: tuple[int, ...] = (1, 2, 4)) -> dict:
+    done = run_harness(tmp_path, "-m", "sweep=scaling", f"trainer.devices={','.join(map(str, sizes))}",
+                       *PLANTED, *overrides, fast=False)
     assert done.returncode == 0, done.stderr[-3000:]
     body = json.loads((sweep_dir(tmp_path) / "scaling.json").read_text())
-    assert [p["world_size"] for p in body["points"]] == [1, 2, 4]
+    assert [p["world_size"] for p in body["points"]] == list(sizes)
     assert body["baseline_world_size"] == 1
     return {p["world_size"]: p for p in body["points"]}
 
@@ -58,17 +58,16 @@ def test_weak_scaling_with_a_late_backward_reads_the_planted_arithmetic(tmp_path
 @pytest.mark.slow
 def test_strong_scaling_holds_the_global_batch_and_names_nobody(tmp_path):
     """Strong: 32 examples an optimizer step, 0.0125 s of forward each (micro-batches of 8,
-    accumulated 4, 2, 1 times) and a hook of 0.1 s: 0.4 s on one rank, 0.2 + 0.1 s on 2,
-    0.1 + 0.1 s on 4. Steps this long keep 4 ranks' own CPU work on 2 cores (a few ms a step,
-    more beside other processes) well inside the 10 %."""
+    accumulated 4 and 2 times) and a hook of 0.1 s: 0.4 s on one rank, 0.2 + 0.1 s on 2. Steps
+    this long keep the ranks' own CPU work on 2 cores (a few ms a step, more beside other
+    processes) well inside the 10 %. (The weak study above reads 4 ranks.)"""
     points = _study(tmp_path, "scaling.mode=strong", "global_batch_size=32",
-                    "+model.example_s=0.0125", "+model.comm_s=0.1", "+data.batches=24")
-    for n, step_s in ((2, 0.3), (4, 0.2)):
-        point = points[n]
-        assert point["speedup"] == pytest.approx(0.4 / step_s, rel=0.10), point
-        assert point["efficiency"] == pytest.approx(0.4 / step_s / n, rel=0.10), point
-        assert point["straggler"] is None, point  # nobody was late
-        assert all(r["comm_s"] == pytest.approx(0.1, rel=0.30) for r in point["ranks"])
+                    "+model.example_s=0.0125", "+model.comm_s=0.1", "+data.batches=24", sizes=(1, 2))
+    point = points[2]
+    assert point["speedup"] == pytest.approx(0.4 / 0.3, rel=0.10), point
+    assert point["efficiency"] == pytest.approx(0.4 / 0.3 / 2, rel=0.10), point
+    assert point["straggler"] is None, point  # nobody was late
+    assert all(r["comm_s"] == pytest.approx(0.1, rel=0.30) for r in point["ranks"])
 
 
 @pytest.mark.slow
@@ -118,6 +117,26 @@ def test_a_wait_at_one_collective_is_not_counted_as_the_other_collectives_cost()
     found = breakdown([rank(0.005, 0.035), rank(0.025, 0.005)], skip=1, late_above=0.05)
     assert [r["comm_s"] for r in found.ranks] == pytest.approx([0.01, 0.01])
     assert [r["straggler_wait_s"] for r in found.ranks] == pytest.approx([0.03, 0.02])
+
+
+def test_a_rank_timer_that_is_off_never_waits_for_the_device(monkeypatch):
+    """A single-process run with diagnose holds a RankTimer that times nothing: none of its
+    hooks may synchronise the GPU, or every step of the speed preset's events clock waits."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from harness.profilers.rank_timer import RankTimer
+
+    waits = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: waits.append(args))
+    trainer = SimpleNamespace(world_size=1, strategy=SimpleNamespace(root_device=torch.device("cuda", 0)))
+    timer = RankTimer()
+    timer.setup(trainer, None, "fit")
+    for hook in (timer.on_train_epoch_start, timer.on_train_batch_start, timer.on_before_backward,
+                 timer.on_after_backward, timer.on_before_optimizer_step, timer.on_train_batch_end):
+        hook(trainer)
+    assert not timer.on and waits == []
 
 
 def test_a_scaling_study_refuses_another_swept_key_before_any_job(tmp_path):

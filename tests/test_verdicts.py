@@ -81,11 +81,11 @@ def test_a_planted_slowdown_on_a_quiet_machine_is_real_from_repeats_and_never_fr
                             band([quiet(70, rng) for _ in range(count)]), 0.1)
             assert 0.66 < verdict.ratio < 0.74
             # one run a side: its step spread says nothing of the noise between processes
-            assert (verdict.kind, verdict.regression) == (("inconclusive", False) if count == 1
-                                                          else ("real", True))
+            assert (verdict.kind, verdict.worse) == (("inconclusive", True) if count == 1
+                                                     else ("real", True))
     # a planted speed-up is real too, and no regression
     verdict = judge(band([quiet(100, rng)] * 2), band([quiet(130, rng)] * 2), 0.1)
-    assert verdict.kind == "real" and not verdict.regression
+    assert verdict.kind == "real" and not verdict.worse
 
 
 def test_a_slowdown_within_the_noise_is_inconclusive_not_a_pass():
@@ -102,7 +102,6 @@ def test_a_side_with_no_counted_sample_is_inconclusive_with_its_reason():
     assert two_contended.counted == 0 and two_contended.why == "contended 2/2"
     verdict = judge(band([quiet(100, rng)]), two_contended, 0.1)
     assert verdict.kind == "inconclusive" and verdict.reason == "B: contended 2/2"
-    assert not verdict.regression
     both = judge(band([spiky(100, rng)]), two_contended, 0.1)
     assert both.reason == "A: noisy 1/1; B: contended 2/2"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 TOLERANCE = 0.05  # a change smaller than 5 % is not called real (the table, harness-report)
@@ -18,7 +18,9 @@ JOB_Z = 1.39  # job-to-job noise (log sd) x this / sqrt(n): the least half-width
 PAIR_Z = 1.96  # a few pairs' mean log-ratio +/- this x its standard error: a 95 % interval
 PRIOR_DOF = 2  # weight of a noise prior against the groups measured
 CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
-OUTLIER = 2.0  # a sample this many times further from the median than any other is an outlier
+# An outlier: this many times further from its point's median than any other sample, and this many sds
+# of the noise between runs away (pure noise: docs/sweeps.md#verdicts-real-same-inconclusive).
+OUTLIER, OUTLIER_SDS = 2.0, 4.0
 ONE_JOB = "a side rests on one counted job, and nothing measured the noise between runs (repeat=3)"
 
 
@@ -81,15 +83,33 @@ class Band:
         return f"{self.value:,.1f} ex/s ({self.low:,.1f}-{self.high:,.1f}, {jobs}{left})"
 
 
-def _without_outlier(figures: Sequence[float]) -> list[float]:
-    """The figures less one that lies OUTLIER times further from their median than any other
-    (three or more): no single job widens a band, or the noise, past what the others show."""
+def _without_outlier(figures: Sequence[float], noise: float) -> list[float]:
+    """The figures less the one farthest from their median where it lies OUTLIER times further
+    than any other and OUTLIER_SDS x `noise` (the noise between runs, robust_noise; where unknown,
+    the figures' own) away (three or more figures): no single job widens a band, or the noise,
+    past what the others show, while figures of one noise are kept whole."""
     if len(figures) < 3:
         return list(figures)
+    noise = noise or robust_noise([figures])
     middle = statistics.median(figures)
     far = sorted(range(len(figures)), key=lambda i: -abs(math.log(figures[i] / middle)))
     first, second = (abs(math.log(figures[i] / middle)) for i in far[:2])
-    return [f for i, f in enumerate(figures) if i != far[0]] if first > OUTLIER * second else list(figures)
+    far_out = first > OUTLIER * second and first > OUTLIER_SDS * noise
+    return [f for i, f in enumerate(figures) if i != far[0]] if far_out else list(figures)
+
+
+def robust_noise(groups: Sequence[Sequence[float]]) -> float:
+    """The noise between runs that one far figure cannot move: 1.4826 x the median distance of a log
+    figure from its group's median (an odd group's own median left out; x sqrt(n / (n - 1)), as
+    residuals are); 0: no group of two or more."""
+    distances: list[float] = []
+    for figures in groups:
+        if len(figures) < 2:
+            continue
+        logs = [math.log(v) for v in figures]
+        middle, scale = statistics.median(logs), math.sqrt(len(logs) / (len(logs) - 1))
+        distances += sorted(abs(x - middle) * scale for x in logs)[len(logs) % 2:]
+    return 1.4826 * statistics.median(distances) if distances else 0.0
 
 
 def band_of(samples: Sequence[Sample], job_noise: float = 0.0) -> Band | None:
@@ -113,7 +133,7 @@ def band_of(samples: Sequence[Sample], job_noise: float = 0.0) -> Band | None:
     if len(counted) == 1 and own is None and not job_noise:
         return Band(value, None, None, 1, total, left_out)
     half = JOB_Z * job_noise / math.sqrt(len(counted))
-    kept = _without_outlier(figures)
+    kept = _without_outlier(figures, job_noise)
     lows, highs = [min(kept), value * math.exp(-half)], [max(kept), value * math.exp(half)]
     if own is not None:
         own = min(max(own, MIN_SPREAD), MAX_SPREAD)
@@ -125,9 +145,9 @@ def band_of(samples: Sequence[Sample], job_noise: float = 0.0) -> Band | None:
 def job_noise(groups: Sequence[Sequence[float]], prior: float = 0.0) -> float:
     """The pooled sd of log figures within groups (one point's jobs, an outlier left out), shrunk
     towards `prior`."""
-    squares, free = 0.0, 0
+    squares, free, robust = 0.0, 0, robust_noise(groups)
     for figures in groups:
-        logs = [math.log(v) for v in _without_outlier(figures)]
+        logs = [math.log(v) for v in _without_outlier(figures, robust)]
         if len(logs) < 2:
             continue
         mean = sum(logs) / len(logs)
@@ -160,10 +180,6 @@ class Verdict:
         return self.ratio > 1 if self.lower_is_better else self.ratio < 1
 
     @property
-    def regression(self) -> bool:
-        return self.kind == "real" and self.worse
-
-    @property
     def real(self) -> bool:
         return self.kind == "real"
 
@@ -171,6 +187,11 @@ class Verdict:
 def past(ratio: float, tolerance: float) -> bool:
     """`ratio` is further from 1.0 than `tolerance` either way (0.1: below 0.9 or above 1/0.9)."""
     return ratio < 1 - tolerance or ratio * (1 - tolerance) > 1
+
+
+def faster(verdict: Verdict | None) -> bool:
+    """B is faster than A beyond the noise and the tolerance the verdict was asked about."""
+    return verdict is not None and verdict.real and not verdict.worse
 
 
 def decide(ratio: float, low: float, high: float, tolerance: float) -> Verdict:
@@ -307,21 +328,17 @@ class Fastest:
 
 
 def fastest(points: Mapping[Hashable, Evidence], tolerance: float = TOLERANCE,
-            simplest: Callable[[Hashable], object] | None = None, noise: float = 0.0) -> Fastest | None:
+            noise: float = 0.0) -> Fastest | None:
     """The point with the highest figure (counted ones first); decided when `compare` calls it faster than
-    every other beyond the tolerance (through their shared rounds where those decide). `simplest`, when given,
-    picks among the tied the one it ranks lowest (the tie rule of autotune). None: no point has a sample."""
+    every other beyond the tolerance (through their shared rounds where those decide). None: no point has a
+    sample."""
     measured = {k: e for k, e in points.items() if e.band is not None}
     if not measured:
         return None
     top = max(measured, key=lambda k: (measured[k].band.counted > 0, measured[k].band.value))
     verdicts = {k: compare(e, measured[top], tolerance, noise) for k, e in measured.items() if k != top}
-    ties = tuple(k for k, v in verdicts.items() if not (v is not None and v.real and not v.worse))
+    ties = tuple(k for k, v in verdicts.items() if not faster(v))
     same = all(verdicts[k] is not None and verdicts[k].kind == "same" for k in ties)
-    if simplest is not None and ties:
-        chosen = min((top, *ties), key=simplest)  # type: ignore[arg-type]
-        ties = tuple(k for k in (top, *ties) if k != chosen)
-        top = chosen
     why = None
     if len(measured) < 2:
         why = "the only point measured"

@@ -33,12 +33,15 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def summarize(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def pool(samples: list[dict[str, Any]]
+         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, float]]:
     """(value, min, max) of every metric over the samples: medians, but each phase's rate pair
-    as one statistic (module docstring); non-numbers from the last sample."""
+    as one statistic (module docstring); non-numbers from the last sample. Last, per phase its
+    examples per iteration (all ranks): the median of its samples' s/it x examples/s."""
     value: dict[str, Any] = {}
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
+    examples: dict[str, float] = {}
     for key in dict.fromkeys(k for sample in samples for k in sample):
         numbers = [s[key] for s in samples if is_finite_number(s.get(key))]
         if numbers:
@@ -52,13 +55,13 @@ def summarize(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
                  and is_finite_number(s.get(rate_key)) and s[time_key] > 0]
         if not pairs:
             continue
-        per_iteration = statistics.median(t * r for t, r in pairs)  # examples, all ranks
+        per_iteration = examples[phase] = statistics.median(t * r for t, r in pairs)
         times = [t for t, _ in pairs]
         value[time_key] = statistics.median(times)
         low[time_key], high[time_key] = min(times), max(times)
         value[rate_key] = per_iteration / value[time_key]
         low[rate_key], high[rate_key] = per_iteration / max(times), per_iteration / min(times)
-    return value, low, high
+    return value, low, high, examples
 
 
 def duration(seconds: float) -> str:

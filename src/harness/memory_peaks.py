@@ -171,8 +171,10 @@ def read(device: Any = None) -> dict[str, int | None]:
 
 @contextlib.contextmanager
 def excluded(device: Any = None) -> Iterator[bool]:
-    """A pass whose memory counts in no peak; yields whether that holds (the RSS mark resets)."""
+    """A pass whose memory counts in no peak, nor what it leaves held (each open phase's start rises
+    by that); yields whether that holds (the RSS mark resets)."""
     _carry(device)
+    before = _held(device)
     holds = _CLEAR_REFS.exists()
     try:
         yield holds
@@ -183,7 +185,19 @@ def excluded(device: Any = None) -> Iterator[bool]:
         if cuda := _cuda(device):
             cuda.empty_cache()
             cuda.reset_peak_memory_stats(device)
+        _give_back_freed()
+        for name, held in _held(device).items():
+            for figures in _phases.values():
+                if name in figures and held is not None and before[name] is not None:
+                    figures[name]["start"] += max(0, held - before[name])
         _reset_rss_mark()
+
+
+def _held(device: Any) -> dict[str, int | None]:
+    """Memory held now: the resident set less file pages (as in _marks), CUDA's allocated bytes."""
+    rss, file, cuda = rss_bytes(), _status_bytes("RssFile"), _cuda(device)
+    return {"rss": None if rss is None or file is None else rss - file,
+            "device_allocated": cuda.memory_allocated(device) if cuda else None}
 
 
 def _marks(device: Any, figures: dict[str, dict[str, int]]) -> dict[str, int | None]:
@@ -230,6 +244,11 @@ def phase_start(phase: str, device: Any = None) -> None:
         allocated = cuda.memory_allocated(device)
         start["device_allocated"] = {"start": allocated, "peak": allocated}
     _phases[phase] = start
+
+
+def counting(phase: str) -> bool:
+    """Whether `phase`'s memory figures are open and not yet frozen."""
+    return phase in _phases
 
 
 def phase_timed(phase: str, device: Any, warmed_up: bool) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 from harness.autotune.knowledge import CONFIRM, FINAL, SCREEN, Job, Knowledge, Plan, Wave
-from harness.autotune.score import ahead, faster, in_words
+from harness.autotune.score import ahead, in_words
 from harness.autotune.space import Candidate
-from harness.judge import Verdict, fastest
+from harness.judge import Verdict, faster, fastest
 
 CROSS_LIMIT = 4  # alternates are crossed while that makes at most this many candidates
 SIMPLER = "no compile, fp32, no checkpointing, fewer workers, smaller batch"

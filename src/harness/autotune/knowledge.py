@@ -141,9 +141,10 @@ class Knowledge:
 
     def figure(self, candidate: Candidate) -> tuple[str, Estimate] | None:
         """(stage, figure) from the deepest stage that ranked the candidate (confirm aside): the one
-        figure the search went on. The probes (fit, screen, recheck) pool, named by the latest."""
-        stages = sorted({r.job.stage for r in self.records if r.job.candidate == candidate
-                         and r.job.stage not in (CONFIRM, WARMUP)}, key=stage_rank, reverse=True)
+        figure the search went on; the confirm stage's for one it ran in no other (a default outside
+        the space searched). The probes (fit, screen, recheck) pool, named by the latest."""
+        ran = {r.job.stage for r in self.records if r.job.candidate == candidate} - {WARMUP}
+        stages = sorted(ran - {CONFIRM} or ran, key=stage_rank, reverse=True)
         found = ((s, self.estimate(candidate, PROBE_STAGES if s in PROBE_STAGES else (s,))) for s in stages)
         return next(((s, e) for s, e in found if e is not None), None)
 

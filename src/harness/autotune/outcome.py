@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 
 from harness.measured import USABLE
 
-INFEASIBLE = ("oom", "failed", "invalid")
-UNKNOWN = ("interrupted", "missing", "unreadable", "running")  # the job did not end
-
 
 @dataclass(frozen=True)
 class Phase:
@@ -47,9 +44,9 @@ class Outcome:
 
     @property
     def unknown(self) -> bool:
-        return self.status in UNKNOWN
+        return self.status in ("interrupted", "missing", "unreadable", "running")  # the job did not end
 
     @property
     def infeasible(self) -> bool:
         """OOM, a failure, invalid, or no figures for the objective: the point cannot win."""
-        return self.status in INFEASIBLE or (self.status in USABLE and not self.phases)
+        return self.status in ("oom", "failed", "invalid") or (self.status in USABLE and not self.phases)

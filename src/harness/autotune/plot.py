@@ -7,11 +7,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from harness.autotune.knowledge import GIB
 from harness.autotune.space import CHECKPOINT_KEY
 from harness.measured import MIB
 
 MEMORY_PNG = "autotune_memory.png"
-GIB = 2**30
 LABEL_ALL = 8  # up to this many points, each is labelled
 SHORT = {CHECKPOINT_KEY: "ckpt"}  # the table's point names (the verdict and autotune.json keep the keys)
 

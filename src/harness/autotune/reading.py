@@ -11,7 +11,7 @@ from typing import Any
 from harness.autotune.outcome import Outcome, Phase
 from harness.autotune.score import PHASES
 from harness.measured import USABLE, is_finite_number, peak_memory, sample_of
-from harness.result.jobs import read_job
+from harness.result.jobs import JobResult, read_job
 
 NO_FIGURES_FLAG = "warmup_swallowed"
 
@@ -20,9 +20,9 @@ def _number(value: Any) -> float | None:
     return float(value) if is_finite_number(value) else None
 
 
-def outcome_of(job_dir: Path, objective: str) -> Outcome:
-    """How the job in `job_dir` ended, read for `objective` (training, inference, both)."""
-    job = read_job(Path(job_dir))[0]
+def outcome_of(job: Path | JobResult, objective: str) -> Outcome:
+    """How the job (a directory, or read from one) ended, read for `objective` (training, inference, both)."""
+    job = job if isinstance(job, JobResult) else read_job(Path(job))[0]
     status, reason, result = job.status, job.reason, job.result
     if result is None:
         return Outcome(status, reason)

@@ -1,14 +1,16 @@
 """A sweep directory read back into a Search: autotune_space.json's search, its job directories
-answering the waves again, so the same decisions follow; where they stop, it stops, interrupted."""
+answering the waves again, so the same decisions follow; where they stop, it stops, interrupted.
+`drive` is the one loop of waves, for the sweeper (jobs launched) and the replay (jobs read back)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.autotune.job import stage_and_round
-from harness.autotune.outcome import Outcome
+from harness.autotune.knowledge import Wave
 from harness.autotune.reading import elapsed, outcome_of
 from harness.autotune.search import Search
 from harness.autotune.settings import Settings
@@ -16,7 +18,7 @@ from harness.autotune.space import ABSENT, Candidate, GlobalBatch, Key, Space
 from harness.config.overrides import parse_overrides
 from harness.errors import HarnessError
 from harness.reports.files import write_json
-from harness.result.jobs import read_job
+from harness.result.jobs import JobResult, read_job
 from harness.result.store import job_dirs
 
 SPACE_FILE = "autotune_space.json"  # written when the sweep starts
@@ -57,30 +59,37 @@ class Setup:
                                " rebuilds the table without it; the verdict needs it") from None
 
 
+def drive(search: Search, setup: Setup, answer: Callable[[Wave], Sequence[Path | JobResult] | None],
+          after_wave: Callable[[], None] = lambda: None) -> None:
+    """The search from its start, each wave answered by `answer` with its jobs in the wave's order
+    (launched, or read back), until it ends or `answer` has none (None); `after_wave` after each."""
+    wave = search.start()
+    while wave is not None and (done := answer(wave)) is not None:
+        outcomes = [outcome_of(d, setup.settings.objective) for d in done]
+        ended = [*(r.outcome for r in search.records), *outcomes]
+        wave = search.advance(outcomes, elapsed(setup.started_at, ended), [d.name for d in done])
+        after_wave()
+
+
 def replay(sweep_dir: Path) -> tuple[Search, Setup]:
     """The sweep's search, its waves answered by its job directories (by candidate, stage, round)."""
     setup = Setup.read(sweep_dir)
-    jobs: dict[tuple[Candidate, str, int], list[Path]] = {}
-    for job_dir in job_dirs(sweep_dir):
-        overrides = read_job(job_dir)[0].overrides
-        if (where := stage_and_round(overrides)) is not None:
-            typed = parse_overrides(overrides)
+    jobs: dict[tuple[Candidate, str, int], list[JobResult]] = {}
+    for ran in (read_job(job_dir)[0] for job_dir in job_dirs(sweep_dir)):
+        if (where := stage_and_round(ran.overrides)) is not None:
+            typed = parse_overrides(ran.overrides)
             candidate = Candidate(tuple((k.name, typed.get(k.name.lstrip("+~"), ABSENT))
                                         for k in setup.space.keys))
-            jobs.setdefault((candidate, *where), []).append(job_dir)
+            jobs.setdefault((candidate, *where), []).append(ran)
     search = Search(setup.space, setup.settings)
-    seen: list[Outcome] = []
-    wave = search.start()
-    while wave is not None:
-        dirs = []
-        for job in wave.jobs:
-            matching = jobs.get((job.candidate, job.stage, job.round))
-            if not matching:
-                search.interrupt(f"the jobs on disk end at stage {wave.stage} (the sweep was"
-                                 " interrupted, or is still running)")
-                return search, setup
-            dirs.append(matching.pop(0))
-        outcomes = [outcome_of(d, setup.settings.objective) for d in dirs]
-        seen += outcomes
-        wave = search.advance(outcomes, elapsed(setup.started_at, seen), [d.name for d in dirs])
+
+    def on_disk(wave: Wave) -> list[JobResult] | None:  # a wave's jobs differ in (candidate, stage, round)
+        keys = [(job.candidate, job.stage, job.round) for job in wave.jobs]
+        if all(jobs.get(key) for key in keys):
+            return [jobs[key].pop(0) for key in keys]
+        search.interrupt(f"the jobs on disk end at stage {wave.stage} (the sweep was"
+                         " interrupted, or is still running)")
+        return None
+
+    drive(search, setup, on_disk)
     return search, setup

@@ -14,7 +14,7 @@ from harness.autotune.search import Search
 from harness.autotune.verdict import line, summary
 from harness.measured import mib
 from harness.reports.files import write_json
-from harness.result.jobs import MULTIRUN_FILE
+from harness.result.jobs import sweep_setting
 
 log = logging.getLogger(__name__)
 NAMED_SWEEP = "sweep"  # the config group of named sweeps (harness.sweep.named.GROUP)
@@ -41,26 +41,14 @@ def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
 
     body = write_summary(*replay(sweep_dir), sweep_dir, write)
     show_points(body)
-    if write and plots(sweep_dir) and (png := write_memory_png(body, sweep_dir / MEMORY_PNG)):
+    plots = sweep_setting(sweep_dir, "hydra.callbacks.sweep_report.plot") is not False
+    if write and plots and (png := write_memory_png(body, sweep_dir / MEMORY_PNG)):
         show(f"[bold]autotune:[/bold] {png}")
     colour = "green" if body["best"] is not None and body["status"] == "done" else "yellow"
     show(f"[bold {colour}]{escape(line(body))}[/bold {colour}]")
     for note in filter(None, [*(body.get("notes") or []), body["memory"]["note"]]):
         log.info("autotune: %s", note)
     return body
-
-
-def plots(sweep_dir: Path) -> bool:
-    """The sweep's own `hydra.callbacks.sweep_report.plot` (true unless it says false)."""
-    import yaml
-
-    try:
-        node = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        return True
-    for key in ("hydra", "callbacks", "sweep_report", "plot"):
-        node = node.get(key) if isinstance(node, dict) else None
-    return node is not False
 
 
 def show_points(body: dict[str, Any]) -> None:

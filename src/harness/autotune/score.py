@@ -61,11 +61,6 @@ def estimate(outcomes: list[Outcome], settings: Settings, noise: float) -> Estim
     return Estimate(**vars(band), trusted=trusted, cautions=cautions)  # type: ignore[arg-type]
 
 
-def faster(verdict: Verdict | None) -> bool:
-    """B is faster than A beyond the noise and the tolerance the verdict was asked about."""
-    return verdict is not None and verdict.real and not verdict.worse
-
-
 def ahead(verdict: Verdict | None, tolerance: float) -> bool:
     """B's estimate over A is past the tolerance on the faster side, proven or not."""
     ratio = verdict.ratio if verdict is not None else None

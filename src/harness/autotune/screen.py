@@ -7,9 +7,9 @@ from collections.abc import Generator
 
 from harness.autotune.knowledge import PROBE_STAGES, RECHECK, SCREEN, Knowledge, Wave
 from harness.autotune.outcome import Outcome
-from harness.autotune.score import Estimate, faster, in_words
+from harness.autotune.score import Estimate, in_words
 from harness.autotune.space import BATCH, CHECKPOINT, COMPILE, LOADER, OTHER, PRECISION, Candidate
-from harness.judge import Evidence
+from harness.judge import Evidence, faster
 
 
 def screen(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str, str]]

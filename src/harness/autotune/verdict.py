@@ -7,8 +7,8 @@ from typing import Any
 
 from harness.autotune.halving import SIMPLER, stood
 from harness.autotune.knowledge import FINAL, Knowledge, stage_rank
-from harness.autotune.score import faster
 from harness.autotune.space import Candidate
+from harness.judge import faster
 from harness.measured import duration
 
 SCHEMA_VERSION = 1

@@ -38,10 +38,6 @@ def swept_values_of(config: Any) -> dict[str, list[str]]:
     return swept_values(as_typed(hydra.overrides.task), params or {})
 
 
-def swept_keys_of(config: Any) -> list[str]:
-    return list(swept_values_of(config))
-
-
 _NOT_BARE = ("true", "false", "null", "none", "(default)")
 
 

@@ -4,28 +4,20 @@ Lightning."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from harness.config.knobs import CODE_DIR_CHILD, code_dir_of
-from harness.errors import HarnessError
-from harness.launch.hydra_args import rerun_command, same_config_arguments
+from harness.launch.hydra_args import rerun_command, run_again, same_config_arguments
 from harness.launch.outside_tool import git_commit
 from harness.result.schema import RunResult
-from harness.result.store import RESULT_FILE, load_result
 
 log = logging.getLogger(__name__)
 SWEEP_ENV = "HARNESS_SWEEP_DIR"  # the child of a sweep's job: its sweep, for the MLflow parent run
 CHILD_LOG = "code_dir.log"  # the child's terminal output, in the run directory
-
-
-def in_child() -> bool:
-    return os.environ.get(CODE_DIR_CHILD) == "1"
 
 
 def sweep_dir() -> Path | None:
@@ -48,7 +40,7 @@ def run_in_code_dir(cfg: Any, run_dir: Path, overrides: list[str], result: RunRe
     directory = code_dir_of(cfg)
     if directory is None:
         return None
-    if in_child():  # the checks put the tree first on the import path (config.composed)
+    if os.environ.get(CODE_DIR_CHILD) == "1":  # the checks put it first on sys.path (config.composed)
         commit, dirty = git_commit(directory)
         result.code_dir = str(directory)
         result.code_commit = commit and commit + ("+dirty" if dirty else "")
@@ -64,20 +56,15 @@ def run_in_code_dir(cfg: Any, run_dir: Path, overrides: list[str], result: RunRe
     log.info("code_dir=%s: running this job in a fresh process:\n  %s", directory, " ".join(command))
     run_dir.mkdir(parents=True, exist_ok=True)
     # A sweep's job says its outcome in one line; the child's own output goes to a file.
-    with (open(run_dir / CHILD_LOG, "w") if sweep is not None else contextlib.nullcontext()) as output:
-        returncode = subprocess.run(command, env=env, stdout=output,
-                                    stderr=subprocess.STDOUT if output else None).returncode
-    if not (run_dir / RESULT_FILE).is_file():
-        raise HarnessError(f"code_dir: the job's fresh process ended (exit status {returncode})"
-                           f" without writing {run_dir / RESULT_FILE}; see its output"
-                           + (f" in {run_dir / CHILD_LOG}" if sweep is not None else ""))
-    return load_result(run_dir)
+    log_file = run_dir / CHILD_LOG if sweep is not None else None
+    return run_again(command, env, run_dir, "code_dir: the job's fresh process", log_file,
+                     f" in {log_file}" if log_file else "")[0]
 
 
 def startup_s(result: RunResult) -> None:
     """In the fresh process, once torch and Lightning are in: the seconds since it started,
     what a job run in the sweep's own process would not pay again."""
-    if in_child() and result.code_dir is not None:
+    if result.code_dir is not None:  # set in that process alone
         import psutil
 
         result.fresh_process_s = time.time() - psutil.Process().create_time()

@@ -1,11 +1,18 @@
-"""The command that runs this job again (a DDP rank, the job under nsys) with the same config."""
+"""The command that runs this job again (a DDP rank, the job under nsys or in code_dir's fresh
+process) with the same config, and the result.json such a re-run wrote, read back."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.result.schema import RunResult
+from harness.result.store import RESULT_FILE, load_result
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
 
@@ -32,3 +39,17 @@ def rerun_command(overrides: Sequence[str], run_dir: str | Path, python: str = s
     if not _PLAIN.match(text):
         text = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return [python, "-m", "harness.cli", *config_args, *overrides, f"hydra.run.dir={text}"]
+
+
+def run_again(command: Sequence[str], env: Mapping[str, str], run_dir: Path, what: str,
+              log_file: Path | None = None, see: str = " above") -> tuple[RunResult, int]:
+    """Run `command` (this job again, into `run_dir`; its output into `log_file`, else the
+    terminal) and read back the result.json it wrote, with its exit status; a HarnessError
+    naming `what` when it wrote none (`see`: where its output is)."""
+    with (open(log_file, "w") if log_file else contextlib.nullcontext()) as output:
+        returncode = subprocess.run(command, env=env, stdout=output,
+                                    stderr=subprocess.STDOUT if output else None).returncode
+    if not (run_dir / RESULT_FILE).is_file():
+        raise HarnessError(f"{what} ended (exit status {returncode}) without writing"
+                           f" {run_dir / RESULT_FILE}; see its output{see}")
+    return load_result(run_dir), returncode

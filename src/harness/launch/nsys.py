@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,10 +18,10 @@ from omegaconf import OmegaConf
 
 from harness.config.checks import NonNegativeInt, PositiveInt, read_fields
 from harness.errors import HarnessError
-from harness.launch.hydra_args import rerun_command, same_config_arguments
+from harness.launch.hydra_args import rerun_command, run_again, same_config_arguments
 from harness.launch.outside_tool import ON_MISSING, find_executable, tool_unavailable
 from harness.result.schema import RunResult
-from harness.result.store import RESULT_FILE, load_result, write_result
+from harness.result.store import write_result
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +99,8 @@ def relaunch_under_nsys(cfg: Any, run_dir: Path, overrides: list[str]) -> RunRes
                             config_args=same_config_arguments())
     log.info("profiler=nsys: running this job again under Nsight Systems:\n  %s", shlex.join(command))
     (run_dir / "reports").mkdir(parents=True, exist_ok=True)
-    returncode = subprocess.run(command, env={**os.environ, CHILD_ENV: "1"}).returncode
-    return _read_back(run_dir, command, returncode)
-
-
-def _read_back(run_dir: Path, command: list[str], returncode: int) -> RunResult:
-    if not (run_dir / RESULT_FILE).is_file():
-        raise HarnessError(f"profiler=nsys: the job under nsys ended (exit status {returncode})"
-                           f" without writing {run_dir / RESULT_FILE}; see its output above")
-    result = load_result(run_dir)
+    result, returncode = run_again(command, {**os.environ, CHILD_ENV: "1"}, run_dir,
+                                   "profiler=nsys: the job under nsys")
     # nsys writes its report after the child has exited: list it now.
     written = (run_dir / "reports").glob(f"{REPORT_STEM}.*")
     result.reports = sorted({*result.reports, *(str(p.relative_to(run_dir)) for p in written)})

@@ -17,14 +17,13 @@ from harness.config.checks import PositiveInt
 from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_json, write_text
 
-SORT_KEYS = ("cumulative", "tottime", "ncalls")
-
 
 class AdvancedPreset(Preset, AdvancedProfiler):
     """Lightning's AdvancedProfiler that writes reports/advanced.txt and advanced.json."""
 
     def __init__(self, lines: PositiveInt | Annotated[float, Gt(0), Le(1)] = 20,  # lines, or a share
-                 sort_by: Literal[SORT_KEYS] = "cumulative", max_actions: PositiveInt = 30) -> None:
+                 sort_by: Literal["cumulative", "tottime", "ncalls"] = "cumulative",
+                 max_actions: PositiveInt = 30) -> None:
         super().__init__(line_count_restriction=lines)
         self.sort_by, self.max_actions = sort_by, max_actions
         # stage -> action -> (seconds inside the action, function calls, pstats text)

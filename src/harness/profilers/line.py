@@ -15,7 +15,7 @@ from rich.table import Table
 from typing_extensions import override
 
 from harness.config.checks import PositiveNumber
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, HarnessError, first_line
 from harness.instrument import line_profile
 from harness.profilers.preset import Preset, Report, figures_table
 from harness.reports.files import write_report, write_text
@@ -28,8 +28,7 @@ def resolve_function(dotted: str) -> Any:
     try:
         found = get_object(dotted)
     except Exception as err:
-        cause = str(err.__cause__ or err).strip().splitlines()[0]
-        expected = f"a dotted path to an importable function ({cause})"
+        expected = f"a dotted path to an importable function ({first_line(err.__cause__ or err, False)})"
     else:
         if callable(found):
             return found
@@ -89,11 +88,11 @@ class LinePreset(Preset, Callback):
         """One row per line that ran: hits, total and per-hit time in seconds."""
         stats = self.profiler.get_stats()
         rows = []
-        for (filename, first_line, function), lines in stats.timings.items():
+        for (filename, def_line, function), lines in stats.timings.items():
             total = sum(t for _, _, t in lines) * stats.unit
             for lineno, hits, time in lines:
                 seconds = time * stats.unit
-                rows.append({"function": function, "file": filename, "function_line": first_line,
+                rows.append({"function": function, "file": filename, "function_line": def_line,
                              "line": lineno, "hits": hits, "time_s": seconds,
                              "per_hit_s": seconds / hits if hits else None,
                              "share_of_function": seconds / total if total else None})
@@ -101,8 +100,7 @@ class LinePreset(Preset, Callback):
 
     @override
     def write_reports(self, reports_dir: Path) -> Report:
-        while self._running:  # a run that failed mid-stage never reached teardown
-            self._stop_one()
+        self.on_exception()  # a run that failed mid-stage never reached teardown
         text = io.StringIO()
         if not self._added:
             text.write("No functions were line-profiled: mark some with @harness.profile or list"

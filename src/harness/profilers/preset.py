@@ -152,21 +152,15 @@ class BatchObserver(Callback):
 
 
 class Preset:
-    """Base of every preset, listed first among its bases; the defaults do nothing."""
+    """Base of every preset, listed first among its bases; the defaults do nothing. A Lightning
+    Profiler preset that can take over another's work has `can_absorb(other class)` and
+    `absorb(other)` (config.targets.absorber, `combine_profilers`)."""
 
     shared: RunShared
 
     def link(self, shared: RunShared) -> None:
         """Offer what this preset offers into `shared` and keep it for what it needs."""
         self.shared = shared
-
-    @classmethod
-    def can_absorb(cls, other: type) -> bool:
-        """Whether this Lightning Profiler preset can take over `other`'s work (see `absorb`)."""
-        return False
-
-    def absorb(self, other: Preset) -> None:
-        """Take over the work of `other`, whose class `can_absorb` accepts."""
 
     def write_reports(self, reports_dir: Path) -> Report:
         """Write reports/<name>.* and return the Report; raise ReportError after writing."""

@@ -214,10 +214,9 @@ class PyspyPreset(WindowPreset):
         if missing and not self.problem:
             log.warning("profiler=pyspy: py-spy wrote no %s (%s)", ", ".join(missing),
                         self.recorders[0].stderr.strip()[-300:] or "no message")
-        metrics = {"pyspy_samples": samples} if samples is not None else {}
         if not self.recorders:
-            return Report(metrics)
-        return Report(metrics, tables=[figures_table(
+            return Report()
+        return Report({} if samples is None else {"pyspy_samples": samples}, tables=[figures_table(
             f"py-spy ({self.rate} samples/s)", ("format", "file", "samples"),
             [(r.fmt, str(r.output) if r.output.is_file() else "(not written)",
               "-" if r.samples is None else str(r.samples)) for r in self.recorders], labels=2)])

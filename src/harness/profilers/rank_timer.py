@@ -1,14 +1,6 @@
-"""Where each rank's optimizer steps go, and who waits for whom (docs/presets/scaling.md).
-
-On every rank, per optimizer step: the wall time, the wait for batches, and the time blocked
-inside collectives: the gradients' allreduce not hidden by backward (timed through a DDP
-communication hook wrapped around whichever hook the run uses: DDP's allreduce, or the user's
-own) and Lightning's per-batch broadcast. The rest is compute (forward, backward, optimizer).
-After the fit every rank's records are gathered, and `breakdown` reads them across ranks
-without synchronised clocks, from durations alone: the collectives' own cost is the least any
-rank spent blocked (the last to arrive waits only for the transfer), each rank's wait for the
-others is its own blocked time beyond that, and the late rank is the one whose own work took
-longest. One per run, registered once for the presets that need it (RunShared.rank_timer)."""
+"""Where each rank's optimizer steps go, and who waits for whom, from durations alone: the
+method is docs/presets/scaling.md, "How it times a rank". One per run, registered once for the
+presets that need it (RunShared.rank_timer)."""
 
 # No `from __future__ import annotations`: DDP checks a hook's annotations as objects.
 import socket
@@ -199,10 +191,10 @@ class RankTimer(Callback):
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
-        now = self._now(trainer)
         step = self._current
-        if step is None or not self._optimizer_at:  # an accumulation micro-batch
+        if step is None or not self._optimizer_at:  # not timing, or an accumulation micro-batch
             return
+        now = self._now(trainer)
         step.optimizer = now - self._optimizer_at
         step.wall = step.data + step.forward + step.backward + step.blocked + step.broadcast + (
             now - self._mark)  # the optimizer and what Lightning did around it
@@ -272,11 +264,8 @@ def breakdown(ranks: list[dict[str, Any]], skip: int, late_above: float) -> Brea
 
 def _comm(rows: list[list[StepRecord]], world: int, exposed_s: float, step_s: float
           ) -> dict[str, Any] | None:
-    """The allreduce per optimizer step: its bytes, its time (the least any rank's buckets took
-    from first call to last completion: the one that waited least), and nccl-tests' bandwidths
-    of that time (algbw = bytes / time; busbw = algbw x 2 (N - 1) / N, comparable across world
-    sizes). Measured beside backward, which shares the device and the host with it: what the
-    step got, at most the link's (nccl-tests times the collective alone)."""
+    """The allreduce per optimizer step: its bytes, its time (the least any rank's buckets were
+    in flight) and nccl-tests' bandwidths of that time (docs/presets/scaling.md)."""
     sizes = [row[0].bytes for row in rows if row[0].bytes]
     busy = [min(s.comm_busy for s in row) for row in rows if all(s.comm_busy > 0 for s in row)]
     if world < 2 or not sizes or not busy:

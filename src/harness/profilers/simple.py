@@ -64,10 +64,9 @@ class SimplePreset(Preset, SimpleProfiler):
         write_report(reports_dir, "simple", {
             "report": "simple", "doc": "docs/presets/simple.md#output", "clock": "time.perf_counter",
             "stages": self.stages, "verbose": self.verbose, "run_s": run_s, "actions": rows}, rows)
-        top = rows[0] if rows else None
-        metrics = {"simple_run_s": run_s, "simple_actions": len(rows),
-                   "simple_top_action": top["action"] if top else None,
-                   "simple_top_action_s": top["total_s"] if top else None}
+        top = rows[0] if rows else {}
+        metrics = {"simple_run_s": run_s, "simple_actions": len(rows), "simple_top_action": top.get("action"),
+                   "simple_top_action_s": top.get("total_s")}
         return Report(metrics, tables=[figures_table(
             f"Time per action (top {self.console_rows}; reports/simple.csv has all)",
             ("action", "calls", "total s", "mean s", "share %"),

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
+import psutil
 import torch
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.callbacks import Callback
 from rich.table import Table
 from typing_extensions import override
@@ -21,6 +23,7 @@ from harness.contention import CpuWindow, GpuWindow
 from harness.launch.ranks import rank_path
 from harness.measured import PHASES
 from harness.profilers.all_ranks import gather
+from harness.profilers.diagnose import speed_of_light
 from harness.profilers.event_timer import FLUSH_EVERY, SYNC_MODES, EventPhaseTimer, clock_legend, clocks
 from harness.profilers.nvml import Nvml, torch_uuids
 from harness.profilers.preset import Preset, Report, RunShared, figures_table
@@ -87,6 +90,8 @@ class SpeedPreset(Preset, Callback):
         self._global_step = 0  # the trainer's optimizer steps when the training batch started
         self.optimizer_steps = True  # Lightning steps the optimizer (automatic optimization)
         self._held: list[Callable[[], None]] = []  # untimed work waiting for the step's end
+        self._libraries_warm: set[str] = set()  # phases whose step ran once alone before counting
+        self._memory_notes: list[str] = []
 
     @override
     def link(self, shared: RunShared) -> None:
@@ -113,6 +118,31 @@ class SpeedPreset(Preset, Callback):
     def _now(self) -> float:
         """The host's clock; with sync=step, once the device has finished its queued work."""
         return now(self.device) if self.clock == "step" else time.perf_counter()
+
+    def _warm_libraries(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
+                        batch: Any) -> None:
+        """On a phase's first batch, before its memory counts: one step of its own alone, state put
+        back, in memory_peaks.excluded, so that what libraries keep after first use (oneDNN's
+        primitives, cuBLAS's workspace) is in no job's figure (docs/presets/speed.md#memory)."""
+        if not self.warmup_steps or phase in self._libraries_warm or not memory_peaks.counting(phase):
+            return
+        self._libraries_warm.add(phase)
+        training = phase == "train"
+        why = ("manual optimization" if training and not module.automatic_optimization  # it steps itself
+               else speed_of_light.copy_refused(trainer.strategy, module, list(trainer.optimizers) if training
+                                                else [], psutil.virtual_memory().available))
+        # every rank runs the step, or none: it may hold collectives
+        if trainer.world_size > 1 and not trainer.strategy.reduce_boolean_decision(why is None):
+            why = why or "another rank could not"
+        if why is None:
+            own = apply_to_collection(batch, torch.Tensor, torch.Tensor.clone)  # a step may change it
+            step = (speed_of_light.training_step_fn if training else speed_of_light.predict_step_fn)(
+                trainer, module, own)
+            with memory_peaks.excluded(self.device):
+                why = speed_of_light.model_alone(trainer, module, step, own, 1, 0, training).note
+        if why:
+            self._memory_notes.append(f"{phase}: what libraries keep after their first use counts in"
+                                      f" its memory (its step did not run alone first: {why})")
 
     def _received(self, phase: str, batch: Any) -> None:
         arrived = self._now()  # the batch is here: counting it is part of the step
@@ -231,6 +261,7 @@ class SpeedPreset(Preset, Callback):
                              *_: Any) -> None:
         if self.timers["train"].batches_per_step > 1:
             self._global_step = trainer.global_step
+        self._warm_libraries("train", trainer, pl_module, batch)
         self._received("train", batch)
 
     @override
@@ -276,6 +307,7 @@ class SpeedPreset(Preset, Callback):
     @override
     def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                batch: Any, *_: Any) -> None:
+        self._warm_libraries("inference", trainer, pl_module, batch)
         self._received("inference", batch)
 
     @override
@@ -373,7 +405,8 @@ class SpeedPreset(Preset, Callback):
             "report": "speed", "doc": DOC, "clock": CLOCK_TITLES[self.clock], "sync": self.sync,
             "sync_note": (f"profiler.speed.sync={self.sync} is ignored on {device}: no device queue to"
                           " wait for, every figure is time.perf_counter's" if self.clock == "host" else None),
-            "memory_note": memory_peaks.no_warmup_note(self.device) if not self.warmup_steps else None,
+            "memory_note": ("; ".join(self._memory_notes) or None if self.warmup_steps
+                            else memory_peaks.no_warmup_note(self.device)),
             "clocks": clock_legend({phase: figures["clocks"] for phase, figures in phases.items()}),
             "warmup_steps_excluded": self.warmup_steps, "min_measured_steps": c.min_measured_steps,
             "contended_above": c.contended_above, "noisy_above": c.noisy_above,

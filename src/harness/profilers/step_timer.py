@@ -1,9 +1,6 @@
-"""Per-phase step timing on the host's clock, and the arithmetic behind the speed report.
-
-An iteration runs from the previous step's end to this one's; `between_s` is the part before the batch
-arrived (docs/presets/speed.md). With gradient accumulation (k batches per optimizer step) a training
-iteration is one optimizer step: its k batches' records summed (`optimizer_steps`), warm-up ending
-with a whole step, so the figures count the optimizer's own cost."""
+"""Per-phase step timing on the host's clock, and the arithmetic behind the speed report: what an
+iteration, `between_s` and an accumulated optimizer step are is docs/presets/speed.md, "What is
+measured, and how"."""
 
 from __future__ import annotations
 

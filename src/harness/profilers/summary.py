@@ -84,18 +84,14 @@ def _takes_a_tensor(parameter: inspect.Parameter) -> bool:
     return annotation is torch.Tensor
 
 
-def _declared(example: Any, names: list[str]) -> ForwardInput:
-    if isinstance(example, tuple):
-        return ForwardInput("example_input_array", args=list(example), names=names)
-    if isinstance(example, Mapping):
-        return ForwardInput("example_input_array", kwargs=dict(example))
-    return ForwardInput("example_input_array", args=[example])
-
-
 def forward_inputs(module: Any, batch: Any) -> list[ForwardInput]:
-    parameters = _parameters(module)
-    if module.example_input_array is not None:
-        return [_declared(module.example_input_array, [p.name for p in parameters])]
+    parameters, example = _parameters(module), module.example_input_array
+    if isinstance(example, tuple):
+        return [ForwardInput("example_input_array", args=list(example), names=[p.name for p in parameters])]
+    if isinstance(example, Mapping):
+        return [ForwardInput("example_input_array", kwargs=dict(example))]
+    if example is not None:
+        return [ForwardInput("example_input_array", args=[example])]
     required = [p for p in parameters if p.default is inspect.Parameter.empty
                 and p.kind is not inspect.Parameter.KEYWORD_ONLY]
     tried: list[ForwardInput] = []

@@ -128,13 +128,11 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         self.files: list[str] = []
         self.group_by_shapes = record_shapes
 
-    @override
     @classmethod
     def can_absorb(cls, other: type) -> bool:
         """The pytorch preset takes over the memory preset; no other pair merges."""
         return not issubclass(cls, MemoryPreset) and issubclass(other, MemoryPreset)
 
-    @override
     def absorb(self, memory: Any) -> None:
         """profile_memory on, the memory report written from our window."""
         self.reports.add("memory")
@@ -207,7 +205,6 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         rank = global_rank()
         if self.trace_dir is None or (self.trace_rank0_only and rank != 0):
             return
-        self.trace_dir.mkdir(parents=True, exist_ok=True)
         stem = f"{self.preset}-{phase}-rank{rank}"
         if self.export_trace:
             path = self.trace_dir / f"{stem}.pt.trace.json"

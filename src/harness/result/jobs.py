@@ -11,7 +11,7 @@ from typing import Any
 from harness.config.overrides import AUTOTUNE_STAGE, MEASUREMENT_KEYS, SET_BY_AUTOTUNE, parse_overrides
 from harness.errors import HarnessError
 from harness.result.schema import RunResult
-from harness.result.store import RESULT_FILE, hydra_overrides, job_dirs, load_result
+from harness.result.store import RESULT_FILE, hydra_overrides, job_dirs, load_result, read_yaml
 
 MULTIRUN_FILE = "multirun.yaml"
 HYDRA_FILE = Path(".hydra") / "hydra.yaml"
@@ -100,13 +100,21 @@ def collect(root: Path) -> Collection:
     return Collection(root, [job for job, _ in read], [p for p in problems if p])
 
 
-def _sweep_of(job_dir: Path) -> str | None:
-    import yaml
+def sweep_setting(sweep_dir: Path, key: str) -> Any:
+    """The sweep's own setting `key` (dotted: `hydra.callbacks.sweep_report.plot`) in its
+    multirun.yaml; None where unset, and for a run's directory, another app's sweep or a file
+    that cannot be read."""
+    node = read_yaml(Path(sweep_dir) / MULTIRUN_FILE)
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
+
+def _sweep_of(job_dir: Path) -> str | None:
     try:
-        hydra = yaml.safe_load((job_dir / HYDRA_FILE).read_text())["hydra"]
+        hydra = read_yaml(job_dir / HYDRA_FILE)["hydra"]
         return str(Path(hydra["runtime"]["output_dir"]).parent) if hydra["mode"] == "MULTIRUN" else None
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
 
 

@@ -7,8 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.measured import USABLE
-
 SCHEMA_VERSION = 3
 # Versions this harness reads: 1 had the same layout without the fields added since; 2 also
 # copied figures into `metrics` that now live only where they belong (diagnosis, observed).
@@ -231,11 +229,6 @@ class RunResult(_Record):
                           if key.startswith(("train_", "validation_", "inference_"))
                           and isinstance(value, (int, float)) and not isinstance(value, bool)})
         return found
-
-    @property
-    def measured(self) -> bool:
-        """Whether `metrics` hold figures of the asked-for run (ok, or partial)."""
-        return self.status in USABLE
 
     def as_json(self) -> dict[str, Any]:
         """The file's content; optional blocks that hold nothing are left out."""

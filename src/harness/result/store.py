@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -93,13 +94,16 @@ def job_dirs(root: Path) -> list[Path]:
                                        for part in re.split(r"(\d+)", str(d.relative_to(root)))])
 
 
-def hydra_overrides(job_dir: Path) -> list[str] | None:
-    """The overrides Hydra recorded for the job in `job_dir`; None where it recorded none."""
-    path = Path(job_dir) / OVERRIDES_FILE
-    if not path.is_file():
-        return None
+def read_yaml(path: Path) -> Any:
+    """What the YAML file `path` holds (Hydra's records of a job or a sweep); None when it
+    cannot be read."""
     try:
-        loaded = yaml.safe_load(path.read_text())
+        return yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError):
         return None
+
+
+def hydra_overrides(job_dir: Path) -> list[str] | None:
+    """The overrides Hydra recorded for the job in `job_dir`; None where it recorded none."""
+    loaded = read_yaml(Path(job_dir) / OVERRIDES_FILE)
     return [str(o) for o in loaded] if isinstance(loaded, list) else None

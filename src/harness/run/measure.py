@@ -22,7 +22,7 @@ from harness.config.knobs import Knobs
 from harness.errors import ConfigError, HarnessError, first_line
 from harness.launch.ddp import distributed_facts, prepare_ranks
 from harness.launch.ranks import global_rank
-from harness.measured import summarize
+from harness.measured import pool
 from harness.profilers.preset import Presets
 from harness.result.schema import Device, Repeats, RunResult
 from harness.run import build, torch_settings
@@ -176,7 +176,7 @@ def _versions() -> dict[str, str | None]:
 
 def _pool_repeats(result: RunResult, requested: int, runs: list[dict[str, Any]]) -> None:
     """repeat=N: `metrics` summarise the runs; each run's figures and their range: `repeats`."""
-    result.metrics, low, high = summarize(runs)
+    result.metrics, low, high, _ = pool(runs)
     result.repeats = Repeats(
         requested=requested, completed=len(runs), min=low, max=high, per_repeat=runs,
         what="metrics: medians over the runs, each phase's examples_per_second = its examples per iteration"

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness import terminal
 from harness.config.overrides import REPEAT_KEYS
-from harness.config.sweep_keys import swept_keys_of
+from harness.config.sweep_keys import swept_values_of
 from harness.errors import HarnessError
 from harness.judge import TOLERANCE
 from harness.launch.signals import restore_sigterm, stop_sweep_on_sigterm
@@ -212,7 +212,7 @@ def sweep_of(config: Any) -> SweepInProgress:
     if sweep is not None and sweep.running and sweep.directory == directory:
         return sweep
     directory.mkdir(parents=True, exist_ok=True)
-    sweep = SweepInProgress(directory, swept_keys_of(config), log_path=directory / SWEEP_LOG)
+    sweep = SweepInProgress(directory, list(swept_values_of(config)), log_path=directory / SWEEP_LOG)
     sweep._sigterm_before = stop_sweep_on_sigterm()
     terminal.follow(sweep)
     _current = sweep

@@ -62,19 +62,11 @@ def table_settings(sweep_dir: Path, rows: str | None, baseline: str | None,
                    repeat_keys: str | None) -> tuple[str | None, str | None, tuple[str, ...], float]:
     """(rows, baseline, repeat keys, the verdicts' threshold) for `harness-report DIR`: the
     command line's, else the sweep's."""
-    import yaml
-
-    from harness.result.jobs import MULTIRUN_FILE
+    from harness.result.jobs import sweep_setting
     from harness.sweep.table import REPEAT_KEYS, SETTINGS_KEY, check_repeat_keys, parse_variant_spec
 
-    try:  # none for a run's directory, another app's sweep, or a file that cannot be read
-        node = yaml.safe_load((sweep_dir / MULTIRUN_FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        node = None
-    within = node.get("sweep") if isinstance(node, dict) else None
-    tolerance = within.get("decide_within") if isinstance(within, dict) else None
-    for key in ("hydra", "callbacks", "sweep_report"):
-        node = node.get(key) if isinstance(node, dict) else None
+    tolerance = sweep_setting(sweep_dir, "sweep.decide_within")
+    node = sweep_setting(sweep_dir, SETTINGS_KEY)
     recorded = {k: node[k] for k in RECORDED if node.get(k) is not None} if isinstance(node, dict) else {}
     used: dict[str, Any] = {}
     if rows is None and "rows" in recorded:

@@ -94,15 +94,19 @@ class Rounds:
 
     def undecided(self) -> list[str] | None:
         """What more rounds could still decide, each as its line (a failure is final); None
-        when no job of the sweep measured its point."""
+        when no job of the sweep measured its point. Before MIN_ROUNDS, when no round can end
+        the sweep, the comparison is not built: [] (go_on asks nothing of it then)."""
         from harness.result.jobs import collect
         from harness.sweep.table import build
 
-        table = self.table or TableSettings()
-        comparison = build(collect(self.sweep_dir), rows=table.rows, baseline=table.baseline,
-                           repeat_keys=table.repeat_keys, tolerance=self.settings.decide_within)
-        if not any(job.status in USABLE for job in comparison.jobs):
+        collection = collect(self.sweep_dir)
+        if not any(job.status in USABLE for job in collection.jobs):
             return None
+        if self.done < MIN_ROUNDS:
+            return []
+        table = self.table or TableSettings()
+        comparison = build(collection, rows=table.rows, baseline=table.baseline,
+                           repeat_keys=table.repeat_keys, tolerance=self.settings.decide_within)
         found = list(decisions(comparison))
         if found:
             return [d.line.removeprefix("undecided: ") for d in found if not d.decided and not d.final]

@@ -17,7 +17,7 @@ from harness.config.overrides import AUTOTUNE_STAGE, REPEAT_KEYS, parse_override
 from harness.config.sweep_keys import short_setting
 from harness.errors import ConfigError, HarnessError
 from harness.judge import TOLERANCE, Evidence, Verdict, band_of, compare, fastest, job_noise, judge_sizes
-from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, peak_memory, sample_of, summarize
+from harness.measured import MAIN_PHASES, PHASES, USABLE, is_finite_number, peak_memory, pool, sample_of
 from harness.result.jobs import Collection, JobResult
 
 if TYPE_CHECKING:
@@ -286,14 +286,13 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
     """The pooled figures of the jobs of one (row, variant), with status and phase notes."""
     usable = [j for j in jobs if j.status in USABLE]
     first = usable[0] if usable else jobs[0]
-    figures = [s for j in usable for s in j.samples]
-    samples = [_sample(s) for s in figures]
+    samples = [_sample(s) for j in usable for s in j.samples]
     status = "partial" if any(j.status == "partial" for j in usable) else first.status
     record: dict[str, Any] = {"jobs": " ".join(j.name for j in jobs), "status": status,
                               "reason": None if usable else first.reason, "samples": len(samples)}
     record["memory_samples"] = [s["peak_memory_bytes"] for s in samples
                                 if is_finite_number(s["peak_memory_bytes"])]
-    value, low, high = summarize(samples) if samples else ({}, {}, {})
+    value, low, high, per_step = pool(samples)
     for name in METRIC_NAMES:
         record[name] = value.get(name) if is_finite_number(value.get(name)) else None
         record[f"{name}_min"], record[f"{name}_max"] = low.get(name), high.get(name)
@@ -310,12 +309,9 @@ def point(jobs: list[JobResult]) -> dict[str, Any]:
         found = [one for job in usable for f in job.samples
                  if (one := sample_of(f, job.result.flags if job.result else [], phase))]
         paired_up = {r: sample_of(j.samples[0], j.result.flags, phase) for r, j in by_round.items()}
-        per_step = [f[f"{phase}_examples_per_second"] * f[f"{phase}_seconds_per_iteration"]
-                    for f in figures if is_finite_number(f.get(f"{phase}_examples_per_second"))
-                    and is_finite_number(f.get(f"{phase}_seconds_per_iteration"))]
         record[f"{phase}_samples"] = found
         record[f"{phase}_rounds"] = {r: s for r, s in paired_up.items() if s}
-        record[f"{phase}_examples_per_step"] = statistics.median(per_step) if per_step else None
+        record[f"{phase}_examples_per_step"] = per_step.get(phase)
         record[f"{phase}_contended"] = any(s.contended for s in found)
         record[f"{phase}_noisy"] = any(s.noisy for s in found)
     for phase in PHASES:

@@ -27,7 +27,7 @@ from harness.tracking.store_access import (
 
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID")
 MetricRow = tuple[str, float, int, int]
-MAX_METRICS_PER_BATCH, MAX_PARAMS_PER_BATCH = 1000, 100  # MLflow's limits for one log_batch
+MAX_METRICS_PER_BATCH, MAX_PARAMS_PER_BATCH = 1000, 100  # MLflow's limits for one log_batch (tags: 100)
 # partial measured a phase; anything else (failed, oom, invalid) ends FAILED
 END_STATUS = {"ok": "FINISHED", "partial": "FINISHED", "interrupted": "KILLED"}
 # A finished run's parts, in the order written: a failure names the first missing.
@@ -99,8 +99,7 @@ def run_tags(result: RunResult, working_dir: Path) -> dict[str, str]:
     values.update({name.lower(): os.environ[name] for name in SLURM_VARIABLES if os.environ.get(name)})
     for caution in ("contended", "noisy"):  # figures the sweep table will not read as precise
         phases = [f.split(":", 1)[1] for f in result.flags if f.startswith(f"{caution}:")]
-        if phases:
-            values[f"harness.{caution}"] = ",".join(phases)  # e.g. harness.contended=train
+        values[f"harness.{caution}"] = ",".join(phases) or None  # e.g. harness.contended=train
     return {k: str(v)[:MAX_TAG_CHARS] for k, v in values.items() if v is not None}
 
 
@@ -110,11 +109,10 @@ class StoreOps(Store):
         from mlflow.entities import Metric, Param, RunTag
 
         for key, entity, rows, size in (("params", Param, params, MAX_PARAMS_PER_BATCH),
-                                        ("metrics", Metric, metrics, MAX_METRICS_PER_BATCH)):
+                                        ("metrics", Metric, metrics, MAX_METRICS_PER_BATCH),
+                                        ("tags", RunTag, tags, MAX_PARAMS_PER_BATCH)):
             for start in range(0, len(rows), size):
                 self.client.log_batch(run_id, **{key: [entity(*row) for row in rows[start:start + size]]})
-        if tags:
-            self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags])
 
     @contextlib.contextmanager
     def _ending(self, run_id: str, steps: list[str]) -> Iterator[None]:

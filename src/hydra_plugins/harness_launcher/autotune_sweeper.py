@@ -19,6 +19,7 @@ from typing_extensions import override
 if TYPE_CHECKING:
     from harness.autotune.command_line import Here
     from harness.autotune.job import Shape
+    from harness.autotune.knowledge import Wave
     from harness.autotune.replay import Setup
     from harness.autotune.search import Search
     from harness.autotune.space import Space
@@ -111,15 +112,12 @@ def _shape(config: DictConfig, space: Space) -> Shape:
     from harness.autotune.command_line import config_value
     from harness.autotune.job import ACCUMULATE, PREFETCH, WORKERS, Shape
 
-    def count(key: str) -> int | None:
-        value = config_value(config, key)
-        return int(value) if value is not None and value.isdigit() else None
-
+    keys = {"train_batches": "data.train_batches", "predict_batches": "data.predict_batches",
+            "accumulate": ACCUMULATE, "workers": WORKERS, "prefetch": PREFETCH, "batch_size": "batch_size"}
+    # the counts the config gives; the others Shape's defaults
+    counts = {name: int(v) for name, key in keys.items() if (v := config_value(config, key) or "").isdigit()}
     recipe = space.global_batch
-    return Shape(train_batches=count("data.train_batches"), predict_batches=count("data.predict_batches"),
-                 accumulate=count(ACCUMULATE) or 1, workers=count(WORKERS) or 0,
-                 prefetch=count(PREFETCH) or 2, batch_size=count("batch_size") or 32,
-                 global_batch=recipe.size if recipe else None, ranks=recipe.ranks if recipe else 1)
+    return Shape(**counts, global_batch=recipe.size if recipe else None, ranks=recipe.ranks if recipe else 1)
 
 
 def _job_dir(ret: Any, sweep_dir: Path, idx: int) -> Path:
@@ -148,7 +146,7 @@ class AutotuneSweeper(Sweeper):
     @override
     def sweep(self, arguments: list[str]) -> Any:
         from harness.autotune.job import overrides
-        from harness.autotune.reading import elapsed, outcome_of
+        from harness.autotune.replay import drive
         from harness.autotune.report import write_summary
         from harness.config.overrides import AUTOTUNE_STAGE
         from harness.result.jobs import MULTIRUN_FILE
@@ -169,25 +167,27 @@ class AutotuneSweeper(Sweeper):
             progress.swept = [k.name.lstrip("+~") for k in setup.space.keys] + [AUTOTUNE_STAGE]
             if search.job_cap:
                 progress.announce_jobs(search.job_cap)
-        shape, seen, told, idx = _shape(self.config, setup.space), [], 0, 0
+        shape, told = _shape(self.config, setup.space), 0
+
+        def launch(wave: Wave) -> list[Path]:
+            idx = len(search.records)  # every job launched so far has its record
+            log.info("autotune: %s, %d job%s of %d measured steps (%d of %s jobs so far)",
+                     wave.stage, len(wave.jobs), "s" if len(wave.jobs) > 1 else "",
+                     wave.jobs[0].measured_steps, idx, search.job_cap or "any")
+            batch = [overrides(j, setup.fixed, setup.settings, shape) for j in wave.jobs]
+            returns = self.launcher.launch(batch, initial_job_idx=idx)
+            return [_job_dir(ret, sweep_dir, idx + n) for n, ret in enumerate(returns)]
+
+        def tell() -> None:
+            nonlocal told
+            for d in search.decisions[told:]:
+                if d.action in SAID:
+                    log.info("autotune: %s %s %s: %s", d.stage, d.action, d.candidate, d.why)
+            told = len(search.decisions)
+            write_summary(search, setup, sweep_dir)
+
         try:
-            wave = search.start()
-            while wave is not None:
-                log.info("autotune: %s, %d job%s of %d measured steps (%d of %s jobs so far)",
-                         wave.stage, len(wave.jobs), "s" if len(wave.jobs) > 1 else "",
-                         wave.jobs[0].measured_steps, len(search.records), search.job_cap or "any")
-                batch = [overrides(j, setup.fixed, setup.settings, shape) for j in wave.jobs]
-                returns = self.launcher.launch(batch, initial_job_idx=idx)
-                dirs = [_job_dir(ret, sweep_dir, idx + n) for n, ret in enumerate(returns)]
-                idx += len(batch)
-                outcomes = [outcome_of(d, setup.settings.objective) for d in dirs]
-                seen += outcomes
-                wave = search.advance(outcomes, elapsed(setup.started_at, seen), [d.name for d in dirs])
-                for d in search.decisions[told:]:
-                    if d.action in SAID:
-                        log.info("autotune: %s %s %s: %s", d.stage, d.action, d.candidate, d.why)
-                told = len(search.decisions)
-                write_summary(search, setup, sweep_dir)
+            drive(search, setup, launch, tell)
         except BaseException:  # Ctrl-C, SIGTERM, a job that exited: the best so far stands
             search.interrupt()
             write_summary(search, setup, sweep_dir)

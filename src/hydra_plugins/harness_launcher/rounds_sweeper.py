@@ -28,11 +28,6 @@ def one_round(grid: list[list[str]], index: int) -> list[list[str]]:
              f"+{ROUND_KEY}={index}"] for overrides in order]
 
 
-def in_rounds(grid: list[list[str]], rounds: int) -> list[list[str]]:
-    """Every point of `grid` once per round, forward then reversed; each job runs once."""
-    return [job for index in range(rounds) for job in one_round(grid, index)]
-
-
 class RoundsSweeper(BasicSweeper):
     _grid: list[list[str]]
     _auto: Rounds | None = None
@@ -72,7 +67,9 @@ class RoundsSweeper(BasicSweeper):
                      f"{settings.decide_within:.0%}", MIN_ROUNDS, settings.max_rounds,
                      f" or {settings.max_minutes:g} minutes" if settings.max_minutes else "")
             return self._batches(one_round(grid, 0))
-        return self._batches(in_rounds(grid, rounds) if rounds > 1 else grid)
+        if rounds > 1:  # every point once per round, forward then reversed
+            grid = [job for index in range(rounds) for job in one_round(grid, index)]
+        return self._batches(grid)
 
     def _batches(self, jobs: list[list[str]]) -> list[list[list[str]]]:
         from harness.sweep.progress import current

@@ -95,7 +95,7 @@ class _HarnessMixin(BaseSubmititLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        from harness.config.sweep_keys import swept_keys_of
+        from harness.config.sweep_keys import swept_values_of
         from harness.sweep.progress import sweep_progress
 
         progress = sweep_progress()
@@ -103,7 +103,7 @@ class _HarnessMixin(BaseSubmititLauncher):
                  " %s/.submitit/", self._EXECUTOR, len(job_overrides), sweep_dir, sweep_dir)
         returns: dict[int, JobReturn] = {}
         groups: dict[str, tuple[dict[str, Any], list[_Job]]] = {}
-        swept, total = swept_keys_of(self.config), progress.total or len(job_overrides)
+        swept, total = list(swept_values_of(self.config)), progress.total or len(job_overrides)
         for idx, overrides in enumerate(job_overrides, initial_job_idx):
             config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(config.hydra.job):

@@ -30,8 +30,8 @@ WHEN = ("end", "start")
 CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
                 torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 DOC = "docs/presets/diagnose.md#output"
-STATE = ("model, optimizer and RNG states copied before and restored after; their memory kept"
-         " out of the run's peaks")
+STATE = ("model, optimizer and RNG states and the modules' attributes copied before and restored"
+         " after; their memory kept out of the run's peaks")
 
 
 class DiagnosePreset(Preset, Callback):

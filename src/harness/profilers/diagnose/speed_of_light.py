@@ -4,6 +4,7 @@ nothing else running, on the run's own objects left as they were (docs/presets/d
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 import statistics
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import numpy
 import torch
 from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 
 from harness.errors import first_line
 from harness.profilers.flops import count_flops
@@ -82,7 +84,9 @@ def copy_refused(strategy: Any, module: torch.nn.Module, optimizers: list[Any],
 @contextlib.contextmanager
 def state_restored(module: torch.nn.Module, optimizers: list[Any], precision: Any = None) -> Iterator[None]:
     """Model, optimizer, precision-plugin and RNG states copied to the host, then put back into
-    the run's own tensors (load_state_dict would build a second copy on the device first)."""
+    the run's own tensors (load_state_dict would build a second copy on the device first); so is
+    what a step keeps on its modules' attributes (outputs, a metric's counts)."""
+    attributes = _attributes(module)
     model_state = _cpu_copy(module.state_dict())
     optimizer_states = [_cpu_copy(o.state_dict()) for o in optimizers]
     precision_state = _cpu_copy(precision.state_dict()) if precision is not None else None
@@ -98,6 +102,47 @@ def state_restored(module: torch.nn.Module, optimizers: list[Any], precision: An
         if precision_state:
             precision.load_state_dict(precision_state)
         module.train(was_training)
+        _put_back(attributes)
+
+
+_STATE = ("_parameters", "_buffers", "_modules")  # state_dict's, and the modules themselves
+# What a step may change in place, by kind: (kind, its copy, the copy put back into it)
+_IN_PLACE: tuple[tuple[Any, Callable[[Any], Any], Callable[[Any, Any], Any]], ...] = (
+    (torch.Tensor, lambda v: v.detach().clone(), lambda v, kept: v.copy_(kept)),
+    (list, copy.copy, lambda v, kept: v.__setitem__(slice(None), kept)),
+    (dict, copy.copy, lambda v, kept: (v.clear(), v.update(kept))),
+    (torch.Generator | numpy.random.RandomState, lambda v: v.get_state(), lambda v, kept: v.set_state(kept)),
+    (numpy.random.Generator, lambda v: v.bit_generator.state,
+     lambda v, kept: setattr(v.bit_generator, "state", kept)),
+    (random.Random, lambda v: v.getstate(), lambda v, kept: v.setstate(kept)),
+)
+_Saved = list[tuple[torch.nn.Module, dict[str, Any], list[tuple[str, Any, Callable[[Any, Any], Any], Any]]]]
+
+
+def _attributes(module: torch.nn.Module) -> _Saved:
+    """Each module's own attributes, and a copy of what a step changes in place (torchmetrics'
+    states, step outputs, a non-persistent buffer, a Generator drawing noise)."""
+    saved: _Saved = []
+    for owner in module.modules():
+        found = {name: value for name, value in vars(owner).items() if name not in _STATE}
+        copies = [(name, value, put, copied(value))
+                  for name, value in (*found.items(), *owner.named_buffers(recurse=False))
+                  for kind, copied, put in _IN_PLACE if isinstance(value, kind)]
+        saved.append((owner, found, copies))
+    return saved
+
+
+def _put_back(saved: _Saved) -> None:
+    with torch.no_grad():
+        for owner, found, copies in saved:
+            for name in [n for n in vars(owner) if n not in _STATE and n not in found]:
+                del owner.__dict__[name]  # set by the pass
+            owner.__dict__.update(found)
+            for name, value, put, kept in copies:
+                try:
+                    put(value, kept)
+                except RuntimeError:  # a tensor of another shape, an inference tensor: the copy
+                    setattr(owner, name, kept)
 
 
 def _restore_optimizer(optimizer: Any, saved: dict[str, Any]) -> None:
@@ -132,12 +177,18 @@ def _restore_optimizer(optimizer: Any, saved: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def silent_logging(module: Any) -> Iterator[None]:
-    """`self.log` / `self.log_dict` do nothing inside the block (outside the loop they raise)."""
+    """`self.log` / `self.log_dict` (outside the loop they raise) and the loggers' `log_metrics`
+    do nothing inside the block."""
+    loggers = list(getattr(module, "loggers", None) or [])
     module.log = module.log_dict = lambda *args, **kwargs: None
+    for logger in loggers:
+        logger.log_metrics = module.log
     try:
         yield
     finally:
         del module.log, module.log_dict
+        for logger in loggers:
+            del logger.log_metrics
 
 
 def loader_alone(trainer: Any, loader: Any, steps: int, warmup: int) -> tuple[PassResult, Any]:
@@ -199,13 +250,18 @@ def to_device(trainer: Any, batch: Any, dataloader_idx: int = 0) -> Any:
     return trainer.strategy.batch_to_device(batch, dataloader_idx=dataloader_idx)
 
 
+def _step_args(hook: Callable[..., Any], batch: Any) -> tuple[Any, ...]:
+    """The batch, and batch_idx 0 where the hook takes one, as Lightning's loops call it."""
+    return (batch, 0) if is_param_in_hook_signature(hook, "batch_idx", min_args=2) else (batch,)
+
+
 def training_forward(trainer: Any, module: Any, batch: Any) -> Callable[[], torch.Tensor | None]:
     """training_step on `batch` in the run's precision context, returning its loss or None."""
     precision = trainer.precision_plugin
 
     def forward() -> torch.Tensor | None:
         with precision.train_step_context():
-            output = module.training_step(batch, 0)
+            output = module.training_step(*_step_args(module.training_step, batch))
         loss = output.get("loss") if isinstance(output, dict) else output
         return loss if isinstance(loss, torch.Tensor) else None
 
@@ -244,7 +300,7 @@ def predict_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]
 
     def step() -> None:
         with torch.inference_mode(), precision.predict_step_context():
-            module.predict_step(batch, 0)
+            module.predict_step(*_step_args(module.predict_step, batch))
 
     return step
 
