@@ -123,7 +123,7 @@ def _drifting_sweep(cwd: Path, order: str, origin: float) -> ForkedRun:
     return start_harness(
         cwd, MULTIRUN, *FAST, "mode=train", "data.train_batches=8", "profiler=[speed]",
         "profiler.speed.warmup_steps=2", "model._target_=drifting_module.DriftingModule",
-        "+model.base_s=0.02", "+model.rate=0.5", f"+point={order}", "repeat=3",
+        "+model.base_s=0.02", "+model.rate=0.5", f"+point={order}", "repeat=4",
         env={"HARNESS_TEST_DRIFT_T0": str(origin)},
     )
 
@@ -133,7 +133,10 @@ def test_drift_between_jobs_is_spread_not_a_speed_up(tmp_path):
     speed-up of one over the other is within noise, whichever point the sweep runs first.
     The planted truth is a speed-up of exactly 1 (the points differ only by when they ran);
     each sweep is checked against it, never against the other sweep's figures. The two
-    sweeps run at once (their steps mostly sleep), each drifting from the same origin."""
+    sweeps run at once (their steps mostly sleep), each drifting from the same origin. Four
+    rounds: each point runs first in two. With three, one point ran second in two rounds and
+    the slowdown between a round's jobs stayed in the paired estimate: on a loaded CI machine
+    (steps late in the drift, so rounds varied little) it read 0.88x (0.83-0.94)."""
     origin = time.time()
     runs = {order: _drifting_sweep(tmp_path / name, order, origin)
             for name, order in (("forward", "a,b"), ("reverse", "b,a"))}
@@ -143,7 +146,7 @@ def test_drift_between_jobs_is_spread_not_a_speed_up(tmp_path):
         base, other = order.split(",")
         cwd = tmp_path / ("forward" if order == "a,b" else "reverse")
         rows = {r["point"]: r for r in csv.DictReader((sweep_dir(cwd) / "comparison.csv").open())}
-        assert rows[base]["baseline"] == "True" and rows[other]["rounds"] == "3"
+        assert rows[base]["baseline"] == "True" and rows[other]["rounds"] == "4"
         # the rounds alternate the order, so the drift lands on both sides of 1: never a
         # speed-up; where the judge gives an interval (its jobs counted) and found no other
         # process taking the CPU (a busy machine's load is not the planted drift), it holds 1
@@ -152,7 +155,7 @@ def test_drift_between_jobs_is_spread_not_a_speed_up(tmp_path):
                 "train_speedup_verdict_reason"]:
             low = float(rows[other]["train_speedup_min"])
             high = float(rows[other]["train_speedup_max"])
-            assert low < 1 < high, (order, low, high)
+            assert low < 1 < high, (order, low, high, rows[other]["train_speedup_verdict_reason"])
 
 
 def test_inference_failing_after_training_keeps_the_training_figures(harness):

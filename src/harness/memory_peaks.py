@@ -246,11 +246,6 @@ def phase_start(phase: str, device: Any = None) -> None:
     _phases[phase] = start
 
 
-def counting(phase: str) -> bool:
-    """Whether `phase`'s memory figures are open and not yet frozen."""
-    return phase in _phases
-
-
 def phase_timed(phase: str, device: Any, warmed_up: bool) -> None:
     """`phase`'s timed steps start (its first measured window opens). On a CPU with glibc, its figures are
     frozen now when `warmed_up` (its warm-up steps ran exact), else phase_end reads them over the whole phase;

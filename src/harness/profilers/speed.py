@@ -90,7 +90,7 @@ class SpeedPreset(Preset, Callback):
         self._global_step = 0  # the trainer's optimizer steps when the training batch started
         self.optimizer_steps = True  # Lightning steps the optimizer (automatic optimization)
         self._held: list[Callable[[], None]] = []  # untimed work waiting for the step's end
-        self._libraries_warm: set[str] = set()  # phases whose step ran once alone before counting
+        self._to_warm: set[str] = set()  # phases started here whose step has not run alone yet
         self._memory_notes: list[str] = []
 
     @override
@@ -124,9 +124,9 @@ class SpeedPreset(Preset, Callback):
         """On a phase's first batch, before its memory counts: one step of its own alone, state put
         back, in memory_peaks.excluded, so that what libraries keep after first use (oneDNN's
         primitives, cuBLAS's workspace) is in no job's figure (docs/presets/speed.md#memory)."""
-        if not self.warmup_steps or phase in self._libraries_warm or not memory_peaks.counting(phase):
+        if phase not in self._to_warm:
             return
-        self._libraries_warm.add(phase)
+        self._to_warm.discard(phase)
         training = phase == "train"
         why = ("manual optimization" if training and not module.automatic_optimization  # it steps itself
                else speed_of_light.copy_refused(trainer.strategy, module, list(trainer.optimizers) if training
@@ -247,10 +247,12 @@ class SpeedPreset(Preset, Callback):
         self.timers["train"].batches_per_step = trainer.accumulate_grad_batches
         self.optimizer_steps = getattr(pl_module, "automatic_optimization", True)
         memory_peaks.phase_start("train", self.device)
+        self._to_warm.update(("train",) if self.warmup_steps else ())
 
     @override
     def on_predict_start(self, *_: Any) -> None:
         memory_peaks.phase_start("inference", self.device)
+        self._to_warm.update(("inference",) if self.warmup_steps else ())
 
     @override
     def on_train_epoch_start(self, *_: Any) -> None:
