@@ -181,3 +181,17 @@ def test_the_step_alone_leaves_the_run_as_its_own_steps_would(tmp_path):
     draws = torch.Generator().manual_seed(0)
     assert seen == {"examples": 48, "batches_seen_twice": 0,
                     "draws": [torch.rand((), generator=draws).item() for _ in range(12)]}
+
+
+def test_the_step_alone_is_charged_to_no_step(tmp_path):
+    # Truth: each training step sleeps 0.2 s (the step alone too), each batch fetch none. The
+    # first step, a warm-up one, reads about 0.2 s of step and no wait, not 0.4 s.
+    planted = ("model._target_=planted.PlantedModule", "~model.dim", "~model.depth", "~model.num_heads",
+               "~model.mlp_ratio", "~model.dropout", "~model.lr", "data._target_=planted.PlantedData",
+               "~data.seq_len", "~data.dim", "~data.train_batches", "~data.val_batches",
+               "~data.predict_batches", "~data.generate_on", "~data.num_workers", "~data.pin_memory")
+    done = run_harness(tmp_path, *planted, "+model.step_s=0.2", "+data.fetch_s=0.0", "+data.batches=4",
+                       "mode=train", "profiler=[speed]", "profiler.speed.warmup_steps=2", "logger=none")
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = done.report("speed")["phases"]["train"]["first_step_s"]
+    assert 0.2 <= first < 0.3, first

@@ -140,6 +140,7 @@ class SpeedPreset(Preset, Callback):
                 trainer, module, own)
             with memory_peaks.excluded(self.device):
                 why = speed_of_light.model_alone(trainer, module, step, own, 1, 0, training).note
+            self.timers[phase].restart(self._now())  # the step alone is no step's time
         if why:
             self._memory_notes.append(f"{phase}: what libraries keep after their first use counts in"
                                       f" its memory (its step did not run alone first: {why})")
