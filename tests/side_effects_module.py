@@ -1,7 +1,8 @@
 """The built-in model with the side effects outside code has in its step (found on
 lightning-hydra-template's and Hugging Face-style modules): it changes its batch in place,
-counts examples in a non-persistent buffer, draws noise from a Generator it keeps, and appends
-its losses to a list. At the end of training it writes what it saw to `record` (JSON), for a
+counts examples in a non-persistent buffer, grows a persistent one by a row each step (a new
+shape: the state_dict put back would not fit it), draws noise from a Generator it keeps, and
+appends its draws to a list. At the end of training it writes what it saw to `record` (JSON), for a
 test to hold against what the run's own steps alone would leave.
 
 Plug in with `model._target_=side_effects_module.SideEffects +model.record=PATH`.
@@ -25,6 +26,7 @@ class SideEffects(TransformerModule):
         super().__init__(*args, **kwargs)
         self.record = record
         self.register_buffer("examples", torch.zeros((), dtype=torch.long), persistent=False)
+        self.register_buffer("steps", torch.zeros(0))
         self.noise = torch.Generator().manual_seed(0)
         self.losses: list[float] = []
         self.batches_seen_twice = 0
@@ -36,11 +38,12 @@ class SideEffects(TransformerModule):
         x.add_(MARK)
         loss = super().training_step((x - MARK, y), batch_idx)
         self.examples += x.shape[0]
+        self.steps = torch.cat([self.steps, torch.ones(1)])
         self.losses.append(torch.rand((), generator=self.noise).item())
         return loss
 
     @override
     def on_train_end(self) -> None:
         with open(self.record, "w") as out:
-            json.dump({"examples": int(self.examples), "draws": self.losses,
+            json.dump({"examples": int(self.examples), "steps": len(self.steps), "draws": self.losses,
                        "batches_seen_twice": self.batches_seen_twice}, out)

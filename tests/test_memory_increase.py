@@ -169,8 +169,9 @@ def test_a_module_stepping_its_own_optimizer_runs_no_step_alone_and_says_so(tmp_
 
 
 def test_the_step_alone_leaves_the_run_as_its_own_steps_would(tmp_path):
-    # Truth: 12 steps of 4 examples, each batch seen once, the Generator's first 12 draws in
-    # order. Run on the batch itself, the step alone left it changed for the first real step.
+    # Truth: 12 steps of 4 examples, each batch seen once, 12 rows grown, the Generator's first
+    # 12 draws in order. Run on the batch itself, the step alone left it changed for the first
+    # real step; with the buffer it grew put back after the state_dict, the run failed.
     record = tmp_path / "seen.json"
     done = run_harness(tmp_path, "model._target_=side_effects_module.SideEffects", f"+model.record={record}",
                        "mode=train", "profiler=[speed]", "trainer.limit_val_batches=0",
@@ -179,19 +180,6 @@ def test_the_step_alone_leaves_the_run_as_its_own_steps_would(tmp_path):
     assert done.report("speed")["memory_note"] is None  # the step alone did run
     seen = json.loads(record.read_text())
     draws = torch.Generator().manual_seed(0)
-    assert seen == {"examples": 48, "batches_seen_twice": 0,
+    assert seen == {"examples": 48, "steps": 12, "batches_seen_twice": 0,
                     "draws": [torch.rand((), generator=draws).item() for _ in range(12)]}
 
-
-def test_the_step_alone_is_charged_to_no_step(tmp_path):
-    # Truth: each training step sleeps 0.2 s (the step alone too), each batch fetch none. The
-    # first step, a warm-up one, reads about 0.2 s of step and no wait, not 0.4 s.
-    planted = ("model._target_=planted.PlantedModule", "~model.dim", "~model.depth", "~model.num_heads",
-               "~model.mlp_ratio", "~model.dropout", "~model.lr", "data._target_=planted.PlantedData",
-               "~data.seq_len", "~data.dim", "~data.train_batches", "~data.val_batches",
-               "~data.predict_batches", "~data.generate_on", "~data.num_workers", "~data.pin_memory")
-    done = run_harness(tmp_path, *planted, "+model.step_s=0.2", "+data.fetch_s=0.0", "+data.batches=4",
-                       "mode=train", "profiler=[speed]", "profiler.speed.warmup_steps=2", "logger=none")
-    assert done.returncode == 0, done.stderr[-2000:]
-    first = done.report("speed")["phases"]["train"]["first_step_s"]
-    assert 0.2 <= first < 0.3, first

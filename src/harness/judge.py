@@ -84,10 +84,9 @@ class Band:
 
 
 def _without_outlier(figures: Sequence[float], noise: float) -> list[float]:
-    """The figures less the one farthest from their median where it lies OUTLIER times further
-    than any other and OUTLIER_SDS x `noise` (the noise between runs, robust_noise; where unknown,
-    the figures' own) away (three or more figures): no single job widens a band, or the noise,
-    past what the others show, while figures of one noise are kept whole."""
+    """Of three or more figures, all but the farthest from their median where it lies OUTLIER times
+    further than any other and OUTLIER_SDS x `noise` away (the noise between runs; unknown: their
+    own robust_noise): one job widens no band, nor the noise, past what the others show."""
     if len(figures) < 3:
         return list(figures)
     noise = noise or robust_noise([figures])

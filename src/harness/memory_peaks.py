@@ -174,6 +174,7 @@ def excluded(device: Any = None) -> Iterator[bool]:
     """A pass whose memory counts in no peak, nor what it leaves held (each open phase's start rises
     by that); yields whether that holds (the RSS mark resets)."""
     _carry(device)
+    _give_back_freed()  # what was freed before counts as free on both sides
     before = _held(device)
     holds = _CLEAR_REFS.exists()
     try:

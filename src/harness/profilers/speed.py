@@ -4,6 +4,7 @@ step noise and memory per phase. Fields and clocks: docs/presets/speed.md."""
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,6 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import psutil
 import torch
-from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.callbacks import Callback
 from rich.table import Table
 from typing_extensions import override
@@ -20,6 +20,7 @@ from typing_extensions import override
 from harness import memory_peaks
 from harness.config.checks import NonNegativeInt, PositiveInt, PositiveNumber
 from harness.contention import CpuWindow, GpuWindow
+from harness.errors import first_line
 from harness.launch.ranks import rank_path
 from harness.measured import PHASES
 from harness.profilers.all_ranks import gather
@@ -121,9 +122,8 @@ class SpeedPreset(Preset, Callback):
 
     def _warm_libraries(self, phase: str, trainer: pl.Trainer, module: pl.LightningModule,
                         batch: Any) -> None:
-        """On a phase's first batch, before its memory counts: one step of its own alone, state put
-        back, in memory_peaks.excluded, so that what libraries keep after first use (oneDNN's
-        primitives, cuBLAS's workspace) is in no job's figure (docs/presets/speed.md#memory)."""
+        """On a phase's first batch, before its memory counts: one step of its own alone, state put back,
+        so that what libraries keep after first use is in no job's figure (presets/speed.md#memory)."""
         if phase not in self._to_warm:
             return
         self._to_warm.discard(phase)
@@ -134,13 +134,15 @@ class SpeedPreset(Preset, Callback):
         # every rank runs the step, or none: it may hold collectives
         if trainer.world_size > 1 and not trainer.strategy.reduce_boolean_decision(why is None):
             why = why or "another rank could not"
-        if why is None:
-            own = apply_to_collection(batch, torch.Tensor, torch.Tensor.clone)  # a step may change it
-            step = (speed_of_light.training_step_fn if training else speed_of_light.predict_step_fn)(
-                trainer, module, own)
-            with memory_peaks.excluded(self.device):
-                why = speed_of_light.model_alone(trainer, module, step, own, 1, 0, training).note
-            self.timers[phase].restart(self._now())  # the step alone is no step's time
+        try:  # its time is the first warm-up step's (with compile: autotune's charge reads it there)
+            if why is None:
+                own = copy.deepcopy(batch)  # a step may change it: pop a key, normalise in place
+                step = (speed_of_light.training_step_fn if training else speed_of_light.predict_step_fn)(
+                    trainer, module, own)
+                with memory_peaks.excluded(self.device):
+                    why = speed_of_light.model_alone(trainer, module, step, own, 1, 0, training).note
+        except Exception as err:  # noqa: BLE001 - a state it cannot copy or put back costs the note only
+            why = f"it failed: {first_line(err)}"
         if why:
             self._memory_notes.append(f"{phase}: what libraries keep after their first use counts in"
                                       f" its memory (its step did not run alone first: {why})")

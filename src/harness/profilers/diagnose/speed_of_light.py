@@ -95,6 +95,7 @@ def state_restored(module: torch.nn.Module, optimizers: list[Any], precision: An
         with rng_restored():
             yield
     finally:
+        _put_back(attributes)  # first: a buffer the step rebound to another shape is its own again
         module.load_state_dict(model_state)
         for optimizer, state in zip(optimizers, optimizer_states, strict=True):
             optimizer.zero_grad(set_to_none=True)  # the pass's gradients go before the copy
@@ -102,7 +103,6 @@ def state_restored(module: torch.nn.Module, optimizers: list[Any], precision: An
         if precision_state:
             precision.load_state_dict(precision_state)
         module.train(was_training)
-        _put_back(attributes)
 
 
 _STATE = ("_parameters", "_buffers", "_modules")  # state_dict's, and the modules themselves
@@ -116,28 +116,29 @@ _IN_PLACE: tuple[tuple[Any, Callable[[Any], Any], Callable[[Any, Any], Any]], ..
      lambda v, kept: setattr(v.bit_generator, "state", kept)),
     (random.Random, lambda v: v.getstate(), lambda v, kept: v.setstate(kept)),
 )
-_Saved = list[tuple[torch.nn.Module, dict[str, Any], list[tuple[str, Any, Callable[[Any, Any], Any], Any]]]]
 
 
-def _attributes(module: torch.nn.Module) -> _Saved:
+def _attributes(module: torch.nn.Module) -> list[tuple[Any, ...]]:
     """Each module's own attributes, and a copy of what a step changes in place (torchmetrics'
     states, step outputs, a non-persistent buffer, a Generator drawing noise)."""
-    saved: _Saved = []
+    saved = []
     for owner in module.modules():
         found = {name: value for name, value in vars(owner).items() if name not in _STATE}
-        copies = [(name, value, put, copied(value))
-                  for name, value in (*found.items(), *owner.named_buffers(recurse=False))
+        buffers = dict(owner.named_buffers(recurse=False))
+        copies = [(name, value, put, copied(value)) for name, value in (*found.items(), *buffers.items())
                   for kind, copied, put in _IN_PLACE if isinstance(value, kind)]
-        saved.append((owner, found, copies))
+        saved.append((owner, found, copies, buffers))
     return saved
 
 
-def _put_back(saved: _Saved) -> None:
+def _put_back(saved: list[tuple[Any, ...]]) -> None:
     with torch.no_grad():
-        for owner, found, copies in saved:
+        for owner, found, copies, buffers in saved:
             for name in [n for n in vars(owner) if n not in _STATE and n not in found]:
                 del owner.__dict__[name]  # set by the pass
             owner.__dict__.update(found)
+            for name, buffer in buffers.items():
+                setattr(owner, name, buffer)
             for name, value, put, kept in copies:
                 try:
                     put(value, kept)
