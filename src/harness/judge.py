@@ -18,8 +18,7 @@ JOB_Z = 1.39  # job-to-job noise (log sd) x this / sqrt(n): the least half-width
 PAIR_Z = 1.96  # a few pairs' mean log-ratio +/- this x its standard error: a 95 % interval
 PRIOR_DOF = 2  # weight of a noise prior against the groups measured
 CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
-# An outlier: this many times further from its point's median than any other sample, and this many sds
-# of the noise between runs away (pure noise: docs/sweeps.md#verdicts-real-same-inconclusive).
+# An outlier: this many times further from the median than any other, and this many noise sds away (sweeps.md)
 OUTLIER, OUTLIER_SDS = 2.0, 4.0
 ONE_JOB = "a side rests on one counted job, and nothing measured the noise between runs (repeat=3)"
 

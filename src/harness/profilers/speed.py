@@ -136,11 +136,12 @@ class SpeedPreset(Preset, Callback):
             why = why or "another rank could not"
         try:  # its time is the first warm-up step's (with compile: autotune's charge reads it there)
             if why is None:
-                own = copy.deepcopy(batch)  # a step may change it: pop a key, normalise in place
-                step = (speed_of_light.training_step_fn if training else speed_of_light.predict_step_fn)(
-                    trainer, module, own)
-                with memory_peaks.excluded(self.device):
+                with memory_peaks.excluded(self.device):  # what it leaves held is read as it ends
+                    own = copy.deepcopy(batch)  # a step may change it: pop a key, normalise in place
+                    step = (speed_of_light.training_step_fn if training else speed_of_light.predict_step_fn)(
+                        trainer, module, own)
                     why = speed_of_light.model_alone(trainer, module, step, own, 1, 0, training).note
+                    del own, step  # the copy is not held
         except Exception as err:  # noqa: BLE001 - a state it cannot copy or put back costs the note only
             why = f"it failed: {first_line(err)}"
         if why:
