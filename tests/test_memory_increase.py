@@ -62,6 +62,37 @@ def test_file_pages_first_read_in_a_phase_are_not_its_increase(tmp_path):
         figures["train_peak_rss_increase_bytes"])
 
 
+def _resident(mib: int) -> bytearray:
+    """`mib` MiB, every page written (so resident), with no temporary copy."""
+    block = bytearray(mib * 2**20)
+    block[::mmap.PAGESIZE] = b"\1" * (len(block) // mmap.PAGESIZE)
+    return block
+
+
+def test_what_an_excluded_pass_leaves_held_is_out_of_the_phase_and_never_below_zero():
+    # In process: a pass that leaves 16 MiB held (as libraries keep their caches) reads as none
+    # of the phase's; a phase whose steps then free it and hold 4 MiB reads no increase, never
+    # -12 MiB (a negative memory ratio broke a sweep's comparison.png).
+    from harness import memory_peaks
+
+    memory_peaks.reset()
+    memory_peaks.phase_start("train")
+    with memory_peaks.excluded():
+        kept = _resident(16)
+    held = _resident(8)
+    figures = memory_peaks.phase_end("train")
+    assert abs(figures["train_peak_rss_increase_bytes"] / 2**20 - 8) < 1, figures
+    del held
+    memory_peaks.phase_start("train")
+    with memory_peaks.excluded():
+        kept2 = _resident(16)
+    del kept, kept2
+    small = _resident(4)
+    figures = memory_peaks.phase_end("train")
+    assert 0 <= figures["train_peak_rss_increase_bytes"] < 2**20, figures
+    del small
+
+
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",

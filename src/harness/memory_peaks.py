@@ -172,7 +172,7 @@ def read(device: Any = None) -> dict[str, int | None]:
 @contextlib.contextmanager
 def excluded(device: Any = None) -> Iterator[bool]:
     """A pass whose memory counts in no peak, nor what it leaves held (each open phase's start rises
-    by that); yields whether that holds (the RSS mark resets)."""
+    by that, up to the phase's peak: the steps may free it); yields whether that holds."""
     _carry(device)
     _give_back_freed()  # what was freed before counts as free on both sides
     before = _held(device)
@@ -290,6 +290,6 @@ def _figures(phase: str, device: Any) -> dict[str, int]:
             continue
         peak = max(found["peak"], mark)
         out[f"{phase}_peak_{name}_bytes"] = peak
-        out[f"{phase}_{name}_start_bytes"] = found["start"]
-        out[f"{phase}_peak_{name}_increase_bytes"] = peak - found["start"]
+        out[f"{phase}_{name}_start_bytes"] = start = min(found["start"], peak)  # see excluded()
+        out[f"{phase}_peak_{name}_increase_bytes"] = peak - start
     return out
