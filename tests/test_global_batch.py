@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
+from dataclasses import asdict
 
 import pytest
 from test_config_compose import composed
@@ -38,7 +39,7 @@ def checked(tmp_path, *overrides: str):
 def test_global_batch_sets_the_accumulation(overrides, accumulation, tmp_path):
     knobs = checked(tmp_path, *overrides)
     assert knobs.accumulation == accumulation
-    assert knobs.as_dict()["accumulation"] == accumulation  # result.json's knobs
+    assert asdict(knobs)["accumulation"] == accumulation  # result.json's knobs
 
 
 @pytest.mark.parametrize(("overrides", "key", "says"), [

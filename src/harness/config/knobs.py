@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -80,9 +80,6 @@ class Knobs:
     @property
     def infers(self) -> bool:
         return self.mode in ("inference", "both")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def parse_compile(value: Any) -> str | bool:

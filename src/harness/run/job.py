@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def check_config(cfg: DictConfig, overrides: list[str], result: RunResult | None
                           " its comparisons are decided, and a single run compares nothing",
                           "repeat=3, or a sweep: harness -m precision=fp32,bf16 repeat=auto")
     if result is not None:
-        result.knobs = job.knobs.as_dict()
+        result.knobs = asdict(job.knobs)
         result.sweep_round = sweep_round(cfg)
     return job
 
