@@ -90,8 +90,8 @@ def main() -> None:
         register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
         _app()
     except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status
-        # a stop signal that hit OmegaConf mid-change (composing the next job) surfaces as its error
-        err = err.__context__ if isinstance(err.__context__, KeyboardInterrupt) else err
+        if isinstance(err, Exception) and isinstance(err.__context__, KeyboardInterrupt):
+            err = err.__context__  # a stop signal that hit OmegaConf mid-compose: its error
         _end_unfinished_sweep(err)
         if isinstance(err, SystemExit):
             raise
