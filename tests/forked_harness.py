@@ -8,11 +8,16 @@ each child starts as the console script would, only later in its imports: its ow
 status, stdout and stderr, environment, working directory and signal handlers, and
 `harness.cli.main()`, the function the console script calls.
 
+A forked run's DDP ranks are forked from the same server too (`_fork_ranks_too`): Lightning
+starts ranks 1..N-1 as `python -m harness.cli ...`, each importing the same libraries again.
+
 What differs from a fresh `harness` process, and where a test needs that, it runs the real
 command instead (conftest.run_harness(fresh=True), harness_command()): the modules above are
 imported before main() runs (so the run cannot show that it imports them lazily), and
 import-time environment variables were read in the server's environment (the OpenMP runtime
-read OMP_NUM_THREADS, which conftest sets to 1, when torch was imported). What a run changes
+read OMP_NUM_THREADS, which conftest sets to 1, when torch was imported; Lightning's rank,
+which `_child` reads again), and a run's DDP ranks are the server's children, not the run's
+(`still_running()` finds what is left of them). What a run changes
 in its process (os.environ, torch's switches, signal handlers) dies with it: the server and
 the next run never see it. tests/test_forked_harness.py checks the rest against the real
 command.
@@ -32,6 +37,7 @@ import traceback
 from collections.abc import Sequence
 from multiprocessing import reduction
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 _context = multiprocessing.get_context("forkserver")
@@ -55,11 +61,17 @@ def read_at_start(env: dict[str, str]) -> list[str]:
     return sorted(k for k in keys - {"PYTHONPATH"} if env.get(k) != _SERVER_ENVIRON.get(k))
 
 
+_forked_from_server = False  # in a forked run: the server's address came with the fork
+
+
 def _start_server() -> None:
     """Start this process's fork server in _SERVER_ENVIRON, tests/ on its PYTHONPATH: the
     server imports its preload with the import path it starts with (Python 3.11 ignores the
     sys.path it is handed), and an ImportError there is silent: every run would import torch
     again."""
+    if _forked_from_server:  # a run's ranks: the server that forked the run forks them too
+        multiprocessing.forkserver._forkserver.ensure_running = lambda: None
+        return
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(_SERVER_ENVIRON)
@@ -109,10 +121,11 @@ def _as_main_process() -> None:
 
 
 def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int, status: int,
-           new_session: bool) -> None:
+           new_session: bool, path_head: str) -> None:
     """Become `harness argv[1:]` started in `cwd` with `env`, stdout and stderr the pipes
     `out` and `err` (pipes, as subprocess gives: a limit on file sizes does not apply to
-    them); then end as the interpreter would: non-daemon threads joined, atexit handlers run."""
+    them), `path_head` first on its import path; then end as the interpreter would:
+    non-daemon threads joined, atexit handlers run."""
     if new_session:  # as Popen(start_new_session=True): its own process group to signal
         os.setsid()
     os.dup2(out, 1)
@@ -124,12 +137,20 @@ def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: in
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    # The console script's import path: its own directory first, then PYTHONPATH, not the cwd.
+    # The interpreter's import path: the console script's own directory (`python -m`: the cwd)
+    # first, then PYTHONPATH.
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [str(Path(argv[0]).parent), *extra,
-                   *(p for p in sys.path if p and p not in extra)]
+    sys.path[:] = [path_head, *extra, *(p for p in sys.path if p and p not in extra)]
     sys.argv[:] = list(argv)
     _as_main_process()
+    # Lightning reads a process's rank from its environment as it is imported (the server's:
+    # rank 0); a rank forked here reads its own, as in a process of its own
+    from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
+
+    rank_zero_only.rank = _get_rank() or 0
+    global _forked_from_server
+    _forked_from_server = True
+    _fork_ranks_too()
     code = 0
     try:
         from harness.cli import main
@@ -148,6 +169,28 @@ def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: in
                 stream.flush()
         os.write(status, str(code).encode())
         os._exit(code)
+
+
+def _fork_ranks_too() -> None:
+    """Lightning's DDP launcher starts this run's ranks > 0 as `python -m harness.cli ...`
+    (subprocess.Popen, stdout and stderr inherited): fork them from the same server instead,
+    where what they read at start is the server's. Not in a session of its own (a rank must
+    share its process group, which a process of another session cannot join)."""
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    def popen(command: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None,
+              **kwargs: Any) -> Any:
+        env = dict(os.environ if env is None else env)
+        if (kwargs or list(command[:3]) != [sys.executable, "-m", "harness.cli"]
+                or read_at_start(env) or os.getsid(0) == os.getpid()):
+            return subprocess.Popen(command, env=env, cwd=cwd, **kwargs)
+        import harness.cli
+
+        cwd = cwd or os.getcwd()
+        return ForkedRun([harness.cli.__file__, *command[3:]], Path(cwd), env, path_head=cwd,
+                         output=(1, 2))
+
+    subprocess_script.subprocess = SimpleNamespace(Popen=popen)
 
 
 class _Drain(threading.Thread):
@@ -170,39 +213,46 @@ class ForkedRun:
     """A started run: the parts of subprocess.Popen the tests use."""
 
     def __init__(self, argv: Sequence[str], cwd: Path, env: dict[str, str],
-                 new_session: bool = False) -> None:
+                 new_session: bool = False, path_head: str | None = None,
+                 output: tuple[int, int] | None = None) -> None:
+        """`path_head`: first on the run's import path (default: the console script's
+        directory); `output`: the fds its stdout and stderr are (default: pipes read here)."""
         _start_server()
         if differ := read_at_start(env):
             raise ValueError(f"{', '.join(differ)} would keep the fork server's value in a "
                              "forked run: start the real command (run_harness(fresh=True))")
-        (out_r, out_w), (err_r, err_w), (self._status, status_w) = os.pipe(), os.pipe(), os.pipe()
+        pipes = [] if output else [os.pipe(), os.pipe()]
+        self._status, status_w = os.pipe()
         os.set_blocking(self._status, False)
+        out, err = output or (pipes[0][1], pipes[1][1])
         self._process = _context.Process(
-            target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out_w), _Fd(err_w),
-                                 _Fd(status_w), new_session))
+            target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out), _Fd(err),
+                                 _Fd(status_w), new_session, path_head or str(Path(argv[0]).parent)))
         try:
             self._process.start()
         finally:
-            for fd in (out_w, err_w, status_w):
+            for fd in (status_w, *(w for _, w in pipes)):
                 os.close(fd)
-        self._drains = (_Drain(out_r), _Drain(err_r))
+        self._drains = tuple(_Drain(r) for r, _ in pipes)
         for drain in self._drains:
             drain.start()
+        self._lock = threading.Lock()  # a rank's poll runs in a watching thread as well
         self.pid = self._process.pid
         self.args = list(argv)
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None and not self._process.is_alive():
-            self._process.join()
-            # the status the run wrote as it ended: multiprocessing's own reads 255 whenever
-            # the fork server that relays it is gone
-            try:
-                said = os.read(self._status, 16)
-            except BlockingIOError:  # killed by a signal: it wrote none
-                said = b""
-            os.close(self._status)
-            self.returncode = int(said) if said else self._process.exitcode
+        with self._lock:
+            if self.returncode is None and not self._process.is_alive():
+                self._process.join()
+                # the status the run wrote as it ended: multiprocessing's own reads 255
+                # whenever the fork server that relays it is gone
+                try:
+                    said = os.read(self._status, 16)
+                except BlockingIOError:  # killed by a signal: it wrote none
+                    said = b""
+                os.close(self._status)
+                self.returncode = int(said) if said else self._process.exitcode
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
@@ -237,6 +287,17 @@ def start(argv: Sequence[str], cwd: Path, env: dict[str, str],
     """Start `argv` (the harness command and its arguments) forked from the server; with
     `new_session`, in a session and process group of its own."""
     return ForkedRun(argv, cwd, env, new_session)
+
+
+def still_running() -> list[int]:
+    """The pids of what this process's server forked that has not ended (runs, their ranks)."""
+    import psutil
+
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return []
+    return [p.pid for p in psutil.Process(pid).children()
+            if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def stop_server() -> None:

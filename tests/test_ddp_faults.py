@@ -14,6 +14,7 @@ import json
 import socket
 import subprocess
 
+import forked_harness
 import psutil
 import pytest
 from conftest import job_results, run_harness, sweep_dir
@@ -35,10 +36,7 @@ def _mapping(ranks: dict[int, list[int]]) -> str:
 
 
 @pytest.mark.slow
-def test_a_ddp_sweep_outlives_its_failed_jobs_and_writes_its_table(tmp_path, monkeypatch):
-    # Unset, as in a user's shell (conftest sets it for the suite): Lightning sets it for DDP
-    # in each job, and each job must put it back.
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+def test_a_ddp_sweep_outlives_its_failed_jobs_and_writes_its_table(tmp_path):
     done = run_harness(tmp_path, "-m", *TINY, *DDP,
                        f"batch_size={','.join(map(str, EXPECTED))}",
                        "model._target_=failing_module.FailAtBatchSize", "+model.error=oom",
@@ -64,11 +62,10 @@ def test_a_ddp_sweep_outlives_its_failed_jobs_and_writes_its_table(tmp_path, mon
     ending = json.loads((root / _job(jobs, 2) / "rank_end_rank1.json").read_text())
     assert ending == {"rank": 1, "status": "ok", "reason": None, "error_log": None,
                       "node": socket.gethostname()}
-    for result in jobs.values():  # Lightning set it for DDP; each job put it back
-        assert "env:OMP_NUM_THREADS" in result["isolation"]["torch_settings_put_back"]
     # No rank outlived its job (rank 1 of job 3 was blocked in the all-reduce).
     leftover = subprocess.run(["pgrep", "-f", str(root)], capture_output=True, text=True)
     assert leftover.stdout == "", f"ranks outlived the sweep: {leftover.stdout}"
+    assert forked_harness.still_running() == []  # ranks forked as the sweep was (its command line)
 
 
 def _job(jobs: dict[int, dict], batch_size: int) -> str:
@@ -118,6 +115,7 @@ def test_a_rank_killed_mid_step_fails_its_point_at_once_naming_rank_and_node(tmp
     left = [p.info for p in psutil.process_iter(["pid", "cmdline"])
             if any(str(root) in part for part in p.info["cmdline"] or ())]
     assert left == [], f"processes of the sweep outlived it: {left}"
+    assert forked_harness.still_running() == []  # ranks forked as the sweep was (its command line)
 
 
 def test_a_rank_started_elsewhere_that_never_said_how_it_ended_is_named_lost(tmp_path, monkeypatch):

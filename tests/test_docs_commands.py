@@ -16,8 +16,9 @@ Options (shlex words; `N:OPTION` gives an option to the block's N-th command onl
                 leaves those keys out
   ci            a command that trains, run for real in CI too (a representative one); without
                 it CI only checks that Hydra composes it (`--cfg job`, the first value of each
-                swept key, forked from the suite's fork server: tests/forked_harness.py) and
-                the full set runs it
+                swept key) and the full set runs it. A `harness` command is forked from the
+                suite's fork server (tests/forked_harness.py) unless a signal stops it or it
+                sets what a process reads as it starts
   compose       never run, only composed (too costly for any machine the tests run on)
   full          the full set only: a command that is no `harness` run (a
                 `harness-mlflow-upload` of the page's run, `find outputs`), or an error
@@ -370,8 +371,8 @@ def run_step(block: Block, command: Command, step: Step, page: PageDir) -> None:
     started, cpu = time.monotonic(), _children_cpu()
     env = _env(opts)
     forked_env = {**env, **dict(w.split("=", 1) for w in env_words)}
-    if step.how == "compose" and not _shell_line(command) and not forked_harness.read_at_start(
-            forked_env):
+    if (words[:1] == ["harness"] and "signal" not in opts and not _shell_line(command)
+            and not forked_harness.read_at_start(forked_env)):
         returncode, out, err = _forked(words, page.path, forked_env, timeout, block.id)
     else:
         returncode, out, err = _run(line, page, env, opts, timeout, block.id)
@@ -411,9 +412,10 @@ def _run(line: str, page: PageDir, env: dict[str, str], opts: dict[str, str], ti
 
 def _forked(words: list[str], cwd: Path, env: dict[str, str], timeout: float,
             where: str) -> tuple[int, str, str]:
-    """`harness ... --cfg job` forked from the suite's fork server (tests/forked_harness.py),
-    which imported the libraries already: what Hydra composes is the same, a Python start and
-    Hydra's import less per command."""
+    """`harness ...` forked from the suite's fork server (tests/forked_harness.py), which
+    imported the libraries already: what it does and prints is the same, a Python start and
+    the libraries' import less per command (seconds of CPU for one that trains). A command
+    that a signal stops, or that sets what a process reads as it starts, runs for real."""
     with _ENVIRON:
         run = forked_harness.start([str(BIN / words[0]), *words[1:]], cwd, env)
     try:

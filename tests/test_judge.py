@@ -12,6 +12,7 @@ import pytest
 from sweep_files import steps, write_job
 
 from harness.judge import (
+    ACROSS_ROUNDS,
     ONE_JOB,
     Band,
     Evidence,
@@ -174,6 +175,34 @@ def test_points_that_only_ran_loaded_are_decided_through_their_pairs():
     assert compare(slow, fast).kind == "real"
     found = fastest({16: slow, 18: fast})
     assert (found.key, found.decided, found.why) == (18, True, None)
+
+
+def _split(figures: dict[str, list[float]], loaded: dict[str, set[int]],
+           noise: float) -> dict[str, Evidence]:
+    """One point's jobs by round, `loaded` rounds contended."""
+    return {point: Evidence(band_of(samples := [Sample(f, 0.01, contended=r in loaded[point])
+                                                for r, f in enumerate(rates)], noise),
+                            dict(enumerate(samples)))
+            for point, rates in figures.items()}
+
+
+def test_quiet_jobs_of_different_rounds_are_not_compared_across_the_drift():
+    """Wrong answer found in CI: two identical points on a machine slowing down round by
+    round (tests/test_truth.py's drift), each round's pair split by a contended job: a's quiet
+    jobs ran in rounds 1 and 2, b's in round 0, and their bands read b 1.42x faster (real).
+    Only rounds where both ran quiet compare, and here there is none."""
+    rates = {"a": [66.3, 45.7, 40.4, 28.6], "b": [61.2, 52.0, 35.7, 31.6]}
+    split = _split(rates, {"a": {0, 3}, "b": {1, 2, 3}}, noise=0.05)
+    assert judge(split["a"].band, split["b"].band).kind == "real"  # the bands alone: wrong
+    verdict = compare(split["a"], split["b"], noise=0.05)
+    assert (verdict.kind, verdict.reason) == ("inconclusive", ACROSS_ROUNDS)
+    # rounds where both ran quiet (1, 2; too few pairs to decide with a loaded pair among
+    # them): the bands of those rounds alone, without a's round 0, run before the slowdown
+    rates = {"a": [90.0, 60.0, 56.0, 50.0], "b": [88.0, 61.0, 55.0, 51.0]}
+    split = _split(rates, {"a": {3}, "b": {0, 3}}, noise=0.05)
+    assert judge(split["a"].band, split["b"].band).ratio == pytest.approx(58 / 60)
+    verdict = compare(split["a"], split["b"], noise=0.05)
+    assert verdict.ratio == pytest.approx(58 / 58) and verdict.kind != "real"
 
 
 # -- the same samples, every reader ---------------------------------------------------------

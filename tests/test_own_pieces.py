@@ -143,13 +143,17 @@ DDP = ("trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu")
 
 
 @pytest.mark.slow
-def test_the_harness_command_imports_from_where_it_starts(tmp_path):
+def test_the_harness_command_imports_from_where_it_starts(tmp_path, monkeypatch):
     """The console script's sys.path has its bin directory, not the cwd: harness adds it, in
     every DDP rank (rank 0 is the command's own process, as a single run's). data=none with a
     module that owns its loaders, and a user callback from the same folder. The run is also
     README's `harness trainer.strategy=ddp trainer.devices=2` (docs-test: composed only): its
-    terminal is held to what tests/test_docs_commands.py holds a page's commands to."""
+    terminal is held to what tests/test_docs_commands.py holds a page's commands to.
+    OMP_NUM_THREADS unset, as in a user's shell (conftest sets it for the suite): Lightning
+    sets it for DDP, and the job puts it back (a sweep's next job would inherit it)."""
     from test_docs_commands import terminal_problems
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
     ranks = 2
     source = Path(__file__).with_name("own_loaders.py").read_text()
@@ -166,6 +170,7 @@ def test_the_harness_command_imports_from_where_it_starts(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = done.result()
     assert result["status"] == "ok" and result["device"]["world_size"] == ranks
+    assert "env:OMP_NUM_THREADS" in result["isolation"]["torch_settings_put_back"]
     # 24 examples in batches of 4, split over the ranks (Lightning's distributed sampler).
     assert (tmp_path / "seen").read_text() == str(6 // ranks)
     assert result["metrics"]["train_measured_steps"] == 6 // ranks - 1
