@@ -21,8 +21,7 @@ CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
 # An outlier: this many times further from the median than any other, and this many noise sds away (sweeps.md)
 OUTLIER, OUTLIER_SDS = 2.0, 4.0
 ONE_JOB = "a side rests on one counted job, and nothing measured the noise between runs (repeat=3)"
-ACROSS_ROUNDS = ("no round where both ran quiet: their counted jobs ran in different rounds, where"
-                 " the machine's drift would read as a difference")
+ACROSS_ROUNDS = "no round where both ran quiet: jobs of different rounds differ by the machine's drift"
 
 
 @dataclass(frozen=True)
@@ -308,11 +307,9 @@ class Evidence:
 
 
 def compare(a: Evidence, b: Evidence, tolerance: float = TOLERANCE, noise: float = 0.0) -> Verdict | None:
-    """B against A: through the rounds they shared where those decide (`paired`), else by their
-    bands (`judge`); where they shared rounds, by bands of the rounds where both were counted
-    alone (ACROSS_ROUNDS when there is none): one side's quiet jobs from early rounds against
-    the other's from late ones would read the machine's drift as a difference. None where a
-    side has no sample."""
+    """B against A: through the rounds they shared where those decide (`paired`), else by their bands
+    (`judge`), of only the shared rounds where both were counted (none: ACROSS_ROUNDS): early quiet jobs
+    against late ones would read drift as a difference. None where a side has no sample."""
     shared = sorted((r for r in a.rounds if r in b.rounds), key=str)
     verdict = paired([(a.rounds[r], b.rounds[r]) for r in shared], tolerance, noise)
     if verdict is not None:
@@ -321,11 +318,9 @@ def compare(a: Evidence, b: Evidence, tolerance: float = TOLERANCE, noise: float
     alone = any(s.counted and r not in both for side in (a, b) for r, s in side.rounds.items())
     if not (shared and alone and a.band and a.band.counted and b.band and b.band.counted):
         return judge(a.band, b.band, tolerance)
-    if not both:
-        return Verdict("inconclusive", b.band.value / a.band.value if a.band.value else None,
-                       None, None, ACROSS_ROUNDS)
-    return judge(band_of([a.rounds[r] for r in both], noise), band_of([b.rounds[r] for r in both], noise),
-                 tolerance)
+    if not both:  # counted bands' values are rates, never 0
+        return Verdict("inconclusive", b.band.value / a.band.value, None, None, ACROSS_ROUNDS)
+    return judge(*(band_of([side.rounds[r] for r in both], noise) for side in (a, b)), tolerance)
 
 
 @dataclass(frozen=True)

@@ -141,10 +141,7 @@ def checkpoint_wrapper(module: torch.nn.Module) -> torch.nn.Module:
     """`module` with its activations recomputed in backward, non-reentrant: torch's
     CheckpointWrapper (`torch.distributed.algorithms._checkpoint`), which keeps the module's own
     state_dict keys and works under torch.compile; torch.utils.checkpoint has no module wrapper."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl,
-        checkpoint_wrapper,
-    )
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 
     return checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 

@@ -242,8 +242,7 @@ def breakdown(ranks: list[dict[str, Any]], skip: int, late_above: float) -> Brea
             "rank": n, "node": rank["node"],
             "compute_s": median([row[n].wall - row[n].data - row[n].blocked - row[n].broadcast
                                  for row in rows]),
-            "comm_s": median(cost),
-            "data_wait_s": median([row[n].data for row in rows]),
+            "comm_s": median(cost), "data_wait_s": median([row[n].data for row in rows]),
             "straggler_wait_s": median([row[n].blocked + row[n].broadcast - c
                                         for row, c in zip(rows, cost, strict=True)]),
         })
@@ -258,8 +257,7 @@ def breakdown(ranks: list[dict[str, Any]], skip: int, late_above: float) -> Brea
             for part in PARTS}
         straggler = {"rank": n, "node": ranks[n]["node"], "wait_s": late[n] - late[order[1]],
                      "late_in": max(excess, key=lambda part: excess[part])}
-    return Breakdown(figures, straggler, _comm(rows, len(ranks), median(cost), step_s),
-                     step_s, len(rows))
+    return Breakdown(figures, straggler, _comm(rows, len(ranks), median(cost), step_s), step_s, len(rows))
 
 
 def _comm(rows: list[list[StepRecord]], world: int, exposed_s: float, step_s: float

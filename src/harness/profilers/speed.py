@@ -138,8 +138,7 @@ class SpeedPreset(Preset, Callback):
             if why is None:
                 with memory_peaks.excluded(self.device):  # what it leaves held is read as it ends
                     own = copy.deepcopy(batch)  # a step may change it: pop a key, normalise in place
-                    step = (speed_of_light.training_step_fn if training else speed_of_light.predict_step_fn)(
-                        trainer, module, own)
+                    step = speed_of_light.own_step_fn(trainer, module, own, training)
                     why = speed_of_light.model_alone(trainer, module, step, own, 1, 0, training).note
                     del own, step  # the copy is not held
         except Exception as err:  # noqa: BLE001 - a state it cannot copy or put back costs the note only

@@ -109,8 +109,7 @@ class SystemSampler:
             "segment": self.segments, "stage": self.stage,
             "process_cpu_pct": None if first else self.process.cpu_percent(None),
             "system_cpu_pct": None if first else self._system_cpu_pct(),
-            "rss_bytes": self.process.memory_info().rss,
-            "children_rss_bytes": _children_rss(self.process),
+            "rss_bytes": self.process.memory_info().rss, "children_rss_bytes": _children_rss(self.process),
             "disk_read_bytes_per_s": None, "disk_write_bytes_per_s": None,
         }
         before_s, before = self._last

@@ -97,15 +97,14 @@ def measure_once(cfg: DictConfig, knobs: Knobs, record: RunRecord, logger: Any) 
         if compiled:
             result.metrics["compile_time_s"] = compiled.pop("compile_time_s")
         check_what_ran(result, knobs, trainer.world_size)
-        if trainer.is_global_zero:
-            for note in result.observed.notes:  # what ran differs from a knob: said, not hidden
+        if (observed := result.observed) is not None:  # None: the device's facts were unreadable
+            for note in observed.notes if trainer.is_global_zero else ():  # what ran differs from a knob
                 log.info("what ran: %s", note)
-        if knobs.activation_checkpointing is not False and result.observed is not None:
-            # said before the fit already
-            result.observed.checkpointed = None if checkpointed is None else checkpointed.classes()
-            result.observed.notes.append(said(checkpointed, type(module).__name__))
-        if compiled_whole and result.observed is not None:  # said before the fit already
-            result.observed.notes.append(compiled_whole)
+            if knobs.activation_checkpointing is not False:  # said before the fit already
+                observed.checkpointed = None if checkpointed is None else checkpointed.classes()
+                observed.notes.append(said(checkpointed, type(module).__name__))
+            if compiled_whole:  # said before the fit already
+                observed.notes.append(compiled_whole)
         _flag_nonfinite_loss(result, loss_watch)
         if trainer.is_global_zero:
             write_reports(presets.by_name, record, diagnose=knobs.repeat == 1)

@@ -115,13 +115,10 @@ class DiagnosePreset(Preset, Callback):
                                               else [], psutil.virtual_memory().available)
         if refused:
             return speed_of_light.PassResult(None, 0, None, f"model-alone pass skipped: {refused}")
-        if training:
-            if not module.automatic_optimization:
-                self.notes.append("manual optimization: the model-alone pass runs"
-                                  " training_step only (it steps its optimizers itself)")
-            step = speed_of_light.training_step_fn(trainer, module, batch)
-        else:
-            step = speed_of_light.predict_step_fn(trainer, module, batch)
+        if training and not module.automatic_optimization:
+            self.notes.append("manual optimization: the model-alone pass runs"
+                              " training_step only (it steps its optimizers itself)")
+        step = speed_of_light.own_step_fn(trainer, module, batch, training)
         return speed_of_light.model_alone(trainer, module, step, batch, self.steps, self.warmup,
                                           training=training, flops=self.count_flops)
 

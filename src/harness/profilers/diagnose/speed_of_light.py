@@ -306,6 +306,11 @@ def predict_step_fn(trainer: Any, module: Any, batch: Any) -> Callable[[], None]
     return step
 
 
+def own_step_fn(trainer: Any, module: Any, batch: Any, training: bool) -> Callable[[], None]:
+    """The phase's own step on `batch`, as the speed preset's step alone and diagnose's pass run it."""
+    return (training_step_fn if training else predict_step_fn)(trainer, module, batch)
+
+
 def step_flops(trainer: Any, module: Any, batch: Any, training: bool) -> tuple[int | None, str | None]:
     """(FLOPs of one training or predict step on `batch`, why not counted)."""
     if not training:
