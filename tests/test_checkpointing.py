@@ -253,9 +253,9 @@ def test_a_run_recomputes_a_users_blocks_that_hold_parameters_alone(harness):
 
 @pytest.mark.slow
 def test_checkpointing_lowers_the_training_peak_where_activations_dominate(harness):
-    """Planted: 8 blocks at 64 examples x 64 tokens hold ~300 MB of activations and ~2M
+    """Planted: 8 blocks at 32 examples x 64 tokens hold ~150 MB of activations and ~2M
     parameters; wrapped, backward keeps each block's input alone."""
-    shape = ("batch_size=64", "model.depth=8", "data.seq_len=64", "data.dim=128",
+    shape = ("batch_size=32", "model.depth=8", "data.seq_len=64", "data.dim=128",
              "data.train_batches=4", "profiler.speed.warmup_steps=1", "mode=train",
              "profiler=[speed]", "trainer.limit_val_batches=0")
     peaks = {}
