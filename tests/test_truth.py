@@ -15,7 +15,6 @@ import torch
 from conftest import FAST, job_results, run_harness, start_harness, sweep_dir
 from forked_harness import ForkedRun
 
-from harness.judge import ONE_JOB
 from harness.result.schema import RunResult
 
 pytestmark = pytest.mark.slow
@@ -149,11 +148,13 @@ def test_drift_between_jobs_is_spread_not_a_speed_up(tmp_path):
         rows = {r["point"]: r for r in csv.DictReader((sweep_dir(cwd) / "comparison.csv").open())}
         assert rows[base]["baseline"] == "True" and rows[other]["rounds"] == "4"
         # the rounds alternate the order, so the drift lands on both sides of 1: never a
-        # speed-up; where the judge gives an interval between runs (its jobs counted: no
-        # other process took the CPU, and a side kept more than one job) it holds 1
+        # speed-up; where the rounds' pairs give the interval (both jobs of a pair counted,
+        # or both loaded), it holds 1. Bands are not asked to: with contended jobs left out,
+        # the quiet rounds left may have run the points in one order only (one quiet round,
+        # a then b: 0.85-0.95, inconclusive, on a loaded machine)
         assert rows[other]["train_speedup_verdict"] != "real", rows[other]
         reason = rows[other]["train_speedup_verdict_reason"]
-        if rows[other]["train_speedup_min"] and "contended" not in reason and reason != ONE_JOB:
+        if rows[other]["train_speedup_pairs"] and "contended" not in reason:
             low = float(rows[other]["train_speedup_min"])
             high = float(rows[other]["train_speedup_max"])
             assert low < 1 < high, (order, low, high, rows[other]["train_speedup_verdict_reason"])
