@@ -14,6 +14,7 @@ from sweep_files import steps, write_job
 from harness.judge import (
     ACROSS_ROUNDS,
     ONE_JOB,
+    ONE_ORDER,
     Band,
     Evidence,
     Sample,
@@ -203,6 +204,14 @@ def test_quiet_jobs_of_different_rounds_are_not_compared_across_the_drift():
     assert judge(split["a"].band, split["b"].band).ratio == pytest.approx(58 / 60)
     verdict = compare(split["a"], split["b"], noise=0.05)
     assert verdict.ratio == pytest.approx(58 / 58) and verdict.kind != "real"
+    # Found in a later run: the one round where both ran quiet was round 2 (a, then b, as
+    # even rounds run): b ran 1.4 s later in the drift and read 0.90x (0.85-0.95). One order
+    # cannot tell drift from a difference; a planted 0.80 in it would have read real.
+    rates = {"a": [50.5, 32.8, 30.6, 20.4], "b": [42.7, 37.7, 24.5, 23.4]}
+    split = _split(rates, {"a": {0, 1, 3}, "b": {0, 1, 3}}, noise=0.03)
+    assert judge(split["a"].band, split["b"].band).kind == "real"  # the bands alone: wrong
+    verdict = compare(split["a"], split["b"], noise=0.03)
+    assert (verdict.kind, verdict.reason) == ("inconclusive", ONE_ORDER)
 
 
 # -- the same samples, every reader ---------------------------------------------------------

@@ -22,6 +22,7 @@ CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
 OUTLIER, OUTLIER_SDS = 2.0, 4.0
 ONE_JOB = "a side rests on one counted job, and nothing measured the noise between runs (repeat=3)"
 ACROSS_ROUNDS = "no round where both ran quiet: jobs of different rounds differ by the machine's drift"
+ONE_ORDER = "both ran quiet only in rounds of one order: drift within a round would read as a difference"
 
 
 @dataclass(frozen=True)
@@ -307,20 +308,22 @@ class Evidence:
 
 
 def compare(a: Evidence, b: Evidence, tolerance: float = TOLERANCE, noise: float = 0.0) -> Verdict | None:
-    """B against A: through the rounds they shared where those decide (`paired`), else by their bands
-    (`judge`), of only the shared rounds where both were counted (none: ACROSS_ROUNDS): early quiet jobs
-    against late ones would read drift as a difference. None where a side has no sample."""
+    """B against A: by their rounds' pairs where those decide (`paired`), else by bands (`judge`) of the
+    rounds where both were counted (none: ACROSS_ROUNDS; all even or all odd: ONE_ORDER). None: no sample."""
     shared = sorted((r for r in a.rounds if r in b.rounds), key=str)
     verdict = paired([(a.rounds[r], b.rounds[r]) for r in shared], tolerance, noise)
     if verdict is not None:
         return verdict
     both = [r for r in shared if a.rounds[r].counted and b.rounds[r].counted]
     alone = any(s.counted and r not in both for side in (a, b) for r, s in side.rounds.items())
-    if not (shared and alone and a.band and a.band.counted and b.band and b.band.counted):
+    one_order = len({r % 2 for r in shared if isinstance(r, int)}) == 2 == 1 + len({r % 2 for r in both})
+    if not (shared and (alone or one_order) and a.band and a.band.counted and b.band and b.band.counted):
         return judge(a.band, b.band, tolerance)
     if not both:  # counted bands' values are rates, never 0
         return Verdict("inconclusive", b.band.value / a.band.value, None, None, ACROSS_ROUNDS)
-    return judge(*(band_of([side.rounds[r] for r in both], noise) for side in (a, b)), tolerance)
+    verdict = judge(*(band_of([side.rounds[r] for r in both], noise) for side in (a, b)), tolerance)
+    return replace(verdict, kind="inconclusive", reason=ONE_ORDER) if one_order and verdict.kind != (
+        "inconclusive") else verdict
 
 
 @dataclass(frozen=True)

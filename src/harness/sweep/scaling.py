@@ -81,9 +81,7 @@ def study(comparison: Comparison, mode: str) -> dict[str, Any]:
         interval = ([verdict.low, verdict.high] if verdict and verdict.low is not None
                     and verdict.reason != ONE_JOB else None)
         factor = base_n / world
-        p_ratio = world / base_n
-        serial = ((1 / speedup - 1 / p_ratio) / (1 - 1 / p_ratio)
-                  if world > base_n and speedup else None)
+        serial = (1 / speedup - factor) / (1 - factor) if world > base_n and speedup else None  # Karp-Flatt
         blocks = [j.result.scaling for j in comparison.jobs
                   if j.name in str(p["jobs"]).split() and j.result and j.result.scaling]
         points.append({
