@@ -316,14 +316,14 @@ def compare(a: Evidence, b: Evidence, tolerance: float = TOLERANCE, noise: float
         return verdict
     both = [r for r in shared if a.rounds[r].counted and b.rounds[r].counted]
     alone = any(s.counted and r not in both for side in (a, b) for r, s in side.rounds.items())
-    one_order = len({r % 2 for r in shared if isinstance(r, int)}) == 2 == 1 + len({r % 2 for r in both})
+    one_order = len({r % 2 for r in shared if isinstance(r, int)}) == 2 and len({r % 2 for r in both}) == 1
     if not (shared and (alone or one_order) and a.band and a.band.counted and b.band and b.band.counted):
         return judge(a.band, b.band, tolerance)
     if not both:  # counted bands' values are rates, never 0
         return Verdict("inconclusive", b.band.value / a.band.value, None, None, ACROSS_ROUNDS)
     verdict = judge(*(band_of([side.rounds[r] for r in both], noise) for side in (a, b)), tolerance)
-    return replace(verdict, kind="inconclusive", reason=ONE_ORDER) if one_order and verdict.kind != (
-        "inconclusive") else verdict
+    decided = verdict.kind != "inconclusive"  # by rounds of one order, nothing is
+    return replace(verdict, kind="inconclusive", reason=ONE_ORDER) if one_order and decided else verdict
 
 
 @dataclass(frozen=True)
