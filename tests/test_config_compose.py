@@ -46,6 +46,7 @@ def composed(*overrides: str, tmp_path: Path | None = None) -> DictConfig:
 @pytest.mark.parametrize("preset", [p for p in options("profiler") if p != "none"])
 def test_every_profiler_preset_composes_and_builds(preset, tmp_path):
     cfg = composed(f"profiler=[{preset}]", tmp_path=tmp_path)
+    assert cfg.hydra.mode is None  # harness.cli reads it unset, uncomposed
     read_knobs(cfg)
     check_arguments(check_targets(cfg))  # every shipped argument fits its constructor's type hints
     nodes = cfg.profiler
@@ -100,6 +101,7 @@ def test_trainer_keys_harness_owns_are_refused(key, instead, tmp_path):
 def test_every_named_sweep_composes_over_existing_keys(tmp_path):
     for path in sorted(sweeps_dir().glob("*.yaml")):
         cfg = composed(f"sweep={path.stem}", tmp_path=tmp_path)
+        assert cfg.hydra.mode is None, f"{path.name} sets hydra.mode"  # see above
         swept = swept_values([], cfg.hydra.sweeper.params)
         assert swept, f"{path.name} sweeps nothing"
         for key in swept:
@@ -110,6 +112,7 @@ def test_every_named_sweep_composes_over_existing_keys(tmp_path):
 def test_launchers_compose(tmp_path):
     for launcher in options("hydra/launcher"):
         cfg = composed(f"hydra/launcher={launcher}", tmp_path=tmp_path)
+        assert cfg.hydra.mode is None, launcher
         assert cfg.hydra.launcher._target_.startswith("hydra_plugins.harness_launcher.")
 
 

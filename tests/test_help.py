@@ -53,3 +53,40 @@ def test_help_is_hydras_text_from_one_repository_copy():
     listed = _help("-cd", str(TESTS_DIR / "user_conf"), "--help")[0]
     assert "model: tiny, transformer\n" in listed  # the user's -cd directory is listed
     assert "profiler: " in listed and "sweep: " in listed  # conf/ and the named sweeps
+
+
+# `harness ARGS` for each line of stdin, in one interpreter, counting Hydra's compositions.
+COMPOSE_PROBE = """
+import shlex, sys
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from harness.cli import main
+original = ConfigLoaderImpl.load_configuration
+for line in sys.stdin:
+    composed = []
+    def counted(self, *args, **kwargs):
+        composed.append(1)
+        return original(self, *args, **kwargs)
+    ConfigLoaderImpl.load_configuration = counted
+    sys.argv = ['harness', *shlex.split(line)]
+    try:
+        main()
+    except SystemExit:
+        pass
+    print('COMPOSED=%d' % len(composed))
+"""
+
+
+def test_a_run_composes_its_config_once_unless_its_command_can_set_the_run_mode(tmp_path):
+    """Hydra composes once more only to read hydra.mode (Hydra.get_mode), which nothing of
+    harness's sets (tests/test_config_compose.py). `batch_size=0` ends at the check after
+    composing; in one interpreter, so Hydra's own get_mode is back after each command."""
+    user_conf = f"-cd {TESTS_DIR / 'user_conf'}"
+    commands = ["batch_size=0", "hydra.mode=RUN batch_size=0", f"{user_conf} batch_size=0",
+                "-m batch_size=0,1", "hydra.mode=MULTIRUN batch_size=0,1", "batch_size=0"]
+    out = subprocess.run([sys.executable, "-c", COMPOSE_PROBE], input="\n".join(commands) + "\n",
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    counts = [int(line.split("=")[1]) for line in out.stdout.splitlines() if line.startswith("COMPOSED=")]
+    assert len(counts) == len(commands), out.stderr[-3000:]
+    run, run_mode_set, user_config, sweep, sweep_mode_set, run_again = counts
+    assert (run, run_mode_set, user_config, run_again) == (1, 2, 2, 1), counts
+    assert sweep_mode_set == sweep + 1, counts

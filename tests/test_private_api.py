@@ -201,6 +201,20 @@ def test_hydras_help_lists_its_groups_through_the_replaceable_method():
         GlobalHydra.instance().clear()
 
 
+def test_hydra_reads_the_run_mode_through_the_replaceable_method():
+    from hydra._internal import utils
+    from hydra._internal.hydra import Hydra
+
+    assert "get_mode" in utils._run_hydra.__code__.co_names, (
+        "Hydra's _run_hydra no longer reads the mode through Hydra.get_mode: update"
+        " harness.private_api.run_mode_unset")
+    assert list(inspect.signature(Hydra.get_mode).parameters) == ["self", "config_name", "overrides"]
+    original = Hydra.get_mode
+    with private_api.run_mode_unset():
+        assert Hydra.get_mode(None, "config", ["a=1"]) is None  # no composing: no Hydra needed
+    assert Hydra.get_mode is original
+
+
 def test_the_checkpoint_wrapper_is_torchs_non_reentrant_one():
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         CheckpointImpl,

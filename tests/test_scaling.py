@@ -1,8 +1,9 @@
 """The scaling study (issue 35) against planted truths: costs set in code (tests/scaling_workload.py:
 sleeps per example, a user's DDP communication hook sleeping per optimizer step, a rank late in
 its forward or its backward), on gloo with 1, 2 and 4 ranks. Speed-ups and efficiencies within
-10 % of the arithmetic, communication within 30 %, the late rank named with its peers' wait
-within 30 %, nobody named where nobody is late. Breakdown rules in process, on planted records."""
+10 % of the arithmetic, communication within 30 % (with a late rank: above the hook's sleep,
+below it plus half the lateness), the late rank named with its peers' wait within 30 %, nobody
+named where nobody is late. Breakdown rules in process, on planted records."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def test_weak_scaling_with_a_late_backward_reads_the_planted_arithmetic(tmp_path
         assert late["wait_s"] == pytest.approx(LATE_S, rel=0.30), point
         peers = [r for r in point["ranks"] if r["rank"] != 1]
         assert all(r["straggler_wait_s"] == pytest.approx(LATE_S, rel=0.30) for r in peers)
-        assert all(r["comm_s"] == pytest.approx(COMM_S, rel=0.30) for r in point["ranks"])
+        # the hook's sleep and gloo's own allreduce, which grows with 4 ranks on 2 busy cores;
+        # never the late rank's 0.1 s, which is the peers' wait
+        assert all(0.9 * COMM_S < r["comm_s"] < COMM_S + LATE_S / 2 for r in point["ranks"]), point
         assert point["comm"]["bytes_per_step"] == 81 * 4  # the planted model's gradients
         assert point["examples_per_second"] == pytest.approx(
             point["per_device_examples_per_second"] * n)
