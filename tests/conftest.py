@@ -199,5 +199,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                                 f"{pytest.__version__}): install what pyproject's test extra pins")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # one tracker fork server for the session's workers
+        forked_harness._tracker_server()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     forked_harness.stop_server()

@@ -27,12 +27,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import select
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing import reduction
@@ -121,7 +127,7 @@ def _as_main_process() -> None:
 
 
 def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: int, status: int,
-           new_session: bool, path_head: str) -> None:
+           new_session: bool, path_head: str, trackers: str) -> None:
     """Become `harness argv[1:]` started in `cwd` with `env`, stdout and stderr the pipes
     `out` and `err` (pipes, as subprocess gives: a limit on file sizes does not apply to
     them), `path_head` first on its import path; then end as the interpreter would:
@@ -148,9 +154,10 @@ def _child(argv: Sequence[str], cwd: str, env: dict[str, str], out: int, err: in
     from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
 
     rank_zero_only.rank = _get_rank() or 0
-    global _forked_from_server
-    _forked_from_server = True
+    global _forked_from_server, _trackers
+    _forked_from_server, _trackers = True, trackers
     _fork_ranks_too()
+    _fork_trackers_too()
     code = 0
     try:
         from harness.cli import main
@@ -193,6 +200,100 @@ def _fork_ranks_too() -> None:
     subprocess_script.subprocess = SimpleNamespace(Popen=popen)
 
 
+def _fork_trackers_too() -> None:
+    """harness.tracking.tracker starts the run's MLflow tracker as `python -m
+    harness.tracking.tracker_process` (stdin and stdout pipes, stderr the run's): forked by the
+    tracker fork server instead, which imported MLflow once. Not for a run in a session of its
+    own: its tracker belongs to the run's process group, as a signal to the group finds it."""
+    from harness.tracking import tracker
+
+    def popen(command: Sequence[str], env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        env = dict(os.environ if env is None else env)
+        if (list(command[1:]) != ["-m", "harness.tracking.tracker_process"] or read_at_start(env)
+                or os.getsid(0) == os.getpid()):
+            return subprocess.Popen(command, env=env, **kwargs)
+        return ForkedTracker(env)
+
+    tracker.subprocess = SimpleNamespace(Popen=popen, PIPE=subprocess.PIPE,
+                                         TimeoutExpired=subprocess.TimeoutExpired)
+
+
+# The tracker fork server's socket: the session's (its first process starts it, pytest-xdist's
+# workers find it in their environment), handed to each forked run.
+_trackers = os.environ.get("HARNESS_TEST_TRACKERS", "")
+
+
+def _tracker_server() -> str:
+    """The session's tracker fork server (tests/tracker_fork_server.py), started on first use
+    where none is; it ends with the process that started it."""
+    global _trackers, _tracker_process
+    if not _trackers:
+        path = os.path.join(tempfile.mkdtemp(prefix="harness-trackers-"), "socket")
+        _tracker_process = subprocess.Popen(
+            [sys.executable, str(_TESTS_DIR / "tracker_fork_server.py"), path, str(os.getpid())],
+            env=_SERVER_ENVIRON, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True)  # holds none of a run's pipes, takes no signal to its group
+        _trackers = os.environ["HARNESS_TEST_TRACKERS"] = path
+    return _trackers
+
+
+_tracker_process: subprocess.Popen | None = None
+
+
+class ForkedTracker:
+    """A tracker forked by the tracker fork server: the parts of subprocess.Popen that
+    harness.tracking.tracker uses (stdin, stdout, pid, poll, wait, kill)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._server = socket.socket(socket.AF_UNIX)
+        deadline = time.monotonic() + 120  # the server imports MLflow before it listens
+        while True:
+            try:
+                self._server.connect(_trackers)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        (stdin_r, stdin_w), (stdout_r, stdout_w) = os.pipe(), os.pipe()
+        request = json.dumps({"cwd": os.getcwd(), "env": env}).encode()
+        socket.send_fds(self._server, [request], [stdin_r, stdout_w, 2])
+        os.close(stdin_r)
+        os.close(stdout_w)
+        self.stdin, self.stdout = open(stdin_w, "wb"), open(stdout_r, "rb")  # noqa: SIM115
+        self._said = b""
+        self.args = [sys.executable, "-m", "harness.tracking.tracker_process"]
+        self.pid = int(self._line(None))
+        self.returncode: int | None = None
+
+    def _line(self, timeout: float | None) -> bytes | None:
+        """The server's next line, or None if none came within `timeout` seconds."""
+        while b"\n" not in self._said:
+            if not select.select([self._server], [], [], timeout)[0]:
+                return None
+            chunk = self._server.recv(64)
+            self._said += chunk or b"255\n"  # the server is gone: so is what it relayed
+        line, _, self._said = self._said.partition(b"\n")
+        return line
+
+    def poll(self) -> int | None:
+        if self.returncode is None and (line := self._line(0)) is not None:
+            self.returncode = int(line)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            line = self._line(timeout)
+            if line is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self.returncode = int(line)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 class _Drain(threading.Thread):
     """Reads a pipe to its end (the child and everything it started closed it)."""
 
@@ -227,7 +328,8 @@ class ForkedRun:
         out, err = output or (pipes[0][1], pipes[1][1])
         self._process = _context.Process(
             target=_child, args=(list(argv), str(cwd), dict(env), _Fd(out), _Fd(err),
-                                 _Fd(status_w), new_session, path_head or str(Path(argv[0]).parent)))
+                                 _Fd(status_w), new_session, path_head or str(Path(argv[0]).parent),
+                                 _tracker_server()))
         try:
             self._process.start()
         finally:
@@ -306,3 +408,6 @@ def stop_server() -> None:
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     if server is not None and getattr(server, "_forkserver_pid", None) is not None:
         server._stop()
+    if _tracker_process is not None:
+        _tracker_process.kill()
+        _tracker_process.wait()

@@ -26,10 +26,18 @@ import matplotlib.figure
 import submitit
 
 import harness.cli
+import harness.cli_errors
+import harness.profilers.diagnose.preset
+import harness.profilers.speed
 import harness.run.build
 import harness.run.job
 import harness.run.measure
 import harness.sweep.callbacks
+import harness.sweep.named
 import harness.tracking.parent_run
+import harness.workload.data
+import harness.workload.model
+import pydantic
+import rich.table
 import hydra_plugins.harness_launcher.rounds_sweeper
 import hydra_plugins.harness_launcher.submitit_launcher
