@@ -10,6 +10,8 @@ status, stdout and stderr, environment, working directory and signal handlers, a
 
 A forked run's DDP ranks are forked from the same server too (`_fork_ranks_too`): Lightning
 starts ranks 1..N-1 as `python -m harness.cli ...`, each importing the same libraries again.
+So is its MLflow tracker process (`_fork_trackers_too`), from a server of the session's that
+imported MLflow (tests/tracker_fork_server.py): a job's process never holds MLflow.
 
 What differs from a fresh `harness` process, and where a test needs that, it runs the real
 command instead (conftest.run_harness(fresh=True), harness_command()): the modules above are
@@ -32,6 +34,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -411,3 +414,4 @@ def stop_server() -> None:
     if _tracker_process is not None:
         _tracker_process.kill()
         _tracker_process.wait()
+        shutil.rmtree(Path(_trackers).parent, ignore_errors=True)
