@@ -1,10 +1,10 @@
 """The two-node local SLURM cluster (scripts/local_slurm/start.sh --nodes 2): two network
 namespaces joined by a bridge, each node's link shaped by a TBF qdisc.
 
-Its check of the link (scripts/local_slurm/allreduce_check.py): one rank on each node, each
-placed by Lightning's SLURMEnvironment with num_nodes=2, and a gloo allreduce whose bus
-bandwidth is the shaped rate's, within 30 % (an unshaped veth gives GB/s, a broken shaping
-far less). stop.sh is held to leaving nothing behind. Then the scaling study across the two nodes
+Its check of the link (scripts/local_slurm/allreduce_check.py, with HARNESS_FULL=1): one rank
+on each node, each placed by Lightning's SLURMEnvironment with num_nodes=2, and a gloo allreduce
+whose bus bandwidth is the shaped rate's, within 30 % (an unshaped veth gives GB/s, a broken
+shaping far less). stop.sh is held to leaving nothing behind. Then the scaling study across the two nodes
 (issue 35): a sweep over trainer.num_nodes=1,2 through hydra/launcher=slurm whose 2-node point
 has its ranks on both nodes and reads the link's rate off its own gradients' allreduce; and a
 rank lost mid-run there (SIGKILLed, or hung) fails its point naming the rank and its node, and
@@ -112,6 +112,9 @@ def two_node_cluster() -> Any:
 
 @pytest.fixture(scope="module")
 def link_check(two_node_cluster: TwoNodeCluster) -> dict[str, Any]:
+    if os.environ.get("HARNESS_FULL") != "1":
+        pytest.skip("the link check's own report: HARNESS_FULL=1 runs it (in CI the scaling sweep below"
+                    " shows ranks on both nodes, SLURMEnvironment and the shaped link's busbw)")
     done = subprocess.run([sys.executable, str(SCRIPTS / "allreduce_check.py"), "--json", "--mib=8",
                            "--iters=4", "--warmup=1", f"--link-rate={two_node_cluster.link_rate}"],
                           capture_output=True, text=True, timeout=300, env=two_node_cluster.env)
