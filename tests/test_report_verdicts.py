@@ -69,7 +69,7 @@ def test_a_planted_30_percent_slowdown_is_a_regression(tmp_path, capsys):
     assert rows["train_examples_per_second"]["verdict"] == "real"
     assert rows["train_seconds_per_iteration"]["verdict"] == "real"
     assert rows["peak_memory_bytes"]["verdict"] == "same"  # the judge's rule, lower is better
-    assert "no change: batch_size=8: peak memory the same (500 -> 500 MiB), within 10%" in out
+    assert "no change: batch_size=8: peak memory the same (500.0 MiB -> 500.0 MiB), within 10%" in out
 
 
 def test_one_run_a_side_is_undecided_the_noise_between_runs_unknown(tmp_path, capsys):

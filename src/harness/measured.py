@@ -74,12 +74,6 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def mib(size: float | None) -> str:
-    """Bytes as MiB: 12.5 below 100 MiB, 1,234 above (None reads 0.0)."""
-    value = (size or 0) / MIB
-    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
-
-
 def peak_memory(figures: Mapping[str, Any]) -> tuple[float | None, str | None, float | None]:
     """(bytes, its source, the resident set at an RSS increase's start) of one run's figures: the
     first source found of device allocated, a main phase's peak RSS increase, the process's RSS."""

@@ -12,9 +12,10 @@ from harness.autotune.plot import MEMORY_PNG, point_label, write_memory_png
 from harness.autotune.replay import SPACE_FILE, SUMMARY_FILE, Setup, replay
 from harness.autotune.search import Search
 from harness.autotune.verdict import line, summary
-from harness.measured import mib
+from harness.measured import MIB
 from harness.reports.files import write_json
 from harness.result.jobs import sweep_setting
+from harness.terminal import show
 
 log = logging.getLogger(__name__)
 NAMED_SWEEP = "sweep"  # the config group of named sweeps (harness.sweep.named.GROUP)
@@ -37,8 +38,6 @@ def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
         return None
     from rich.markup import escape
 
-    from harness.terminal import show
-
     body = write_summary(*replay(sweep_dir), sweep_dir, write)
     show_points(body)
     plots = sweep_setting(sweep_dir, "hydra.callbacks.sweep_report.plot") is not False
@@ -56,8 +55,6 @@ def show_points(body: dict[str, Any]) -> None:
     jobs there, its peak memory. The deepest stage first (its points ran side by side), then
     fastest first: figures of different stages, minutes apart, are not set against each other."""
     from rich.table import Table
-
-    from harness.terminal import show
 
     recipe = body.get("global_batch")
     at = (f" at global_batch_size={recipe['global_batch_size']}, micro-batch x accumulation"
@@ -89,5 +86,5 @@ def show_points(body: dict[str, Any]) -> None:
                       str(figure["jobs"] if figure else point["jobs"]),
                       f"{figure['examples_per_second']:,.0f}" if figure else "-",
                       f"{figure['low']:,.0f}-{figure['high']:,.0f}" if figure else "-",
-                      mib(peak) if peak is not None else "-", ", ".join(notes))
+                      f"{peak / MIB:,.0f}" if peak is not None else "-", ", ".join(notes))
     show(table)

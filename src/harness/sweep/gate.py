@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.judge import Verdict
-from harness.measured import MAIN_PHASES, PHASE_NAMES, USABLE, is_finite_number, mib
+from harness.measured import MAIN_PHASES, PHASE_NAMES, USABLE, is_finite_number
+from harness.terminal import size
 
 if TYPE_CHECKING:
     from harness.sweep.diff import Diff
@@ -72,7 +73,7 @@ def decision(label: str, phase: str, verdict: Verdict | None, tolerance: float,
         return Decision(phase, UNDECIDED, f"{UNDECIDED}: {name}: nothing to compare")
     said = f"{name}{_said(verdict)}"
     if phase == MEMORY:
-        said += f" ({mib(memory[0])} -> {mib(memory[1])} MiB)"
+        said += f" ({size(memory[0])} -> {size(memory[1])})"
     if verdict.kind == "real":
         outcome = REGRESSION if verdict.worse else IMPROVEMENT
         return Decision(phase, outcome, f"{outcome}: {said}, beyond {tolerance:.0%}")

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.judge import ONE_JOB, compare
-from harness.measured import RANK_PARTS, USABLE, is_finite_number, mib
+from harness.measured import RANK_PARTS, USABLE, is_finite_number
 from harness.reports.files import write_json, write_text
 from harness.sweep.render import significant
 from harness.sweep.table import Comparison
+from harness.terminal import size
 
 STEM = "scaling"
 DOC = "docs/scaling.md#scalingjson"
@@ -119,11 +120,9 @@ def lines(body: dict[str, Any]) -> list[str]:
                          " (contended: others' load may be what makes it late)"
                          if point["contended"] else ""))
         if comm and comm.get("busbw_bytes_per_s"):
-            size = comm["bytes_per_step"]
-            text += (f"; allreduce {mib(size)} MiB a step" if size >= 2**20 else
-                     f"; allreduce {size / 1024:.1f} KiB a step") + (
-                f", bus {significant(comm['busbw_bytes_per_s'] / 1e6)} MB/s,"
-                f" {comm['share']:.0%} of the step exposed")
+            text += (f"; allreduce {size(comm['bytes_per_step'])} a step, bus"
+                     f" {significant(comm['busbw_bytes_per_s'] / 1e6)} MB/s,"
+                     f" {comm['share']:.0%} of the step exposed")
         said.append(text)
     return said
 

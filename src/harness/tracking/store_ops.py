@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.launch.outside_tool import git_commit
-from harness.measured import MIB, is_finite_number, mib
+from harness.measured import MIB, is_finite_number
 from harness.result.jobs import read_job
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, job_dirs
+from harness.terminal import size as file_size
 from harness.tracking.store_access import (
     MAX_PARAM_CHARS,
     MAX_TAG_CHARS,
@@ -164,7 +165,7 @@ class StoreOps(Store):
             relative = path.relative_to(run_dir)
             size = path.stat().st_size
             if "trace" in path.name.lower() and size > trace_cap_mb * MIB:
-                skipped.append(f"{relative} ({mib(size)} MiB)")
+                skipped.append(f"{relative} ({file_size(size)})")
                 continue
             self.client.log_artifact(run_id, str(path), str(relative.parent))
             if path.suffix == ".csv":  # as a table too: the UI compares it across runs
