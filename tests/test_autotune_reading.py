@@ -10,11 +10,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.autotune.command_line import Here, SpaceError, adapt, parse
-from harness.autotune.job import Shape, overrides, stage_and_round
+from harness.autotune.job import Shape, overrides
 from harness.autotune.knowledge import Job
 from harness.autotune.reading import elapsed, outcome_of
+from harness.autotune.replay import Setup, replay
+from harness.autotune.search import Search
 from harness.autotune.settings import Settings
-from harness.autotune.space import Candidate
+from harness.autotune.space import ABSENT, BATCH, LOADER, Candidate, Key, Space
 from harness.errors import ConfigError
 from harness.measured import sample_of
 from harness.result.jobs import settings_of
@@ -158,6 +160,8 @@ def test_an_integer_interval_is_kept_as_bounds():
     (("model.depht=2,4",), "model.depht is not a key of the config"),
     (("model.lr=interval(0.0001,0.01)",), "not a float range"),
     (("batch_size=0,8",), "batch sizes are positive integers"),
+    (("batch_size=8,inf",), "batch_size=inf: batch sizes are positive integers"),  # not an OverflowError
+    (("batch_size=8,nan",), "batch_size=nan: batch sizes are positive integers"),
     (("batch_size=8,16", "trainer.max_steps=5"), "trainer.max_steps: autotune sets it"),
     (("batch_size=8,16", "repeat=3"), "repeat: autotune sets it"),
     (("precision=fp16,fp32",), "precision='fp16' is not valid: expected a precision this machine"
@@ -183,6 +187,10 @@ def test_the_default_space_is_fitted_to_the_machine_and_the_data():
         _parse("compile=false,true", "batch_size=8,16", here=Here(cxx=False))
     slurm = _parse(params=params, here=Here(here=False))
     assert {k.name: k.values for k in slurm.space.keys}["precision"] == ("fp32", "bf16", "fp16")
+    # a line none of whose values runs here is left out, said in its note (it was a ValueError)
+    few = _parse("batch_size=8,16", params={"data.num_workers": "interval(8,16)"}, here=Here(cpus=4))
+    assert [k.name for k in few.space.keys] == ["batch_size"]
+    assert "data.num_workers: 8, 16 left out of the default space: a job has 4 CPUs" in few.notes
 
 
 def test_loader_workers_are_left_out_where_the_data_config_has_none():
@@ -209,12 +217,28 @@ def test_a_jobs_overrides_say_how_it_is_measured():
                       "trainer.limit_val_batches=0", "trainer.max_steps=27",
                       "data.train_batches=27", "repeat=1", "+sweep_round=1",
                       "+autotune_stage=s1"]  # warm-up: 3 + 2 workers x prefetch 2
-    assert stage_and_round(listed) == ("s1", 1)
     # with accumulation the speed preset measures optimizer steps (its warm-up: 7 batches
     # rounded up to 2 whole steps of 4): 2 + 20 of them, in 22 x 4 batches
     both = overrides(job, [], Settings(objective="both"), Shape(accumulate=4, train_batches=8))
     assert "trainer.max_steps=22" in both and "trainer.limit_predict_batches=27" in both
     assert "data.train_batches=88" in both
+
+
+def test_the_replay_reads_each_jobs_point_stage_and_round_from_its_overrides(tmp_path):
+    space = Space((Key("batch_size", BATCH, "32", values=("32", "64")),
+                   Key("+data.num_workers", LOADER, ABSENT, values=("0", "2"))))
+    settings = Settings(probes="stage")  # one wave: the ladder and the start's round 1 (the calibration)
+    Setup(space, settings).write(tmp_path)
+    wave = Search(space, settings).start()
+    assert [j.round for j in wave.jobs] == [0, 0, 1]
+    for n, job in enumerate(wave.jobs):
+        _job(tmp_path, str(n), overrides=overrides(job, ["sweep=autotune"], settings, Shape()))
+    (tmp_path / "other").mkdir()  # a job of another sweep: not one of the search's
+    write_result(tmp_path / "other", RunResult(status="ok", overrides=["batch_size=32"]))
+    search, _ = replay(tmp_path)
+    assert [(r.job.candidate, r.job.stage, r.job.round) for r in search.records] == [
+        (j.candidate, j.stage, j.round) for j in wave.jobs]
+    assert search.status == "interrupted"  # the next wave's jobs are not on disk
 
 
 def test_a_points_probe_and_confirm_jobs_pool_into_one_cell():

@@ -39,7 +39,6 @@ from harness.config.global_batch import accumulation
 from harness.config.overrides import parse_overrides
 
 FIXED = [f"global_batch_size={RECIPE_GLOBAL}"]
-SHAPE = Shape(train_batches=64, global_batch=RECIPE_GLOBAL, batch_size=32)
 # compile costs 30 s over 300 planned steps: 0.1 s a step, slower beyond any noise
 SETTINGS = Settings(planned_steps=300)
 
@@ -49,6 +48,9 @@ def recipe_space(grid: dict[str, str] | None = None) -> Space:
                      values=tuple(values.split(",")))
                  for name, values in (grid or RECIPE_GRID).items())
     return Space(keys, GlobalBatch(RECIPE_GLOBAL))
+
+
+SHAPE = Shape(train_batches=64, space=recipe_space())
 
 
 def search_recipe(settings: Settings = SETTINGS, **planted):  # noqa: ANN201
@@ -333,6 +335,11 @@ def test_a_listed_checkpointing_true_that_wraps_nothing_is_dropped_before_any_jo
                                                  " job: the model has no repeated block to wrap")
     three = _parse("activation_checkpointing=false,true,false", blocks=lambda: None)
     assert "activation_checkpointing=false" in three.fixed
+    # `true` alone is one value, which fixes the key as typed (it was a ValueError: no values)
+    for alone in ("choice(true)", "true,true"):
+        only = _parse(f"activation_checkpointing={alone}", blocks=lambda: None)
+        assert "activation_checkpointing=true" in only.fixed
+        assert "activation_checkpointing" not in [k.name for k in only.space.keys]
     kept = _parse("activation_checkpointing=false,true")  # 2 Block found: searched
     assert kept.space.key("activation_checkpointing").values == ("false", "true")
 

@@ -156,11 +156,10 @@ def test_window_check_names_the_keys():
     trainer = SimpleNamespace(
         num_training_batches=4, max_epochs=1, max_steps=-1, accumulate_grad_batches=1
     )
-    check_window("memory", "warmup + steps", 4, trainer, "lower them")  # fits exactly
-    with pytest.raises(
-        HarnessError, match=r"warmup \+ steps = 5 training steps.*only 4|4 training"
-    ):
-        check_window("memory", "warmup + steps", 5, trainer, "lower them")
+    check_window("memory", trainer, warmup=1, steps=3)  # fits exactly
+    with pytest.raises(HarnessError, match=r"warmup \+ steps = 5 training steps.*4 training.*Fix: lower"
+                       r" profiler\.memory\.warmup / profiler\.memory\.steps, or raise"):
+        check_window("memory", trainer, warmup=2, steps=3)
 
 
 @pytest.mark.parametrize(("preset", "values", "says"), [

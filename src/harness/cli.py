@@ -115,8 +115,7 @@ def _end_unfinished_sweep(err: BaseException) -> None:
     from harness.sweep.progress import current
     from harness.terminal import end_job_log
 
-    sweep = current()
-    if sweep is None or not sweep.running:
+    if (sweep := current(running=True)) is None:
         return
     end_job_log()  # what follows is the sweep's (sweep.log), not the last job's cli.log
     interrupted = isinstance(err, KeyboardInterrupt) or (

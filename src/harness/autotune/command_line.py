@@ -3,7 +3,6 @@ space fitted to the machine, overridden key by key; an unsearchable space refuse
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -58,6 +57,8 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
         key = override.get_key_element()
         entries.pop(key.lstrip("+~"), None)  # a later override of the key replaces an earlier one
         entries[key.lstrip("+~")] = (key, override, n < len(default))
+    if owned := [key for key in entries if key in OWNED]:
+        raise SpaceError(f"{owned[0]}: autotune sets it on every job. Fix: drop it; use {OWNED[owned[0]]}")
     keys, fixed, notes = [], [], []  # notes: what the default space left out or dropped, and why
     recipe = global_batch(config, entries.get(GLOBAL_BATCH_KEY))
     for key, override, from_params in entries.values():
@@ -72,15 +73,12 @@ def parse(params: Mapping[str, Any] | None, arguments: list[str], config: Any,
             made = adapt(made, here, notes) if from_params else made
             if not from_params and key.lstrip("+~") == CHECKPOINT_KEY:
                 made = checkpointing_listed(made, blocks, notes)
-                if len(made.values) == 1:  # true dropped: false alone, every job's
+                if len(made.values) == 1:  # one value (false alone, true dropped): every job's
                     fixed.append(f"{key}={made.values[0]}")
                     continue
             if made is not None and made.role == BATCH and recipe is not None:
                 made = micro_batches(made, recipe, from_params, notes)
             keys += [made] if made is not None else []
-    if owned := [bare for key in [*(k.name for k in keys), *(line.partition("=")[0] for line in fixed)]
-                 if (bare := key.lstrip("+~")) in OWNED]:
-        raise SpaceError(f"{owned[0]}: autotune sets it on every job. Fix: drop it; use {OWNED[owned[0]]}")
     if recipe is not None and not any(k.role == BATCH for k in keys):
         recipe = replace(recipe, batch_size=_int(config_value(config, "batch_size")))
     space = Space(tuple(keys), recipe)
@@ -114,10 +112,8 @@ def config_value(config: Any, key: str) -> str | None:
     from omegaconf import OmegaConf
 
     sentinel = object()
-    try:
-        value = OmegaConf.select(config, key, default=sentinel, throw_on_missing=False)
-    except Exception:  # an interpolation that resolves only inside a job
-        value = OmegaConf.select(config, key, default=sentinel, throw_on_resolution_failure=False)
+    value = OmegaConf.select(config, key, default=sentinel, throw_on_missing=False,
+                             throw_on_resolution_failure=False)  # resolved only inside a job: none
     if value is sentinel:
         return None
     return "null" if value is None else normal(value)
@@ -130,17 +126,16 @@ def adapt(key: Key, here: Here, notes: list[str]) -> Key | None:
     if key.name == "data.num_workers" and here.cpus is not None:
         kept = [v for v in listed if not v.isdigit() or int(v) <= here.cpus]
         why = f"a job has {here.cpus} CPUs"
-    if len(kept) < len(listed):
-        notes.append(f"{key.name}: {', '.join(v for v in listed if v not in kept)} left out of the"
-                     f" default space: {why}")
-    if not kept and key.interval is None:
-        return None
-    return key if len(kept) == len(listed) else Key(key.name, key.role, key.default, values=tuple(kept))
+    if len(kept) == len(listed):
+        return key
+    notes.append(f"{key.name}: {', '.join(v for v in listed if v not in kept)} left out of the"
+                 f" default space: {why}")
+    return Key(key.name, key.role, key.default, values=tuple(kept)) if kept else None
 
 
 def _int(value: str | None) -> int | None:
     number = as_number(value) if value is not None else None
-    return int(number) if number is not None and number == int(number) else None
+    return int(number) if number is not None and number.is_integer() else None
 
 
 def global_batch(config: Any, entry: tuple[str, Any, bool] | None) -> GlobalBatch | None:
@@ -194,10 +189,10 @@ def micro_batches(key: Key, recipe: GlobalBatch, from_params: bool, notes: list[
                      + (f" ({', '.join(dropped)} left out)" if dropped else ""))
         key = Key(key.name, key.role, key.default, values=tuple(map(str, fits)))
     if (default := _int(key.default)) is not None and not recipe.divides(default):
-        nearest = min(key.sorted_numbers(), key=lambda v: (abs(math.log(max(v, 1) / max(default, 1))), v))
+        nearest = key.start()  # the space's value nearest it: every value divides
         notes.append(f"batch_size: the config's {default} does not divide {where}; the default"
                      f" configuration runs batch_size={nearest}")
-        key = Key(key.name, key.role, str(nearest), key.values, key.interval)
+        key = Key(key.name, key.role, nearest, key.values, key.interval)
     return key
 
 
@@ -235,8 +230,10 @@ def checkpointing(recipe: GlobalBatch | None, blocks: Callable[[], str | None] |
 
 def checkpointing_listed(key: Key, blocks: Callable[[], str | None] | None, notes: list[str]) -> Key:
     """A typed activation_checkpointing list without `true` (noted) where the model provably has no
-    repeated block: it would run as `false` does. A model not buildable here proves nothing."""
-    if "true" not in key.values or blocks is None or _found_blocks(blocks) != (None, None):
+    repeated block: it would run as `false` does. A model not buildable here proves nothing; `true`
+    alone (`choice(true)`) is one value, which fixes the key as typed."""
+    if ("true" not in key.values or key.values == ("true",) or blocks is None
+            or _found_blocks(blocks) != (None, None)):
         return key
     notes.append(f"{CHECKPOINT_KEY}=true dropped before any job: {NO_BLOCK}, so it would run"
                  f" as {CHECKPOINT_KEY}=false. Fix: name the classes to wrap,"

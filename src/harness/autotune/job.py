@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from harness.autotune.knowledge import Job
 from harness.autotune.settings import Settings
-from harness.config.overrides import AUTOTUNE_STAGE, ROUND_KEY, parse_overrides
+from harness.autotune.space import Space
+from harness.config.overrides import AUTOTUNE_STAGE, ROUND_KEY
 
 MODES = {"training": "train", "inference": "inference", "both": "both"}
 ACCUMULATE = "trainer.accumulate_grad_batches"
@@ -17,16 +18,15 @@ WORKERS, PREFETCH = "data.num_workers", "data.prefetch_factor"
 
 @dataclass(frozen=True)
 class Shape:
-    """What the sweep's config says about every job (a batch count: None where it has none)."""
+    """What the sweep's config says about every job (a batch count: None where it has none), and
+    its space (at a global batch, the accumulation of each micro-batch)."""
 
     train_batches: int | None = None
     predict_batches: int | None = None
     accumulate: int = 1
     workers: int = 0
     prefetch: int = 2  # DataLoader's default prefetch_factor
-    global_batch: int | None = None  # global_batch_size: accumulation = it / (batch x ranks)
-    ranks: int = 1
-    batch_size: int = 32  # the config's, for a candidate that does not search it
+    space: Space = Space(())
 
 
 def _int(value: str | None, default: int) -> int:
@@ -47,9 +47,7 @@ def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> l
     if settings.objective in ("training", "both"):
         # the batches of one optimizer step: global_batch_size's, else trainer.accumulate_grad_batches
         typed = job.candidate.get(ACCUMULATE) or job.candidate.get(f"+{ACCUMULATE}")
-        micro = _int(job.candidate.get("batch_size"), shape.batch_size)
-        accumulate = max(_int(typed, shape.accumulate) if shape.global_batch is None
-                         else shape.global_batch // max(micro * shape.ranks, 1), 1)
+        accumulate = max(shape.space.accumulation(job.candidate) or _int(typed, shape.accumulate), 1)
         # max_steps counts optimizer steps, as the speed preset's measured steps do with
         # accumulation (its warm-up: `warmup` batches rounded up to whole optimizer steps)
         optimizer_steps = math.ceil(warmup / accumulate) + job.measured_steps
@@ -65,14 +63,3 @@ def overrides(job: Job, fixed: list[str], settings: Settings, shape: Shape) -> l
     kept = [o for o in fixed if o.partition("=")[0].lstrip("+~") not in measuring]
     return [*kept, *job.candidate.overrides(), *(f"{k}={v}" for k, v in measuring.items()),
             "repeat=1", f"+{ROUND_KEY}={job.round}", f"+{AUTOTUNE_STAGE}={job.stage}"]
-
-
-def stage_and_round(job_overrides: list[str]) -> tuple[str, int] | None:
-    """(stage, round) of a job of an autotune sweep, from its overrides; None for another."""
-    settings = parse_overrides(job_overrides)
-    if (stage := settings.get(AUTOTUNE_STAGE)) is None:
-        return None
-    try:
-        return stage, int(settings.get(ROUND_KEY, "0"))
-    except ValueError:
-        return None

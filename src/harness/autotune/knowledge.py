@@ -72,7 +72,7 @@ class Knowledge:
     decisions: list[Decision] = field(default_factory=list)
     status: str = "running"  # running, done, budget, interrupted, infeasible
     stop_reason: str | None = None
-    stages: list[dict] = field(default_factory=list)  # name, measured_steps, rounds, jobs
+    stages: list[dict] = field(default_factory=list)  # name, measured_steps, rounds
     ladders: list[dict] = field(default_factory=list)  # each fit ladder, the start point's first
     pool: list[Candidate] = field(default_factory=list)  # still in the running
     kept: list[Candidate] = field(default_factory=list)  # alternates of several keys, whole

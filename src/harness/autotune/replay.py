@@ -9,13 +9,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.autotune.job import stage_and_round
 from harness.autotune.knowledge import Wave
 from harness.autotune.reading import elapsed, outcome_of
 from harness.autotune.search import Search
 from harness.autotune.settings import Settings
 from harness.autotune.space import ABSENT, Candidate, GlobalBatch, Key, Space
-from harness.config.overrides import parse_overrides
+from harness.config.overrides import AUTOTUNE_STAGE, ROUND_KEY, parse_overrides
 from harness.errors import HarnessError
 from harness.reports.files import write_json
 from harness.result.jobs import JobResult, read_job
@@ -76,11 +75,11 @@ def replay(sweep_dir: Path) -> tuple[Search, Setup]:
     setup = Setup.read(sweep_dir)
     jobs: dict[tuple[Candidate, str, int], list[JobResult]] = {}
     for ran in (read_job(job_dir)[0] for job_dir in job_dirs(sweep_dir)):
-        if (where := stage_and_round(ran.overrides)) is not None:
-            typed = parse_overrides(ran.overrides)
+        typed = parse_overrides(ran.overrides)  # as harness.autotune.job.overrides wrote them
+        if (stage := typed.get(AUTOTUNE_STAGE)) is not None:  # else a job of another sweep
             candidate = Candidate(tuple((k.name, typed.get(k.name.lstrip("+~"), ABSENT))
                                         for k in setup.space.keys))
-            jobs.setdefault((candidate, *where), []).append(ran)
+            jobs.setdefault((candidate, stage, int(typed.get(ROUND_KEY, "0"))), []).append(ran)
     search = Search(setup.space, setup.settings)
 
     def on_disk(wave: Wave) -> list[JobResult] | None:  # a wave's jobs differ in (candidate, stage, round)

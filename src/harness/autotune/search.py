@@ -68,7 +68,6 @@ class Search(Knowledge):
         if elapsed_s is not None:
             self.elapsed_s = elapsed_s
         self.records += map(Record, self._wave.jobs, outcomes, names or [""] * len(outcomes))
-        self.stages[-1]["jobs"] += len(outcomes)
         if (odd := next((o for o in outcomes if o.unknown), None)) is not None:
             self.interrupt(f"a job of stage {self._wave.stage} did not end ({odd.status}"
                            f"{': ' + odd.reason if odd.reason else ''})")
@@ -90,7 +89,7 @@ class Search(Knowledge):
             return None
         if not self.stages or self.stages[-1]["name"] != wave.stage:
             self.stages.append({"name": wave.stage, "measured_steps": wave.jobs[0].measured_steps,
-                                "rounds": 0, "jobs": 0})
+                                "rounds": 0})
         self.stages[-1]["rounds"] = max(self.stages[-1]["rounds"], 1 + max(j.round for j in wave.jobs))
         return wave
 

@@ -251,8 +251,7 @@ def check_space(space: Space) -> None:
             raise SpaceError(f"{key.name}=interval({lo},{hi}): the low end is above the high."
                              f" Fix: {key.name}=interval({hi},{lo})")
         if key.role == BATCH:
-            bad = [v for v in key.listed() if as_number(v) is None or float(v) < 1
-                   or float(v) != int(float(v))]
+            bad = [v for v in key.listed() if (n := as_number(v)) is None or n < 1 or not n.is_integer()]
             if bad:
                 raise SpaceError(f"batch_size={bad[0]}: batch sizes are positive integers."
                                  " Fix: batch_size=16,32,64")

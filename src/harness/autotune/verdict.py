@@ -136,10 +136,10 @@ def summary(search: Knowledge, extra: dict[str, Any] | None = None) -> dict[str,
     # a stage the budget stopped before it ran has decisions but no jobs
     unlaunched = [name for name in dict.fromkeys(d.stage for d in search.decisions)
                   if name not in {s["name"] for s in search.stages} and name != FINAL]
-    stages = [{**s, "job_dirs": [r.name for r in search.records if r.job.stage == s["name"] and r.name],
+    stages = [{**s, "jobs": sum(r.job.stage == s["name"] for r in search.records),
+               "job_dirs": [r.name for r in search.records if r.job.stage == s["name"] and r.name],
                "decisions": [d.__dict__ for d in search.decisions if d.stage == s["name"]]}
-              for s in [*search.stages, *({"name": n, "jobs": 0} for n in unlaunched),
-                        {"name": FINAL, "jobs": 0}]]
+              for s in [*search.stages, *({"name": n} for n in unlaunched), {"name": FINAL}]]
     return {
         "schema_version": SCHEMA_VERSION, "status": search.status, "stopped": search.stop_reason,
         "objective": search.settings.objective, "best": winner.as_dict() if winner else None,

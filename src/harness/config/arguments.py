@@ -120,8 +120,7 @@ def check_node(key: str, target: Any, node: DictConfig, interpolated: bool = Fal
     names = ", ".join(params) if len(params) <= 10 else f"{len(params)} arguments"
     name_of = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
     lax = not name_of.startswith("harness.")
-    for name in node:
-        name = str(name)
+    for name in map(str, node):
         if name.startswith("_"):  # _target_, _partial_, _convert_, _recursive_, _args_
             continue
         if OmegaConf.is_interpolation(node, name) != interpolated:

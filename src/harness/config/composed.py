@@ -77,7 +77,7 @@ def check_job(cfg: DictConfig, overrides: list[str]) -> CheckedJob:
     knobs, sweep = read_knobs(cfg), SweepSettings.read(cfg)
     check_added_keys(overrides, cfg.keys())
     check_trainer_keys(cfg)
-    check_ranks_fit(cfg)
+    check_ranks_fit(cfg, knobs.scaling)
     with code_dir_imports(cfg):
         targets = check_targets(cfg)
         drop_replaced_arguments(targets, overrides)

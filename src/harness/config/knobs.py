@@ -248,14 +248,13 @@ def runnable(key: str, values: Iterable[str], here: Here) -> tuple[list[str], st
     return list(values), ""
 
 
-def check_ranks_fit(cfg: Any) -> None:
-    """A scaling study's ranks per node against the node the check runs on (a SLURM sweep's are
-    checked on their own nodes): more GPU ranks than GPUs is a ConfigError; more CPU ranks than
-    cores runs, said once (the ranks then share cores: their timings hold the contention)."""
+def check_ranks_fit(cfg: Any, scaling: str | None) -> None:
+    """A scaling study's (`scaling`: its Knobs.scaling) ranks per node against the node the check runs
+    on (a SLURM sweep's are checked on their own nodes): more GPU ranks than GPUs is a ConfigError; more
+    CPU ranks than cores runs, said once (the ranks then share cores: their timings hold the contention)."""
     trainer = cfg.get("trainer") or {}
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="")).lower()
-    if (cfg.get("scaling") or {}).get("mode") is None or (
-            "slurm" in launcher and "SLURM_JOB_ID" not in os.environ):
+    if scaling is None or ("slurm" in launcher and "SLURM_JOB_ID" not in os.environ):
         return
     devices = (world_size(trainer) or 1) // max(int(trainer.get("num_nodes") or 1), 1)
     accelerator = str(trainer.get("accelerator") or "auto").lower()

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from harness.launch.ranks import global_rank
 from harness.launch.signals import InterruptionSignals, stop_on_signals
@@ -27,11 +27,16 @@ def job_scope() -> Iterator[InterruptionSignals]:
             yield signals
     finally:
         end_process_group()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        put_back_environment(saved)
+
+
+def put_back_environment(saved: Mapping[str, str | None]) -> list[str]:
+    """`saved`'s environment variables set back as they were (None: unset); the names that changed."""
+    changed = [name for name, value in saved.items() if os.environ.get(name) != value]
+    for name in changed:
+        os.environ.pop(name, None)
+    os.environ.update({name: saved[name] for name in changed if saved[name] is not None})
+    return changed
 
 
 def end_process_group() -> None:

@@ -29,10 +29,8 @@ def count_flops(module: torch.nn.Module, forward: Callable[[], Any],
     return total, None
 
 
-def which_to_trust(mult_adds: int, flops: int | None) -> str:
+def which_to_trust(mult_adds: int, flops: int) -> str:
     """One line: do torchinfo's mult-adds and the counted FLOPs agree, else which is right."""
-    if flops is None:
-        return "forward FLOPs not counted: only torchinfo's per-layer mult-adds estimate"
     if mult_adds <= 0:
         return ("trust forward_flops (FlopCounterMode: the matmuls and convolutions that ran);"
                 " torchinfo found no layer it counts")

@@ -220,8 +220,10 @@ def combine_profilers(first_name: str, first: Any, second_name: str, second: Any
     return name, kept
 
 
-def check_window(preset: str, window: str, needed: int, trainer: Any, fix: str) -> None:
-    """A one-line HarnessError when a `needed`-step window does not fit the fit (at training start)."""
+def check_window(preset: str, trainer: Any, **window: int) -> None:
+    """A one-line HarnessError, at training start, when the recording window does not fit the fit:
+    `window`, profiler.<preset>.<key> = its training steps, in the order they run."""
+    needed, keys = sum(window.values()), [f"profiler.{preset}.{key}" for key in window]
     epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else math.inf
     planned = trainer.num_training_batches * epochs if trainer.num_training_batches else 0
     if trainer.max_steps is not None and trainer.max_steps > 0:
@@ -229,10 +231,10 @@ def check_window(preset: str, window: str, needed: int, trainer: Any, fix: str) 
         planned = min(planned, trainer.max_steps * trainer.accumulate_grad_batches)
     if needed > planned:
         raise HarnessError(
-            f"profiler.{preset}: the recording window ({window} = {needed} training steps) is longer than"
-            f" this run ({int(planned)} training steps, set by trainer.limit_train_batches, the data's"
-            f" batches, max_epochs and max_steps), so the report would be empty. Fix: {fix}, or raise"
-            " trainer.limit_train_batches")
+            f"profiler.{preset}: the recording window ({' + '.join(window)} = {needed} training steps) is"
+            f" longer than this run ({int(planned)} training steps, set by trainer.limit_train_batches, the"
+            f" data's batches, max_epochs and max_steps), so the report would be empty. Fix: lower"
+            f" {' / '.join(keys)}, or raise trainer.limit_train_batches")
 
 
 @dataclass

@@ -173,8 +173,7 @@ class PyspyPreset(WindowPreset):
     @override
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
         if self.start_step is not None:  # a window that never opens would record nothing
-            check_window("pyspy", "start_step + steps", self.start_step + self.steps, trainer,
-                         "lower profiler.pyspy.start_step / profiler.pyspy.steps")
+            check_window("pyspy", trainer, start_step=self.start_step, steps=self.steps)
 
     @override
     def window_opens(self, trainer: pl.Trainer) -> None:

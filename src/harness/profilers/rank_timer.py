@@ -136,9 +136,10 @@ class RankTimer(Callback):
 
     on_validation_end = on_train_epoch_start
 
-    def _now(self, trainer: pl.Trainer) -> float:
-        """The host clock after the device's queued work: a step's parts are the device's."""
-        return step_timer.now(trainer.strategy.root_device)
+    def _now(self, trainer: pl.Trainer) -> float | None:
+        """The host clock after the device's queued work (a step's parts are the device's); None,
+        without waiting for the device, when this fit is not timed."""
+        return step_timer.now(trainer.strategy.root_device) if self.on else None
 
     def measured_from(self, warmup_batches: int) -> int:
         """The first optimizer step past the speed preset's warm-up of `warmup_batches` batches."""
@@ -146,9 +147,8 @@ class RankTimer(Callback):
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
-        if not self.on:
+        if (now := self._now(trainer)) is None:
             return
-        now = self._now(trainer)
         step = self._current = self._current or StepRecord()
         waited = sum(end - start for start, end in self._broadcasts if start >= self._mark)
         self._broadcasts.clear()  # each is counted in the gap it ran in
@@ -158,20 +158,16 @@ class RankTimer(Callback):
 
     @override
     def on_before_backward(self, trainer: pl.Trainer, *_: Any) -> None:
-        if not self.on:
+        if (now := self._now(trainer)) is None:
             return
-        now = self._now(trainer)
         if self._current is not None:
             self._current.forward += now - self._mark
         self._backward_at = self._mark = now
 
     @override
     def on_after_backward(self, trainer: pl.Trainer, *_: Any) -> None:
-        if not self.on:
-            return
-        now = self._now(trainer)
         step, calls = self._current, self.comm.take()
-        if step is None:
+        if step is None or (now := self._now(trainer)) is None:
             return
         if calls:  # the micro-batch that synchronised: backward's own work ends at its last bucket
             last = max(c.called for c in calls)
@@ -186,8 +182,7 @@ class RankTimer(Callback):
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, *_: Any) -> None:
-        if self.on:
-            self._optimizer_at = self._now(trainer)
+        self._optimizer_at = self._now(trainer) or 0.0  # 0.0: none timed
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:

@@ -34,7 +34,11 @@ class SnapshotPreset(WindowPreset):
         self.shared = RunShared()  # alone until linked: no step timer to keep the dump out of
 
     def _record(self, on: bool) -> None:
-        private_api.record_memory_history(self.max_entries if on else None)
+        """Recording stopped (its history dropped) if it ran, then started afresh when `on`."""
+        if self.recording:
+            private_api.record_memory_history(None)
+        if on:
+            private_api.record_memory_history(self.max_entries)
         self.recording = on
 
     def _dump(self, name: str) -> None:
@@ -57,18 +61,13 @@ class SnapshotPreset(WindowPreset):
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
         if self.skipped:
             return
-        check_window("snapshot", "warmup + steps", self.warmup + self.steps, trainer,
-                     "lower profiler.snapshot.warmup / profiler.snapshot.steps")
-        if self.dump_on_oom:
-            self._record(True)
+        check_window("snapshot", trainer, warmup=self.warmup, steps=self.steps)
+        self._record(self.dump_on_oom)
 
     @override
     def window_opens(self, trainer: pl.Trainer) -> None:
-        if self.skipped:
-            return
-        if self.recording:  # restart, so the window's snapshot holds the window only
-            self._record(False)
-        self._record(True)
+        if not self.skipped:
+            self._record(True)  # afresh: the window's snapshot holds the window only
 
     @override
     def window_closed(self) -> None:
@@ -81,14 +80,11 @@ class SnapshotPreset(WindowPreset):
             return
         torch.cuda.synchronize()
         self._dump("snapshot")
-        self._record(False)
-        if self.dump_on_oom:
-            self._record(True)
+        self._record(self.dump_on_oom)
 
     @override
     def on_train_end(self, *_: Any) -> None:
-        if self.recording:
-            self._record(False)
+        self._record(False)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,

@@ -91,7 +91,6 @@ class SpeedPreset(Preset, Callback):
         self._global_step = 0  # the trainer's optimizer steps when the training batch started
         self.optimizer_steps = True  # Lightning steps the optimizer (automatic optimization)
         self._held: list[Callable[[], None]] = []  # untimed work waiting for the step's end
-        self._to_warm: set[str] = set()  # phases started here whose step has not run alone yet
         self._memory_notes: list[str] = []
 
     @override
@@ -124,9 +123,8 @@ class SpeedPreset(Preset, Callback):
                         batch: Any) -> None:
         """On a phase's first batch, before its memory counts: one step of its own alone, state put back,
         so that what libraries keep after first use is in no job's figure (presets/speed.md#memory)."""
-        if phase not in self._to_warm:
+        if not self.warmup_steps or self.timers[phase].recorded:  # without warm-up it would be measured
             return
-        self._to_warm.discard(phase)
         training = phase == "train"
         why = ("manual optimization" if training and not module.automatic_optimization  # it steps itself
                else speed_of_light.copy_refused(trainer.strategy, module, list(trainer.optimizers) if training
@@ -250,12 +248,10 @@ class SpeedPreset(Preset, Callback):
         self.timers["train"].batches_per_step = trainer.accumulate_grad_batches
         self.optimizer_steps = getattr(pl_module, "automatic_optimization", True)
         memory_peaks.phase_start("train", self.device)
-        self._to_warm.update(("train",) if self.warmup_steps else ())
 
     @override
     def on_predict_start(self, *_: Any) -> None:
         memory_peaks.phase_start("inference", self.device)
-        self._to_warm.update(("inference",) if self.warmup_steps else ())
 
     @override
     def on_train_epoch_start(self, *_: Any) -> None:

@@ -120,8 +120,7 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         self.row_limit, self.memory_top, self.memory_timeline = row_limit, memory_top, memory_timeline
         self.export_trace, self.trace_rank0_only = export_trace, trace_rank0_only
         self.trace_dir = Path(trace_dir) if trace_dir else None
-        self.window_key = "wait + warmup + active"
-        self.window_fix = f"lower profiler.{name}.wait / warmup / active"
+        self.window_keys = {"wait": wait, "warmup": warmup, "active": active}  # as profiler.<name> sets it
         self.merged_from: str | None = None
         self._window_checked = self._ranges_on = False
         self.windows: list[dict[str, Any]] = []
@@ -179,8 +178,7 @@ class PytorchPreset(Preset, PyTorchProfilerAccess):
         if phase == "train" and "train" in self.phases and not self._window_checked:
             self._window_checked = True
             if self.trainer is not None:
-                check_window(self.preset, self.window_key, self.recorded_steps[1] + 1,
-                             self.trainer, self.window_fix)
+                check_window(self.preset, self.trainer, **self.window_keys)
         super().start(action_name)
 
     @override
@@ -294,5 +292,4 @@ class MemoryPreset(PytorchPreset):
                          memory_top=top, memory_timeline=extra_plots)
         # The last skipped step warms the profiler up (its first recorded step is slow).
         self.wait, self.warmup_steps, self.active = max(warmup - 1, 0), min(warmup, 1), steps
-        self.window_key = "warmup + steps"
-        self.window_fix = "lower profiler.memory.warmup / profiler.memory.steps"
+        self.window_keys = {"warmup": warmup, "steps": steps}

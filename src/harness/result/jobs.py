@@ -4,6 +4,7 @@ even while some still run. The table, autotune, MLflow upload and the sweepers a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,20 +111,14 @@ def sweep_setting(sweep_dir: Path, key: str) -> Any:
     return node
 
 
-def _sweep_of(job_dir: Path) -> str | None:
-    try:
-        hydra = read_yaml(job_dir / HYDRA_FILE)["hydra"]
-        return str(Path(hydra["runtime"]["output_dir"]).parent) if hydra["mode"] == "MULTIRUN" else None
-    except (KeyError, TypeError):
-        return None
-
-
 def _mixed_sweeps(root: Path, job_dirs: list[Path]) -> str | None:
     origins: dict[str, list[str]] = {}
     for job_dir in job_dirs:
-        origin = _sweep_of(job_dir)
-        if origin is not None:
-            origins.setdefault(origin, []).append(str(job_dir.relative_to(root)))
+        with contextlib.suppress(KeyError, TypeError):  # no .hydra/hydra.yaml, or one of another layout
+            hydra = read_yaml(job_dir / HYDRA_FILE)["hydra"]
+            if hydra["mode"] == "MULTIRUN":
+                origin = str(Path(hydra["runtime"]["output_dir"]).parent)
+                origins.setdefault(origin, []).append(str(job_dir.relative_to(root)))
     if len(origins) < 2:
         return None
     listed = "; ".join(f"{origin}: {', '.join(jobs)}" for origin, jobs in origins.items())

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
+from harness.launch.job_scope import put_back_environment
+
 # Environment variables torch reads that Lightning sets in a job: OMP_NUM_THREADS (DDP's
 # thread count), CUBLAS_WORKSPACE_CONFIG (trainer.deterministic=true).
 ENVIRONMENT = ("OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
@@ -109,11 +111,4 @@ def restore(captured: dict[str, Any]) -> list[str]:
         for name in (*_LEGACY_TF32, *rest):
             if before.get(name) is not None:
                 settings[name][1](before[name])
-    for name, value in captured["environment"].items():
-        if os.environ.get(name) != value:
-            changed.append(f"env:{name}")
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    return changed
+    return changed + [f"env:{name}" for name in put_back_environment(captured["environment"])]

@@ -52,8 +52,7 @@ class ProgressCallback(Callback):
 
     @override
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep = current()
-        if sweep is not None and sweep.running:  # a job of this process's sweep
+        if (sweep := current(running=True)) is not None:  # a job of this process's sweep
             sweep.job_starting(*self._job(config, sweep))
 
     @override
@@ -67,8 +66,7 @@ class ProgressCallback(Callback):
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep = current()
-        if sweep is None or not sweep.running:
+        if (sweep := current(running=True)) is None:
             return
         if sweep.progress.statuses:  # launchers that run the jobs elsewhere keep their own count
             log.info("sweep done: %s", sweep.progress.summary())
@@ -173,6 +171,5 @@ class ComparisonCallback(Callback):
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep = current()
-        if sweep is not None and sweep.running:
+        if (sweep := current(running=True)) is not None:
             sweep.write_comparison()

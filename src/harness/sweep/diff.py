@@ -29,10 +29,9 @@ class Change:
     ratio: float | None  # b / a
     status_a: str
     status_b: str
-    # harness.judge's verdict at `tolerance`: a phase's speed (its s/it too, by its examples/s)
+    # harness.judge's verdict at Diff.tolerance: a phase's speed (its s/it too, by its examples/s)
     # on the two points' bands, peak memory on their samples; None: other metrics, a side failed
     verdict: Verdict | None = None
-    tolerance: float = TOLERANCE
 
     @property
     def worse(self) -> bool:
@@ -49,6 +48,7 @@ class Diff:
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
     setup_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    tolerance: float = TOLERANCE  # the verdicts' threshold
 
 
 def _label(comparison: Comparison, point: Any, keys: list[str]) -> str:
@@ -64,7 +64,7 @@ def diff(a: Comparison, b: Comparison, tolerance: float = TOLERANCE) -> Diff:
     fixed = {k: (a.fixed.get(k, DEFAULT), b.fixed.get(k, DEFAULT)) for k in [*a.fixed, *b.fixed]}
     setup = {k: ab for k, ab in fixed.items() if k not in keys and k not in repeats and ab[0] != ab[1]}
     points_a, points_b = ({_label(c, p, keys): p for _, p in c.points.iterrows()} for c in (a, b))
-    result = Diff(a, b, keys, setup_changes=setup)
+    result = Diff(a, b, keys, setup_changes=setup, tolerance=tolerance)
     pairs = [(label, points_a[label], points_b[label]) for label in points_a if label in points_b]
     if not pairs and len(points_a) == 1 and len(points_b) == 1:
         (la, pa), (lb, pb) = next(iter(points_a.items())), next(iter(points_b.items()))
@@ -86,7 +86,7 @@ def diff(a: Comparison, b: Comparison, tolerance: float = TOLERANCE) -> Diff:
             ratio = vb / va if va is not None and vb is not None and va > 0 else None
             verdict = _verdict(pa, pb, metric.name, tolerance) if ok_a and ok_b else None
             result.changes.append(Change(label, metric.name, metric.unit, metric.higher_is_better, va, vb,
-                                         ratio, str(pa["status"]), str(pb["status"]), verdict, tolerance))
+                                         ratio, str(pa["status"]), str(pb["status"]), verdict))
     return result
 
 
@@ -109,12 +109,11 @@ LEGEND = ("B/A above 1.00x: B is higher (faster for examples/s; slower for s/it;
 
 def _marks(result: Diff) -> str:
     """What `*` and `?` mean, at the tolerance the verdicts were judged against."""
-    tolerance = result.changes[0].tolerance if result.changes else TOLERANCE
     text = (f"{SAME}: no difference: on the counted samples, within their noise and the"
-            f" {tolerance:.0%} tolerance.")
+            f" {result.tolerance:.0%} tolerance.")
     if any(c.verdict is not None and c.verdict.kind == "inconclusive" for c in result.changes):
         text += (f" {UNDECIDED}: inconclusive: a side contended or noisy, or its noise wider"
-                 f" than the {tolerance:.0%} asked about (diff.csv verdict_reason).")
+                 f" than the {result.tolerance:.0%} asked about (diff.csv verdict_reason).")
     return text
 
 

@@ -114,9 +114,9 @@ def changes(result: Diff) -> Iterator[Decision]:
         elif change.metric.endswith("_examples_per_second") and change.a is not None:
             phase = change.metric.split("_", 1)[0]
             yield (_no_figure(change.point, phase, change.status_b) if change.b is None
-                   else decision(change.point, phase, change.verdict, change.tolerance))
+                   else decision(change.point, phase, change.verdict, result.tolerance))
         elif change.unit == "bytes" and change.verdict is not None:
-            yield decision(change.point, MEMORY, change.verdict, change.tolerance, (change.a, change.b))
+            yield decision(change.point, MEMORY, change.verdict, result.tolerance, (change.a, change.b))
 
 
 def exit_status(found: Iterable[Decision]) -> int:

@@ -21,11 +21,9 @@ def register_sweeps() -> None:
     from omegaconf import OmegaConf
 
     extra = [Path(p) for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p]
-    dirs: dict[Path, Path] = {}  # each directory once, where it first comes
-    for directory in (sweeps_dir(), Path.cwd() / "sweeps", *extra):
-        if directory.is_dir():
-            dirs.setdefault(directory.resolve(), directory)
-    found = {path.stem: path for directory in dirs.values() for path in sorted(directory.glob("*.yaml"))}
+    # each directory once, where it first comes
+    dirs = dict.fromkeys(d.resolve() for d in (sweeps_dir(), Path.cwd() / "sweeps", *extra) if d.is_dir())
+    found = {path.stem: path for directory in dirs for path in sorted(directory.glob("*.yaml"))}
     store = ConfigStore.instance()
     for name, path in found.items():  # a later directory's file of a name wins
         try:

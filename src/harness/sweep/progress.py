@@ -199,17 +199,17 @@ class SweepInProgress:
 _current: SweepInProgress | None = None  # the sweep this process started last
 
 
-def current() -> SweepInProgress | None:
-    """The sweep this process runs (or ran last: its verdict); None in any other process."""
-    return _current if _current is not None and _current.pid == os.getpid() else None
+def current(running: bool = False) -> SweepInProgress | None:
+    """The sweep this process runs or, not `running`, the one it ran last (its verdict); else None."""
+    found = _current is not None and _current.pid == os.getpid() and (_current.running or not running)
+    return _current if found else None
 
 
 def sweep_of(config: Any) -> SweepInProgress:
     """The sweep of this multirun's `config`, started by the first callback that asks."""
     global _current
     directory = Path(str(config.hydra.sweep.dir))
-    sweep = current()
-    if sweep is not None and sweep.running and sweep.directory == directory:
+    if (sweep := current(running=True)) is not None and sweep.directory == directory:
         return sweep
     directory.mkdir(parents=True, exist_ok=True)
     sweep = SweepInProgress(directory, list(swept_values_of(config)), log_path=directory / SWEEP_LOG)
@@ -221,5 +221,4 @@ def sweep_of(config: Any) -> SweepInProgress:
 
 def sweep_progress() -> Progress:
     """The progress of this process's sweep, or a count of its own where none started."""
-    sweep = current()
-    return sweep.progress if sweep is not None and sweep.running else Progress()
+    return sweep.progress if (sweep := current(running=True)) is not None else Progress()

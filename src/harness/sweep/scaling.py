@@ -33,9 +33,9 @@ def _world(point: Any, comparison: Comparison) -> tuple[int, int, int] | None:
 
 
 def _median_ranks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rank, the median of each part over the point's jobs."""
+    """Per rank, the median of each part over the point's jobs ([] when none has a block)."""
     found = []
-    for n in range(min(len(b["ranks"]) for b in blocks)):
+    for n in range(min((len(b["ranks"]) for b in blocks), default=0)):
         ranks = [b["ranks"][n] for b in blocks]
         found.append({"rank": n, "node": ranks[0]["node"],
                       **{part: statistics.median(r[part] for r in ranks) for part in RANK_PARTS}})
@@ -45,7 +45,7 @@ def _median_ranks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _straggler(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The rank most of the point's jobs name late, with its median wait; None otherwise."""
     named = [b["straggler"] for b in blocks if b.get("straggler")]
-    if not named or 2 * len(named) <= len(blocks):
+    if 2 * len(named) <= len(blocks):
         return None
     rank, _ = Counter(s["rank"] for s in named).most_common(1)[0]
     same = [s for s in named if s["rank"] == rank]
@@ -92,9 +92,8 @@ def study(comparison: Comparison, mode: str) -> dict[str, Any]:
             "speedup": speedup, "speedup_ci": interval, "efficiency": speedup * factor,
             "efficiency_ci": [v * factor for v in interval] if interval else None, "serial_fraction": serial,
             "verdict": verdict and verdict.kind, "verdict_reason": verdict and verdict.reason,
-            "straggler": _straggler(blocks) if blocks else None, "comm": _comm(blocks) if blocks else None,
-            "ranks": _median_ranks(blocks) if blocks else [], "jobs": len(str(p["jobs"]).split()),
-            "contended": bool(p["train_contended"]),
+            "straggler": _straggler(blocks), "comm": _comm(blocks), "ranks": _median_ranks(blocks),
+            "jobs": len(str(p["jobs"]).split()), "contended": bool(p["train_contended"]),
         })
     return {"doc": DOC, "mode": mode, "baseline_world_size": base_n,
             "tolerance": comparison.tolerance, "points": points}

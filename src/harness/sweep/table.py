@@ -382,14 +382,13 @@ def add_ratios(frame: pd.DataFrame, baseline: str, tolerance: float,
                 verdict = (judge_sizes(ref["memory_samples"], p["memory_samples"], tolerance)
                            if phase not in MAIN_PHASES else
                            compare(ref[f"{phase}_evidence"], p[f"{phase}_evidence"], tolerance, noise[phase]))
-            if verdict is not None:
-                verdicts.setdefault((str(p["row"]), p["variant"]), {})[ratio] = verdict
             found = dict.fromkeys(RATIO_SUFFIXES)
             found["_thin"] = (bool(p[f"{phase}_thin"] or ref[f"{phase}_thin"])
                               if ref is not None and phase in PHASES else None)
             if p["variant"] == baseline and is_finite_number(p[metric]):
                 found[""] = 1.0  # the baseline against itself
             if verdict is not None:
+                verdicts.setdefault((str(p["row"]), p["variant"]), {})[ratio] = verdict
                 found.update({"": verdict.ratio, "_min": verdict.low, "_max": verdict.high,
                               "_verdict": verdict.kind, "_verdict_reason": verdict.reason,
                               "_pairs": verdict.pairs,

@@ -30,7 +30,7 @@ class ParentRunCallback(Callback):
         tracking_uri = str(settings.tracking_uri)
         try:
             probe(tracking_uri, float(settings.probe_timeout_s))
-            _create_parent(config, settings, sweep_dir)
+            _create_parent(config, settings, sweep_dir, tracking_uri)
         except Exception as err:
             log.warning("MLflow tracking at %s failed (%s); the sweep has no parent run and its jobs try"
                         " on their own. Upload the sweep later with: %s", tracking_uri, short_reason(err),
@@ -69,14 +69,13 @@ def end_parent_run(sweep_dir: Path, status: str, shown_uri: str | None = None,
                     " (%s); they are in %s", parent_run_id, short_reason(err), sweep_dir)
 
 
-def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path) -> None:
+def _create_parent(config: DictConfig, settings: DictConfig, sweep_dir: Path, uri: str) -> None:
     """The parent run, named by what the sweep varies, its settings as params ('2,4')."""
     from harness.config.overrides import as_typed, parse_overrides
     from harness.config.sweep_keys import sweep_run_name, swept_values_of
     from harness.reports.files import write_json
     from harness.tracking.sweep_summary import sweep_params
 
-    uri = str(settings.tracking_uri)
     client = tracker_for(uri, http_settings(settings))  # the jobs run here log through it too
     task = as_typed(config.hydra.overrides.task)  # a ${...} in an override stays as written
     swept = swept_values_of(config)

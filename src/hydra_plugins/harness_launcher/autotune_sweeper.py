@@ -113,11 +113,10 @@ def _shape(config: DictConfig, space: Space) -> Shape:
     from harness.autotune.job import ACCUMULATE, PREFETCH, WORKERS, Shape
 
     keys = {"train_batches": "data.train_batches", "predict_batches": "data.predict_batches",
-            "accumulate": ACCUMULATE, "workers": WORKERS, "prefetch": PREFETCH, "batch_size": "batch_size"}
+            "accumulate": ACCUMULATE, "workers": WORKERS, "prefetch": PREFETCH}
     # the counts the config gives; the others Shape's defaults
     counts = {name: int(v) for name, key in keys.items() if (v := config_value(config, key) or "").isdigit()}
-    recipe = space.global_batch
-    return Shape(**counts, global_batch=recipe.size if recipe else None, ranks=recipe.ranks if recipe else 1)
+    return Shape(**counts, space=space)
 
 
 def _job_dir(ret: Any, sweep_dir: Path, idx: int) -> Path:

@@ -136,12 +136,11 @@ class _HarnessMixin(BaseSubmititLauncher):
         params.pop("_target_", None)
         if self._EXECUTOR == "slurm":
             params["setup"] = [SRUN_WAIT, *(params.get("setup") or [])]
-        trainer = job.config.get("trainer") or {}
-        if self._EXECUTOR == "slurm" and (mismatch := launcher_mismatch(
-                params.get("tasks_per_node"), params.get("nodes"), trainer.get("devices"),
-                trainer.get("num_nodes", 1))):
-            job.record_failure(f"not submitted: {mismatch}")
-            return None
+            trainer = job.config.get("trainer") or {}
+            if mismatch := launcher_mismatch(params.get("tasks_per_node"), params.get("nodes"),
+                                             trainer.get("devices"), trainer.get("num_nodes", 1)):
+                job.record_failure(f"not submitted: {mismatch}")
+                return None
         return params
 
     def _submit(self, params: dict[str, Any], jobs: list[_Job], progress: Progress) -> list[Any] | None:

@@ -70,8 +70,7 @@ class DiagnosePreset(Preset, Callback):
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.when == "end":
-            self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)
+        self._phase_passes("train", trainer, pl_module, trainer.train_dataloader)  # once a phase (when=start)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
