@@ -103,6 +103,9 @@ def test_autotune_at_a_global_batch_names_the_planted_recipe(tmp_path):
     assert report.returncode == 0, report.stderr[-2000:]
     verdict = next(line for line in out.splitlines() if line.startswith(("best:", "best so far:")))
     assert verdict in report.stdout + report.stderr
+    (root / "autotune_memory.png").unlink()  # --no-plot rewrites the tables, draws no plot
+    assert harness_report(str(root), "--no-plot").returncode == 0
+    assert (root / "autotune.json").is_file() and not (root / "autotune_memory.png").exists()
 
 
 def _wait_for_jobs(root: Path, count: int, proc: ForkedRun, timeout: float) -> None:

@@ -31,8 +31,9 @@ def write_summary(search: Search, setup: Setup, sweep_dir: Path, write: bool = T
     return body
 
 
-def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
-    """The autotune verdict of `sweep_dir` rebuilt, shown, and (`write`) written with its plot; None: none."""
+def rebuild(sweep_dir: Path, write: bool = True, plot: bool = True) -> dict[str, Any] | None:
+    """The autotune verdict of `sweep_dir` rebuilt, shown, and (`write`) written with its plot (unless
+    `plot` is off, or the sweep turned it off); None: none."""
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / SPACE_FILE).is_file():
         return None
@@ -40,7 +41,7 @@ def rebuild(sweep_dir: Path, write: bool = True) -> dict[str, Any] | None:
 
     body = write_summary(*replay(sweep_dir), sweep_dir, write)
     show_points(body)
-    plots = sweep_setting(sweep_dir, "hydra.callbacks.sweep_report.plot") is not False
+    plots = plot and sweep_setting(sweep_dir, "hydra.callbacks.sweep_report.plot") is not False
     if write and plots and (png := write_memory_png(body, sweep_dir / MEMORY_PNG)):
         show(f"[bold]autotune:[/bold] {png}")
     colour = "green" if body["best"] is not None and body["status"] == "done" else "yellow"

@@ -44,7 +44,7 @@ def report_sweep(sweep_dir: Path, plot: bool = True, write: bool = True, **table
         show("[bold]comparison:[/bold] " + ", ".join(str(p) for p in written))
     from harness.autotune.report import rebuild
 
-    rebuild(sweep_dir, write=write)  # an autotune sweep: every point it tried, its verdict
+    rebuild(sweep_dir, write=write, plot=plot)  # an autotune sweep: every point it tried, its verdict
     modes = {j.result.knobs.get("scaling") for j in comparison.jobs if j.result and j.result.knobs}
     if write and len(modes - {None}) == 1:  # a scaling study: its report beside the comparison
         from harness.sweep import scaling
@@ -113,7 +113,8 @@ def parser() -> argparse.ArgumentParser:
                    " a single DIR's own setting, else seed,sweep_round; '' makes seed a variant again)")
     p.add_argument("--no-write", action="store_true", help="print only; write no comparison files"
                    " (the gate, --fail-if-worse with one DIR, never rewrites them)")
-    p.add_argument("--no-plot", action="store_true", help="skip comparison.png")
+    p.add_argument("--no-plot", action="store_true", help="skip comparison.png (and an autotune"
+                   " sweep's autotune_memory.png)")
     p.add_argument("--out", type=Path, help="with two DIRs: write diff.{md,csv,json} into this directory")
     p.add_argument("--fail-if-worse", type=float, metavar="FRACTION", help="gate: one line per comparison,"
                    " and the exit status by them. With one DIR: each variant against --baseline; with two:"
