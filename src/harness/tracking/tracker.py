@@ -110,6 +110,7 @@ class Tracker:
         except subprocess.TimeoutExpired:
             log.warning("MLflow: the tracker process (pid %d) is still writing to %s; it"
                         " finishes on its own", self.process.pid, self.uri)
+        self.process.stdout.close()  # no answer is awaited any more; left open, the exit warns
 
 
 _tracker: Tracker | None = None
