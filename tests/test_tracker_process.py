@@ -13,11 +13,24 @@ import time
 from pathlib import Path
 
 from conftest import run_harness, start_harness
-from forked_harness import ForkedRun
+from forked_harness import ForkedRun, _fork_trackers_too
 from step_beacon import beacon, wait_for_steps
 
 LONG_RUN = ("logger=mlflow", "mode=train", "data.train_batches=100000",
             "profiler.speed.warmup_steps=2")
+
+
+def test_a_closed_tracker_leaves_no_pipe_open(tmp_path, monkeypatch):
+    """close() waits for the tracker's end and closes both its pipes: one left open is a
+    ResourceWarning as the job's interpreter exits."""
+    from harness.tracking import tracker
+
+    monkeypatch.setattr(tracker, "subprocess", tracker.subprocess)  # put back after the test
+    _fork_trackers_too()
+    opened = tracker.Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", (10, 2))
+    opened.close()
+    assert opened.process.poll() == 0
+    assert opened.process.stdin.closed and opened.process.stdout.closed
 
 
 def _start(cwd: Path, steps: Path) -> ForkedRun:
