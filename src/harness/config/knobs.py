@@ -230,6 +230,11 @@ class Here:
     cpus: int | None = None
 
 
+def jobs_run_here(config: Any) -> bool:
+    """Whether a sweep's jobs run on this machine: under every launcher but a SLURM one."""
+    return "slurm" not in str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower()
+
+
 def cuda_here(config: Any) -> bool:
     """Whether the jobs' trainer would run on CUDA on this machine (imports torch)."""
     import torch
@@ -253,8 +258,7 @@ def check_ranks_fit(cfg: Any, scaling: str | None) -> None:
     on (a SLURM sweep's are checked on their own nodes): more GPU ranks than GPUs is a ConfigError; more
     CPU ranks than cores runs, said once (the ranks then share cores: their timings hold the contention)."""
     trainer = cfg.get("trainer") or {}
-    launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="")).lower()
-    if scaling is None or ("slurm" in launcher and "SLURM_JOB_ID" not in os.environ):
+    if scaling is None or (not jobs_run_here(cfg) and "SLURM_JOB_ID" not in os.environ):
         return
     devices = (world_size(trainer) or 1) // max(int(trainer.get("num_nodes") or 1), 1)
     accelerator = str(trainer.get("accelerator") or "auto").lower()

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from typing_extensions import override
 
 from harness import terminal
 from harness.config.checks import check
 from harness.config.composed import check_added_keys, check_values
-from harness.config.knobs import SweepSettings, repeat_of
+from harness.config.knobs import SweepSettings, jobs_run_here, repeat_of
 from harness.config.overrides import as_typed
 from harness.config.sweep_keys import job_label, split_sweep, swept_values_of
 from harness.errors import ConfigError, HarnessError
@@ -96,8 +96,7 @@ def _check_values(config: DictConfig) -> None:
         return
     values, fixed = split_sweep(as_typed(config.hydra.overrides.task), sweeper.get("params") or {})
     precisions = values.get("precision") or [str(config.get("precision"))]
-    launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="")).lower()
-    here = "slurm" not in launcher  # the local launcher's processes run here too
+    here = jobs_run_here(config)  # the local launcher's processes run here too
     cuda = here and any(p.lower() in FP16 for p in precisions) and cuda_here(config)
     check_device({"precision": precisions}, Here(here=here, cuda=cuda))
     check_values(config, values, fixed)

@@ -51,7 +51,7 @@ def check_space(config: DictConfig) -> None:
     params = config.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params else {}
     arguments = [str(o) for o in config.hydra.overrides.task]
-    parsed = parse(params, arguments, config, settings, _here(config, launcher, params, arguments),
+    parsed = parse(params, arguments, config, settings, _here(config, params, arguments),
                    blocks=lambda: _blocks(config))
     profiler = config.get("profiler")
     if not hasattr(profiler, "keys") or "speed" not in profiler:
@@ -70,12 +70,12 @@ def check_space(config: DictConfig) -> None:
     _CHECKED[id(config)] = (setup, search, search.budget_line())
 
 
-def _here(config: DictConfig, launcher: str, params: Any, arguments: list[str]) -> Here:
+def _here(config: DictConfig, params: Any, arguments: list[str]) -> Here:
     """The machine the jobs run on, as the default space and device-bound values need it."""
-    from harness.config.knobs import Here, cuda_here
+    from harness.config.knobs import Here, cuda_here, jobs_run_here
     from harness.contention import affinity
 
-    if "Slurm" in launcher:
+    if not jobs_run_here(config):
         cpus = config.hydra.launcher.get("cpus_per_task")
         return Here(here=False, cpus=cpus if isinstance(cpus, int) else None)
     typed = " ".join([*(f"{k}={v}" for k, v in (params or {}).items()), *arguments])

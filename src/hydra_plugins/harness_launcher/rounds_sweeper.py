@@ -34,13 +34,12 @@ class RoundsSweeper(BasicSweeper):
     _fresh = False  # code_dir: each job in a fresh process
 
     def split_arguments(self, overrides: list[Any], max_batch_size: int | None) -> list[Any]:
-        from harness.config.knobs import AUTO, MIN_ROUNDS, SweepSettings
+        from harness.config.knobs import AUTO, MIN_ROUNDS, SweepSettings, jobs_run_here
         from harness.sweep.rounds import Rounds, job_threads
 
         grid = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
         settings = SweepSettings.read(self.config)
-        launcher = str(self.config.hydra.launcher.get("_target_", "")).lower()
-        threads, why = job_threads(settings.threads, here="slurm" not in launcher)
+        threads, why = job_threads(settings.threads, here=jobs_run_here(self.config))
         ranks = (_most_ranks_per_node(grid, self.config.trainer.get("devices"))
                  if self.config.get("scaling", {}).get("mode") else 1)
         if threads is not None and ranks > 1:  # a scaling study: every rank alike, none shares
