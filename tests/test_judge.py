@@ -138,12 +138,24 @@ def test_a_few_pairs_decide_on_the_measured_noise_between_runs():
     assert paired(loaded, noise=0.02) is None  # quiet jobs' noise says nothing of loaded pairs
 
 
+MIB = 2**20
+
+
 def test_peak_memory_is_judged_by_the_same_rule_lower_is_better():
-    more = judge_sizes([100.0], [120.0], 0.05)
+    more = judge_sizes([100 * MIB], [120 * MIB], 0.05)
     assert (more.kind, more.worse) == ("real", True)
-    assert judge_sizes([100.0], [102.0], 0.05).kind == "same"
-    spread = judge_sizes([100.0, 101.0], [103.0, 109.0], 0.05)
+    assert judge_sizes([100 * MIB], [104 * MIB], 0.05).kind == "same"
+    spread = judge_sizes([100 * MIB, 101 * MIB], [103 * MIB, 109 * MIB], 0.05)
     assert spread.kind == "inconclusive"
+
+
+def test_memory_within_the_floor_is_the_same_and_sizes_below_it_are_not_compared():
+    """A resident set reads up to ~2 MiB apart for one setting. Lightning's BoringModel took
+    76 KiB at fp32 and 0 at bf16: that read 0.00x, `real`, before the floor."""
+    assert judge_sizes([77824.0], [0.0]) is None and judge_sizes([MIB], [1.5 * MIB]) is None
+    within = judge_sizes([3 * MIB], [4.5 * MIB])  # 1.5x, yet 1.5 MiB
+    assert (within.kind, within.reason, within.ratio) == ("same", "within 2 MiB", 1.5)
+    assert judge_sizes([3 * MIB], [5.5 * MIB]).real and judge_sizes([4.5 * MIB], [3 * MIB]).kind == "same"
 
 
 def _evidence(*figures: float, rounds: bool = True, contended: bool = False,

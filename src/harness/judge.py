@@ -20,6 +20,7 @@ PRIOR_DOF = 2  # weight of a noise prior against the groups measured
 CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
 # An outlier: this many times further from the median than any other, and this many noise sds away (sweeps.md)
 OUTLIER, OUTLIER_SDS = 2.0, 4.0
+SIZE_FLOOR = 2 * 2**20  # bytes: one setting's peak memory readings vary by this much (a CPU's resident set)
 ONE_JOB = "a side rests on one counted job, and nothing measured the noise between runs (repeat=3)"
 ACROSS_ROUNDS = "no round where both ran quiet: jobs of different rounds differ by the machine's drift"
 ONE_ORDER = "both ran quiet only in rounds of one order: drift within a round would read as a difference"
@@ -226,11 +227,14 @@ def judge(a: Band | None, b: Band | None, tolerance: float = TOLERANCE) -> Verdi
 
 def judge_sizes(a: Sequence[float], b: Sequence[float], tolerance: float = TOLERANCE) -> Verdict | None:
     """B's sizes (peak memory) against A's, lower is better: B/A of the medians, within the
-    min..max pairing of repeated runs (a single run on each side: the ratio alone), by `decide`."""
-    if not a or not b or min(a) <= 0:
+    min..max pairing of repeated runs (a single run on each side: the ratio alone), by `decide`;
+    `same` within SIZE_FLOOR either way. None: A's is 0, or every size is below the floor."""
+    if not a or not b or min(a) <= 0 or max(*a, *b) < SIZE_FLOOR:
         return None
     ratio = statistics.median(b) / statistics.median(a)
     low, high = min(b) / max(a), max(b) / min(a)
+    if max(b) - min(a) <= SIZE_FLOOR and max(a) - min(b) <= SIZE_FLOOR:
+        return Verdict("same", ratio, low, high, f"within {SIZE_FLOOR / 2**20:.0f} MiB", lower_is_better=True)
     return replace(decide(ratio, low, high, tolerance), lower_is_better=True)
 
 
