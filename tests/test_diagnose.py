@@ -125,10 +125,12 @@ def _own(verdict: str) -> str:
     return verdict.partition("as much as the run: ")[2] or verdict
 
 
-def _diagnosis(tmp_path, name: str, *overrides: str) -> tuple[dict, float] | None:
-    """The run's diagnosis and its median training step; None when a busy machine made the
-    run noisy twice (CI runs tests side by side), after checking that the verdict then says
-    so instead of naming a bound."""
+def _diagnosis(tmp_path, name: str, *overrides: str) -> tuple[dict, float, bool] | None:
+    """The run's diagnosis, its median training step, and whether it ran quiet: only then do its
+    shares hold the planted truth (a contended run's verdict says they measure the machine as
+    much as the run; beside five CPU hogs a planted 30 ms wait read 0.82 of the step, not 0.75).
+    A contended or noisy run is run again (CI runs tests side by side); None when a busy machine
+    made it noisy twice, after checking that the verdict then says so instead of naming a bound."""
     for attempt in range(2):
         cwd = tmp_path / f"{name}{attempt}"
         cwd.mkdir()
@@ -137,13 +139,15 @@ def _diagnosis(tmp_path, name: str, *overrides: str) -> tuple[dict, float] | Non
         result = done.result()
         found = result["diagnosis"]
         # on a busy machine the verdict says so first ("contended (...), so the shares ...: ")
-        if "contended:train" in result["flags"]:
+        quiet = "contended:train" not in result["flags"]
+        if not quiet:
             assert "as much as the run: " in found["verdict"], found["verdict"]
         found["verdict"] = _own(found["verdict"])
         assert "diagnosis: " in done.stdout
         if "noisy:train" not in result["flags"] or found["verdict"].startswith("bound by"):
             assert found["verdict"].startswith("bound by"), found["verdict"]
-            return found, result["metrics"]["train_median_step_s"]  # the shares' step
+            if quiet or attempt:
+                return found, result["metrics"]["train_median_step_s"], quiet  # the shares' step
     assert found["verdict"].startswith("no verdict: noisy") and found["bound_by"] == "unknown", (
         found["verdict"])
     return None
@@ -154,38 +158,40 @@ def test_planted_bottlenecks_are_named(tmp_path):
     # the truth: each step waits the planted 30 ms for its batch, out of the measured step
     measured = _diagnosis(tmp_path, "data", "+data.fetch_s=0.03", "+model.step_s=0.003")
     if measured:
-        data, step_s = measured
+        data, step_s, quiet = measured
         assert data["bound_by"] == "data"
-        assert data["train_data_share"] == pytest.approx(0.030 / step_s, abs=0.05)
         assert data["findings"][0]["kind"] == "data-bound"
         assert "num_workers" in data["findings"][0]["next_step"]
         assert data["verdict"].startswith("bound by data loading:")
+        if quiet:
+            assert data["train_data_share"] == pytest.approx(0.030 / step_s, abs=0.05)
 
     measured = _diagnosis(tmp_path, "compute", "+model.step_s=0.03")
     if measured:
-        compute, _ = measured
+        compute, _, quiet = measured
         assert compute["bound_by"] == "compute"
-        assert compute["train_compute_share"] > 0.8
         low, high = compute["train_compute_share_range"]  # over the model pass's steps
         assert low <= compute["train_compute_share"] <= high
+        assert compute["train_compute_share"] > (0.8 if quiet else 0.5)
 
     # 4 workers at 80 ms a batch: the pipeline delivers one per 20 ms, the step needs 2 ms.
     # Its prefetch buffer empties at once; the loader pass must time the steady state.
     measured = _diagnosis(tmp_path, "workers", "+data.fetch_s=0.08", "+data.num_workers=4",
                           "+model.step_s=0.002")
     if measured:
-        workers, _ = measured
+        workers, _, quiet = measured
         assert workers["bound_by"] == "data", workers["verdict"]
-        assert workers["train_loader_step_s"] == pytest.approx(0.020, rel=0.35)
-        assert workers["train_data_share"] > 0.7
         assert "num_workers" not in workers["findings"][0]["next_step"]  # it has them
+        if quiet:
+            assert workers["train_loader_step_s"] == pytest.approx(0.020, rel=0.35)
+            assert workers["train_data_share"] > 0.7
 
     measured = _diagnosis(tmp_path, "host", "+profiler.slow._target_=planted.SlowCallback",
                           "+profiler.slow.callback_s=0.03")
     if measured:
-        host, _ = measured
+        host, _, quiet = measured
         assert host["bound_by"] == "host"
-        assert host["train_host_share"] > 0.8
+        assert host["train_host_share"] > (0.8 if quiet else 0.5)
         assert host["passes"]["cost_s"] > 0 and "restored" in host["passes"]["state"]
 
 
