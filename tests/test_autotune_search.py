@@ -430,3 +430,17 @@ def test_a_default_outside_the_space_shows_its_confirm_figure():
     default = next(p for p in body["points"] if p["candidate"] == body["default"])
     assert default["stages"] == ["confirm"] and default["status"] == "ok"
     assert default["figure"] is not None and default["figure"]["jobs"] >= 1
+
+
+def test_a_small_budget_runs_the_halving_the_confirm_stage_can_spare():
+    """Outside code (Lightning's BoringModel, autotune.budget.jobs=12, precision=fp32,bf16): 4
+    jobs, then "stopped by the budget before stage s1", fp32 and bf16 tied and 8 jobs unspent,
+    kept for a confirm stage that never ran (the default won). The halving now gets all but the
+    confirm stage's least (two rounds); on a flat landscape the default still stands."""
+    grid = {"precision": "fp32,bf16", "compile": "false,true"}
+    for seed in range(8):
+        search = Search(space(**grid), Settings(budget=Budget(jobs=12), planned_steps=300))
+        body, _ = drive(search, FlatLandscape(seed=seed, noise=0.05, compile_s=0.0))
+        ran = {s["name"]: s["jobs"] for s in body["stages"] if s["jobs"]}
+        assert ran.get("s1", 0) >= 4 and body["jobs"] >= 12 - 4, (seed, ran)
+        assert body["best"] == body["default"], (seed, body["best"])

@@ -11,6 +11,7 @@ from harness.autotune.space import Candidate
 from harness.judge import Verdict, faster, fastest
 
 CROSS_LIMIT = 4  # alternates are crossed while that makes at most this many candidates
+MIN_CONFIRM = 4  # the fewest jobs the confirm stage runs on: two rounds of the winner and the default
 SIMPLER = "no compile, fp32, no checkpointing, fewer workers, smaller batch"
 
 
@@ -58,7 +59,8 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
         rounds = min(search.settings.max_rounds, max(1 + k, math.ceil(
             2 * search.settings.confirm_rounds / len(search.pool))))
         search.pool = order = sorted(search.pool, key=lambda c: -predicted(c))
-        while search.room(jobs := alternating(search, order, stage, rounds, steps)) < len(jobs):
+        keep: bool | int = True  # the confirm stage's reserve, whole until the halving would end for it
+        while search.room(jobs := alternating(search, order, stage, rounds, steps), keep) < len(jobs):
             if rounds > 2:
                 rounds -= 1
             elif len(order) > 2:
@@ -66,6 +68,8 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
                 search.decide(stage, dropped, "budget", "left out: the budget holds fewer jobs")
                 search.stop_reason = search.stop_reason or search.budget_words(
                     f"at stage {stage}: candidates left out")
+            elif keep is True:  # the confirm stage keeps the least it runs on: two rounds
+                keep = MIN_CONFIRM
             else:  # the halving ends here; the confirm stage keeps its reserve
                 search.stop_reason = search.budget_words(f"before stage {stage}")
                 search.decide(stage, "*", "budget", search.stop_reason)
@@ -174,7 +178,7 @@ def confirm(search: Knowledge) -> Plan:
     steps, rounds = search.confirm_steps(), search.settings.confirm_rounds
     jobs = alternating(search, [winner, default], CONFIRM, rounds, steps)
     room = search.room(jobs, reserve=False)
-    if room < 4:
+    if room < MIN_CONFIRM:
         search.stop_reason = search.budget_words("before the confirm stage")
         return
     search.confirm = {"steps": steps, "rounds": rounds}
