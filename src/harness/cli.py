@@ -19,10 +19,9 @@ from harness.config.locations import conf_dir
 from harness.errors import HarnessError, output_error
 
 log = logging.getLogger("harness.cli")
-# What can set `hydra.mode` (else Hydra composes the config twice to read it): the key, or a
-# config of the user's; conf/ and sweeps/ never do (tests/test_config_compose.py).
-_SETS_RUN_MODE = ("-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name",
-                  "--experimental-rerun", "hydra.mode", "hydra.searchpath")
+# What can set `hydra.mode` (else Hydra composes the config twice to read it), besides a config
+# of the user's (cli_errors.CONFIG_FLAGS); conf/ and sweeps/ never do (tests/test_config_compose.py).
+_SETS_RUN_MODE = ("--experimental-rerun", "hydra.mode", "hydra.searchpath")
 # How a job ended; in a sweep the job's progress line says it (harness.terminal).
 job_log = logging.getLogger("harness.cli.job")
 
@@ -72,7 +71,7 @@ def _app(cfg: DictConfig) -> None:
 
 def main() -> None:
     from harness import private_api
-    from harness.cli_errors import describe
+    from harness.cli_errors import CONFIG_FLAGS, describe
     from harness.launch.output_dirs import register_resolver
     from harness.sweep.named import register_sweeps
     from harness.sweep.progress import current
@@ -91,7 +90,7 @@ def main() -> None:
     try:
         register_sweeps()  # `sweep=NAME` options, from sweeps/*.yaml
         register_resolver()  # ${unique_dir:...}: run and sweep directories never shared
-        own_mode = any(a.lstrip("+~").startswith(_SETS_RUN_MODE) for a in sys.argv[1:])
+        own_mode = any(a.lstrip("+~").startswith((*CONFIG_FLAGS, *_SETS_RUN_MODE)) for a in sys.argv[1:])
         with contextlib.nullcontext() if own_mode else private_api.run_mode_unset():
             _app()
     except BaseException as err:  # noqa: BLE001 - every ending gets one line and a status

@@ -46,9 +46,10 @@ def _fixed_choice(group: str, wrong: str, right: str) -> str:
     return f"{group}={right}"
 
 
+# Hydra's flags that name a config of the user's (which may set any key, hydra.mode too).
+CONFIG_FLAGS = ("-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name")
 # Hydra's own flags that take a value (`-cd DIR`): the value is not an override.
-_VALUE_FLAGS = ("-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name", "-c",
-                "--cfg", "-p", "--package")
+_VALUE_FLAGS = (*CONFIG_FLAGS, "-c", "--cfg", "-p", "--package")
 _INFO_VALUES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 

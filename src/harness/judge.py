@@ -21,6 +21,7 @@ CONFIDENCE = 0.95  # of a paired interval (Wilcoxon's signed-rank interval)
 # An outlier: this many times further from the median than any other, and this many noise sds away (sweeps.md)
 OUTLIER, OUTLIER_SDS = 2.0, 4.0
 SIZE_FLOOR = 2 * 2**20  # bytes: one setting's peak memory readings vary by this much (a CPU's resident set)
+WITHIN_FLOOR = f"within {SIZE_FLOOR // 2**20} MiB"  # a size verdict's reason, and the tables' legends
 ONE_JOB = "a side rests on one counted job, and nothing measured the noise between runs (repeat=3)"
 ACROSS_ROUNDS = "no round where both ran quiet: jobs of different rounds differ by the machine's drift"
 ONE_ORDER = "both ran quiet only in rounds of one order: drift within a round would read as a difference"
@@ -234,7 +235,7 @@ def judge_sizes(a: Sequence[float], b: Sequence[float], tolerance: float = TOLER
     ratio = statistics.median(b) / statistics.median(a)
     low, high = min(b) / max(a), max(b) / min(a)
     if max(b) - min(a) <= SIZE_FLOOR and max(a) - min(b) <= SIZE_FLOOR:
-        return Verdict("same", ratio, low, high, f"within {SIZE_FLOOR / 2**20:.0f} MiB", lower_is_better=True)
+        return Verdict("same", ratio, low, high, WITHIN_FLOOR, lower_is_better=True)
     return replace(decide(ratio, low, high, tolerance), lower_is_better=True)
 
 

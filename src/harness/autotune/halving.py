@@ -59,8 +59,8 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
         rounds = min(search.settings.max_rounds, max(1 + k, math.ceil(
             2 * search.settings.confirm_rounds / len(search.pool))))
         search.pool = order = sorted(search.pool, key=lambda c: -predicted(c))
-        keep: bool | int = True  # the confirm stage's reserve, whole until the halving would end for it
-        while search.room(jobs := alternating(search, order, stage, rounds, steps), keep) < len(jobs):
+        kept: int | None = None  # the confirm stage's whole reserve, until the halving would end for it
+        while search.room(jobs := alternating(search, order, stage, rounds, steps), kept) < len(jobs):
             if rounds > 2:
                 rounds -= 1
             elif len(order) > 2:
@@ -68,8 +68,8 @@ def halving(search: Knowledge, incumbent: Candidate, alternates: list[tuple[str,
                 search.decide(stage, dropped, "budget", "left out: the budget holds fewer jobs")
                 search.stop_reason = search.stop_reason or search.budget_words(
                     f"at stage {stage}: candidates left out")
-            elif keep is True:  # the confirm stage keeps the least it runs on: two rounds
-                keep = MIN_CONFIRM
+            elif kept is None:  # the confirm stage keeps the least it runs on: two rounds
+                kept = MIN_CONFIRM
             else:  # the halving ends here; the confirm stage keeps its reserve
                 search.stop_reason = search.budget_words(f"before stage {stage}")
                 search.decide(stage, "*", "budget", search.stop_reason)
@@ -177,7 +177,7 @@ def confirm(search: Knowledge) -> Plan:
         return
     steps, rounds = search.confirm_steps(), search.settings.confirm_rounds
     jobs = alternating(search, [winner, default], CONFIRM, rounds, steps)
-    room = search.room(jobs, reserve=False)
+    room = search.room(jobs, confirm_kept=0)
     if room < MIN_CONFIRM:
         search.stop_reason = search.budget_words("before the confirm stage")
         return
@@ -189,7 +189,7 @@ def confirm(search: Knowledge) -> Plan:
             break
         steps *= search.settings.growth
         more = alternating(search, [winner, default], CONFIRM, 2, steps, first=rounds)
-        if search.room(more, reserve=False) < len(more):
+        if search.room(more, confirm_kept=0) < len(more):
             break
         why = ", ".join(dict.fromkeys(e for side in (w, d) if not side.band.trusted
                                       for e in side.band.cautions))

@@ -187,14 +187,14 @@ class Knowledge:
         """The screen's probes: one per other value of each key but the batch's."""
         return sum(len(k.listed()) - 1 for k in self.space.keys if k.role != BATCH)
 
-    def room(self, jobs: list[Job], reserve: bool | int = True) -> int:
+    def room(self, jobs: list[Job], confirm_kept: int | None = None) -> int:
         """How many of `jobs` (in order) fit the budget, the stages still to come kept: the
-        confirm stage's jobs (`reserve` of them when a number), and while the fit stage runs,
-        the screen's probes."""
+        confirm stage's jobs (`confirm_kept` of them; None: 2 x confirm_rounds) until it starts,
+        and while the fit stage runs, the screen's probes."""
         cap, minutes = self.job_cap, self.settings.budget.minutes
-        confirming = 0 if not reserve or self.confirm is not None else (
-            2 * self.settings.confirm_rounds if reserve is True else reserve)
-        screening = self.screen_jobs() if reserve and jobs and jobs[0].stage in (WARMUP, FIT) else 0
+        confirming = 0 if self.confirm is not None else (
+            2 * self.settings.confirm_rounds if confirm_kept is None else confirm_kept)
+        screening = self.screen_jobs() if jobs and jobs[0].stage in (WARMUP, FIT) else 0
         room = len(jobs) if cap is None else min(len(jobs), cap - len(self.records) - confirming - screening)
         if minutes is not None:
             left = minutes * 60 - self.elapsed_s

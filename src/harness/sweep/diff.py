@@ -10,7 +10,7 @@ from typing import Any
 from rich.markup import escape
 
 from harness.errors import HarnessError
-from harness.judge import SIZE_FLOOR, TOLERANCE, Verdict, judge, judge_sizes
+from harness.judge import TOLERANCE, WITHIN_FLOOR, Verdict, judge, judge_sizes
 from harness.measured import USABLE, is_finite_number
 from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep.render import SAME, UNDECIDED, ByWidth, markdown, ratio_text, rich_table, value_cell
@@ -110,7 +110,7 @@ LEGEND = ("B/A above 1.00x: B is higher (faster for examples/s; slower for s/it;
 def _marks(result: Diff) -> str:
     """What `*` and `?` mean, at the tolerance the verdicts were judged against."""
     text = (f"{SAME}: no difference: on the counted samples, within their noise and the"
-            f" {result.tolerance:.0%} tolerance (peak memory: or within {SIZE_FLOOR // 2**20} MiB).")
+            f" {result.tolerance:.0%} tolerance (peak memory: or {WITHIN_FLOOR}).")
     if any(c.verdict is not None and c.verdict.kind == "inconclusive" for c in result.changes):
         text += (f" {UNDECIDED}: inconclusive: a side contended or noisy, or its noise wider"
                  f" than the {result.tolerance:.0%} asked about (diff.csv verdict_reason).")

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from harness.judge import SIZE_FLOOR
+from harness.judge import WITHIN_FLOOR
 from harness.measured import CAUTIONS, MAIN_PHASES, MIB, PHASE_NAMES, RSS_INCREASE, USABLE, is_finite_number
 from harness.reports.files import write_csv, write_json, write_text
 from harness.sweep import table
@@ -309,7 +309,7 @@ def legend(comparison: Comparison, found: list[Section] | None = None) -> list[s
              " as a share of its ex/s",
         "(": "(a-b): the judge's interval of the speed-up (95 % over the rounds' pairs, or the two points'"
              " bands)",
-        f"{SAME}": f"{SAME}: the same within {tolerance} (peak memory: or within {SIZE_FLOOR // 2**20} MiB)",
+        f"{SAME}": f"{SAME}: the same within {tolerance} (peak memory: or {WITHIN_FLOOR})",
         f" {UNDECIDED}": f"{UNDECIDED}: undecided: the noise is wider than {tolerance}, or a side ran once"
                          " or counted no job (comparison.csv: <phase>_speedup_verdict_reason)",
         f" {BEST}": f"{BEST}: the row's fastest, beyond the others' noise and {tolerance}",

@@ -11,12 +11,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import terminal
 from harness.launch.outside_tool import git_commit
 from harness.measured import MIB, is_finite_number
 from harness.result.jobs import read_job
 from harness.result.schema import RunResult
 from harness.result.store import RESULT_FILE, job_dirs
-from harness.terminal import size as file_size
 from harness.tracking.store_access import (
     MAX_PARAM_CHARS,
     MAX_TAG_CHARS,
@@ -165,7 +165,7 @@ class StoreOps(Store):
             relative = path.relative_to(run_dir)
             size = path.stat().st_size
             if "trace" in path.name.lower() and size > trace_cap_mb * MIB:
-                skipped.append(f"{relative} ({file_size(size)})")
+                skipped.append(f"{relative} ({terminal.size(size)})")
                 continue
             self.client.log_artifact(run_id, str(path), str(relative.parent))
             if path.suffix == ".csv":  # as a table too: the UI compares it across runs
